@@ -1,0 +1,27 @@
+//! starhalo-exec: where data lives and how loops over it run.
+//!
+//! Two ideas carry the whole crate:
+//! - a [`Buffer`] knows its [`MemSpace`] (host now; CUDA device memory comes with the GPU backend),
+//! - a hierarchical loop ([`for_each_segment`], [`hier_for`]) runs an outer index (sub-halos, blocks,
+//!   peer ranks) and an inner index (cells, units) as **one** dispatch, serially or on rayon's pool.
+//!
+//! ```
+//! use starhalo_exec::{for_each_segment, Policy};
+//! // Two sub-halos of 3 and 2 cells packed in one dispatch.
+//! let mut buf = vec![0.0; 5];
+//! let offsets = [0, 3, 5];
+//! for_each_segment(Policy::Serial, &mut buf, &offsets, |halo, cells| {
+//!     for (i, c) in cells.iter_mut().enumerate() {
+//!         *c = (10 * halo + i) as f64;
+//!     }
+//! });
+//! assert_eq!(buf, [0.0, 1.0, 2.0, 10.0, 11.0]);
+//! ```
+
+mod buffer;
+mod hier;
+mod space;
+
+pub use buffer::Buffer;
+pub use hier::{for_each_segment, hier_for, Policy};
+pub use space::{MemSpace, SpaceError};

@@ -1,0 +1,1 @@
+//! starhalo-mesh: placeholder until the mesh issue lands.

@@ -1,0 +1,1 @@
+//! starhalo-sf
