@@ -1,1 +1,29 @@
-//! starhalo-mesh: placeholder until the mesh issue lands.
+//! starhalo-mesh: the block-structured mesh that boundary exchange runs on.
+//!
+//! - [`loc`]: logical locations and Morton order;
+//! - [`element`]: the 27 geometric elements of a block;
+//! - [`config`]: mesh configuration from Parthenon's keys, validated;
+//! - [`forest`]: the root grid of trees and its leaves;
+//! - [`neighbor`]: neighbour records across levels and periodic boundaries, with ownership;
+//!
+//! The crate knows nothing of MPI: ranks are plain numbers, and every rank holds the whole
+//! tree, as in Parthenon.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+// Geometry code indexes several per-direction arrays with one direction index.
+#![allow(clippy::needless_range_loop)]
+
+pub mod config;
+pub mod element;
+pub mod error;
+pub mod forest;
+pub mod loc;
+pub mod neighbor;
+
+pub use config::{BoundaryCondition, MeshConfig, RefinementKind, StaticRegion};
+pub use element::{Element, ElementKind};
+pub use error::MeshError;
+pub use forest::{Forest, RootGrid};
+pub use loc::LogicalLocation;
+pub use neighbor::{find_neighbors, BlockNeighbors, NeighborBlock, Ownership};

@@ -1,0 +1,535 @@
+//! Mesh configuration from plain values, validated with errors that name the Parthenon key.
+//!
+//! The driver parses input decks; this module takes either a [`MeshConfig`] filled in by hand
+//! or a map from `block/key` strings to value strings ([`MeshConfig::from_map`]), using
+//! Parthenon's names: `parthenon/mesh/{nx1,x1min,x1max,ix1_bc,ox1_bc,...,nghost,refinement,
+//! numlevel,derefine_count,pack_size,multigrid}`, `parthenon/meshblock/{nx1,nx2,nx3}` and
+//! `parthenon/static_refinementN/{x1min,x1max,...,level}`.
+
+use crate::error::MeshError;
+use crate::loc::MAX_COORD_BITS;
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+/// A physical boundary condition on one face of the domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BoundaryCondition {
+    /// The domain wraps around to the opposite face.
+    Periodic,
+    /// Zero-gradient copy of the last interior cells.
+    Outflow,
+    /// Mirror, with the normal vector components negated.
+    Reflecting,
+    /// Filled by a function the application registers.
+    User,
+}
+
+impl FromStr for BoundaryCondition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "periodic" => Ok(Self::Periodic),
+            "outflow" => Ok(Self::Outflow),
+            "reflecting" => Ok(Self::Reflecting),
+            "user" => Ok(Self::User),
+            other => Err(format!(
+                "unknown boundary condition `{other}` (expected periodic, outflow, reflecting or user)"
+            )),
+        }
+    }
+}
+
+/// How the mesh may refine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefinementKind {
+    /// A single level: the root grid only.
+    None,
+    /// Levels fixed at start by static regions.
+    Static,
+    /// Levels change at run time from refinement flags (static regions still apply).
+    Adaptive,
+}
+
+/// A box that must be refined to at least `level` (`parthenon/static_refinementN`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StaticRegion {
+    /// Lower corner (x1min, x2min, x3min).
+    pub xmin: [f64; 3],
+    /// Upper corner (x1max, x2max, x3max).
+    pub xmax: [f64; 3],
+    /// Refinement level relative to the root grid (0 = root).
+    pub level: u32,
+    /// The `N` of `parthenon/static_refinementN`, for error messages.
+    pub id: usize,
+}
+
+/// Everything the mesh needs to know about its geometry and refinement.
+///
+/// ```
+/// use starhalo_mesh::MeshConfig;
+/// let mut m = std::collections::BTreeMap::new();
+/// m.insert("parthenon/mesh/nx1".to_string(), "64".to_string());
+/// m.insert("parthenon/mesh/nx2".to_string(), "32".to_string());
+/// m.insert("parthenon/meshblock/nx1".to_string(), "16".to_string());
+/// m.insert("parthenon/meshblock/nx2".to_string(), "16".to_string());
+/// m.insert("parthenon/mesh/ix1_bc".to_string(), "periodic".to_string());
+/// m.insert("parthenon/mesh/ox1_bc".to_string(), "periodic".to_string());
+/// let c = MeshConfig::from_map(&m).unwrap();
+/// assert_eq!(c.ndim(), 2);
+/// assert_eq!(c.nrb(), [4, 2, 1]);
+///
+/// m.insert("parthenon/meshblock/nx1".to_string(), "24".to_string());
+/// let e = MeshConfig::from_map(&m).unwrap_err();
+/// assert_eq!(e.key(), Some("parthenon/meshblock/nx1"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshConfig {
+    /// Cells of the root grid along each direction (`parthenon/mesh/nxN`).
+    pub nx: [usize; 3],
+    /// Lower domain corner (`parthenon/mesh/xNmin`).
+    pub xmin: [f64; 3],
+    /// Upper domain corner (`parthenon/mesh/xNmax`).
+    pub xmax: [f64; 3],
+    /// Boundary conditions, `bc[d][0]` inner (`ixN_bc`) and `bc[d][1]` outer (`oxN_bc`).
+    pub bc: [[BoundaryCondition; 2]; 3],
+    /// Interior cells of every block (`parthenon/meshblock/nxN`).
+    pub block_nx: [usize; 3],
+    /// Ghost layers (`parthenon/mesh/nghost`, default 2).
+    pub nghost: usize,
+    /// Refinement kind (`parthenon/mesh/refinement`).
+    pub refinement: RefinementKind,
+    /// Number of levels including the root (`parthenon/mesh/numlevel`, default 1).
+    pub numlevel: u32,
+    /// Steps a block must be flagged for derefinement before it may merge
+    /// (`parthenon/mesh/derefine_count`, default 10).
+    pub derefine_count: u32,
+    /// Static refinement regions.
+    pub static_regions: Vec<StaticRegion>,
+    /// Blocks per mesh-data partition; `None` puts all local blocks in one
+    /// (`parthenon/mesh/pack_size`, default -1).
+    pub pack_size: Option<usize>,
+    /// Build the geometric multigrid hierarchy (`parthenon/mesh/multigrid`).
+    pub multigrid: bool,
+}
+
+const DIRS: [&str; 3] = ["1", "2", "3"];
+
+fn mesh_key(k: &str) -> String {
+    format!("parthenon/mesh/{k}")
+}
+
+fn parse<T: FromStr>(
+    map: &BTreeMap<String, String>,
+    key: &str,
+    default: Option<T>,
+) -> Result<T, MeshError>
+where
+    T::Err: std::fmt::Display,
+{
+    match map.get(key) {
+        Some(v) => v
+            .trim()
+            .parse::<T>()
+            .map_err(|e| MeshError::invalid(key, v, e.to_string())),
+        None => default.ok_or_else(|| MeshError::Missing { key: key.into() }),
+    }
+}
+
+fn parse_bool(map: &BTreeMap<String, String>, key: &str, default: bool) -> Result<bool, MeshError> {
+    match map.get(key).map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) => match v.as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(MeshError::invalid(key, v, "expected true or false")),
+        },
+    }
+}
+
+impl MeshConfig {
+    /// A single-level configuration: mesh `nx` cells on the unit box split into blocks of
+    /// `block_nx`, outflow everywhere, two ghost layers. Call [`MeshConfig::validate`] after
+    /// changing fields.
+    pub fn new(nx: [usize; 3], block_nx: [usize; 3]) -> Self {
+        Self {
+            nx,
+            xmin: [0.0; 3],
+            xmax: [1.0; 3],
+            bc: [[BoundaryCondition::Outflow; 2]; 3],
+            block_nx,
+            nghost: 2,
+            refinement: RefinementKind::None,
+            numlevel: 1,
+            derefine_count: 10,
+            static_regions: Vec::new(),
+            pack_size: None,
+            multigrid: false,
+        }
+    }
+
+    /// Build and validate from `block/key -> value` strings (Parthenon key names).
+    ///
+    /// Only `parthenon/mesh/nx1` is required. Defaults: `nx2 = nx3 = 1`, `xNmin = 0`,
+    /// `xNmax = 1`, boundary conditions `outflow`, block size = mesh size, `nghost = 2`,
+    /// `refinement = none`, `numlevel = 1`, `derefine_count = 10`, `pack_size = -1`.
+    /// Static regions switch `refinement = none` to static.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, MeshError> {
+        let mut nx = [1usize; 3];
+        let mut block_nx = [1usize; 3];
+        let mut c = Self::new([1; 3], [1; 3]);
+        for d in 0..3 {
+            let key = mesh_key(&format!("nx{}", DIRS[d]));
+            nx[d] = parse(map, &key, if d == 0 { None } else { Some(1) })?;
+        }
+        for d in 0..3 {
+            let key = format!("parthenon/meshblock/nx{}", DIRS[d]);
+            block_nx[d] = parse(map, &key, Some(nx[d]))?;
+            c.xmin[d] = parse(map, &mesh_key(&format!("x{}min", DIRS[d])), Some(0.0))?;
+            c.xmax[d] = parse(map, &mesh_key(&format!("x{}max", DIRS[d])), Some(1.0))?;
+            for (side, prefix) in ["ix", "ox"].iter().enumerate() {
+                let key = mesh_key(&format!("{prefix}{}_bc", DIRS[d]));
+                c.bc[d][side] = parse(map, &key, Some(BoundaryCondition::Outflow))?;
+            }
+        }
+        c.nx = nx;
+        c.block_nx = block_nx;
+        c.nghost = parse(map, &mesh_key("nghost"), Some(2))?;
+        let rkey = mesh_key("refinement");
+        c.refinement = match map.get(&rkey).map(|s| s.trim()) {
+            None | Some("none") => RefinementKind::None,
+            Some("static") => RefinementKind::Static,
+            Some("adaptive") => RefinementKind::Adaptive,
+            Some(other) => {
+                return Err(MeshError::invalid(
+                    rkey,
+                    other,
+                    "expected none, static or adaptive",
+                ))
+            }
+        };
+        c.numlevel = parse(map, &mesh_key("numlevel"), Some(1))?;
+        c.derefine_count = parse(map, &mesh_key("derefine_count"), Some(10))?;
+        let pkey = mesh_key("pack_size");
+        let pack: i64 = parse(map, &pkey, Some(-1))?;
+        c.pack_size = match pack {
+            -1 => None,
+            n if n >= 1 => Some(n as usize),
+            n => {
+                return Err(MeshError::invalid(
+                    pkey,
+                    n,
+                    "must be -1 (all blocks) or >= 1",
+                ))
+            }
+        };
+        c.multigrid = parse_bool(map, &mesh_key("multigrid"), false)?;
+
+        // Static regions: every block named parthenon/static_refinementN.
+        let prefix = "parthenon/static_refinement";
+        let mut ids: Vec<usize> = Vec::new();
+        for k in map.keys() {
+            if let Some(rest) = k.strip_prefix(prefix) {
+                let Some((n, _)) = rest.split_once('/') else {
+                    continue;
+                };
+                let id: usize = n.parse().map_err(|_| {
+                    MeshError::invalid(
+                        k.clone(),
+                        n,
+                        "static refinement blocks are named static_refinementN",
+                    )
+                })?;
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids.sort_unstable();
+        for id in ids {
+            let key = |k: &str| format!("{prefix}{id}/{k}");
+            let mut r = StaticRegion {
+                xmin: c.xmin,
+                xmax: c.xmax,
+                level: parse(map, &key("level"), None)?,
+                id,
+            };
+            for d in 0..3 {
+                r.xmin[d] = parse(map, &key(&format!("x{}min", DIRS[d])), Some(c.xmin[d]))?;
+                r.xmax[d] = parse(map, &key(&format!("x{}max", DIRS[d])), Some(c.xmax[d]))?;
+            }
+            c.static_regions.push(r);
+        }
+        if !c.static_regions.is_empty() && c.refinement == RefinementKind::None {
+            c.refinement = RefinementKind::Static;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Number of dimensions: 1 if `nx2 = 1`, 2 if `nx3 = 1`, else 3.
+    pub fn ndim(&self) -> usize {
+        if self.nx[2] > 1 {
+            3
+        } else if self.nx[1] > 1 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Root blocks along each direction (`nx / block_nx`).
+    pub fn nrb(&self) -> [i64; 3] {
+        [0, 1, 2].map(|d| (self.nx[d] / self.block_nx[d].max(1)) as i64)
+    }
+
+    /// True when more than one level may exist.
+    pub fn is_multilevel(&self) -> bool {
+        self.refinement != RefinementKind::None && self.numlevel > 1
+    }
+
+    /// The finest level allowed (0 for a single-level mesh).
+    pub fn max_level(&self) -> u32 {
+        if self.is_multilevel() {
+            self.numlevel - 1
+        } else {
+            0
+        }
+    }
+
+    /// Periodicity per direction (only active directions can be periodic).
+    pub fn periodic(&self) -> [bool; 3] {
+        let ndim = self.ndim();
+        [0, 1, 2].map(|d| d < ndim && self.bc[d][0] == BoundaryCondition::Periodic)
+    }
+
+    /// Check every rule; the error names the first offending key.
+    pub fn validate(&self) -> Result<(), MeshError> {
+        let ndim = self.ndim();
+        if self.nx[0] == 0 {
+            return Err(MeshError::invalid(mesh_key("nx1"), 0, "must be at least 1"));
+        }
+        for d in 1..3 {
+            if self.nx[d] == 0 {
+                return Err(MeshError::invalid(
+                    mesh_key(&format!("nx{}", DIRS[d])),
+                    0,
+                    "must be at least 1",
+                ));
+            }
+        }
+        if self.nx[2] > 1 && self.nx[1] == 1 {
+            return Err(MeshError::invalid(
+                mesh_key("nx2"),
+                1,
+                "a 3-D mesh (nx3 > 1) needs nx2 > 1",
+            ));
+        }
+        if self.nghost == 0 {
+            return Err(MeshError::invalid(
+                mesh_key("nghost"),
+                0,
+                "must be at least 1",
+            ));
+        }
+        let multilevel = self.is_multilevel();
+        for d in 0..3 {
+            let dn = DIRS[d];
+            let bkey = format!("parthenon/meshblock/nx{dn}");
+            let (n, b) = (self.nx[d], self.block_nx[d]);
+            if b == 0 || n % b != 0 {
+                return Err(MeshError::invalid(
+                    bkey,
+                    b,
+                    format!("must divide parthenon/mesh/nx{dn} = {n}"),
+                ));
+            }
+            if d < ndim {
+                if b < self.nghost {
+                    return Err(MeshError::invalid(
+                        bkey,
+                        b,
+                        format!("must be at least nghost = {}", self.nghost),
+                    ));
+                }
+                if multilevel && b % 2 != 0 {
+                    return Err(MeshError::invalid(
+                        bkey,
+                        b,
+                        "must be even on a multilevel mesh",
+                    ));
+                }
+                if self.xmin[d].partial_cmp(&self.xmax[d]) != Some(std::cmp::Ordering::Less) {
+                    return Err(MeshError::invalid(
+                        mesh_key(&format!("x{dn}max")),
+                        self.xmax[d],
+                        format!("must exceed x{dn}min = {}", self.xmin[d]),
+                    ));
+                }
+                let [inner, outer] = self.bc[d];
+                if (inner == BoundaryCondition::Periodic) != (outer == BoundaryCondition::Periodic)
+                {
+                    return Err(MeshError::invalid(
+                        mesh_key(&format!("ox{dn}_bc")),
+                        format!("{outer:?}").to_lowercase(),
+                        format!("periodic on one side needs periodic on the other (ix{dn}_bc is {inner:?})"),
+                    ));
+                }
+            }
+        }
+        if self.numlevel == 0 {
+            return Err(MeshError::invalid(
+                mesh_key("numlevel"),
+                0,
+                "must be at least 1",
+            ));
+        }
+        let nrb = self.nrb();
+        let root_bits = nrb
+            .iter()
+            .map(|&n| 64 - ((n.max(1) - 1) as u64).leading_zeros())
+            .max()
+            .unwrap_or(0);
+        if root_bits + self.max_level() > MAX_COORD_BITS {
+            return Err(MeshError::invalid(
+                mesh_key("numlevel"),
+                self.numlevel,
+                format!(
+                    "more levels than a root grid of {nrb:?} blocks allows (at most {})",
+                    MAX_COORD_BITS - root_bits + 1
+                ),
+            ));
+        }
+        for r in &self.static_regions {
+            let key = |k: &str| format!("parthenon/static_refinement{}/{k}", r.id);
+            if r.level > self.max_level() {
+                return Err(MeshError::invalid(
+                    key("level"),
+                    r.level,
+                    format!(
+                        "exceeds the finest level {} (parthenon/mesh/numlevel = {}, refinement = {:?})",
+                        self.max_level(),
+                        self.numlevel,
+                        self.refinement
+                    ),
+                ));
+            }
+            for d in 0..ndim {
+                if r.xmin[d] > r.xmax[d] {
+                    return Err(MeshError::invalid(
+                        key(&format!("x{}max", DIRS[d])),
+                        r.xmax[d],
+                        format!("is below x{}min = {}", DIRS[d], r.xmin[d]),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        for (k, v) in [
+            ("parthenon/mesh/nx1", "32"),
+            ("parthenon/mesh/nx2", "32"),
+            ("parthenon/meshblock/nx1", "8"),
+            ("parthenon/meshblock/nx2", "8"),
+        ] {
+            m.insert(k.to_string(), v.to_string());
+        }
+        m
+    }
+
+    fn err_key(m: &BTreeMap<String, String>) -> String {
+        MeshConfig::from_map(m)
+            .unwrap_err()
+            .key()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[test]
+    fn good_deck_parses_with_defaults() {
+        let mut m = base();
+        m.insert("parthenon/mesh/refinement".into(), "adaptive".into());
+        m.insert("parthenon/mesh/numlevel".into(), "3".into());
+        m.insert("parthenon/mesh/ix2_bc".into(), "periodic".into());
+        m.insert("parthenon/mesh/ox2_bc".into(), "periodic".into());
+        m.insert("parthenon/static_refinement0/x1max".into(), "0.25".into());
+        m.insert("parthenon/static_refinement0/level".into(), "2".into());
+        let c = MeshConfig::from_map(&m).unwrap();
+        assert_eq!(c.nghost, 2);
+        assert_eq!(c.max_level(), 2);
+        assert_eq!(c.periodic(), [false, true, false]);
+        assert_eq!(c.static_regions.len(), 1);
+        assert_eq!(c.static_regions[0].xmax[0], 0.25);
+        assert_eq!(c.static_regions[0].xmax[1], 1.0);
+        assert_eq!(c.pack_size, None);
+    }
+
+    #[test]
+    fn bad_input_names_the_key() {
+        let mut m = base();
+        m.insert("parthenon/meshblock/nx2".into(), "5".into());
+        assert_eq!(err_key(&m), "parthenon/meshblock/nx2");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/ix1_bc".into(), "bouncy".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/ix1_bc");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/ix1_bc".into(), "periodic".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/ox1_bc");
+
+        let mut m = base();
+        m.remove("parthenon/mesh/nx1");
+        assert_eq!(err_key(&m), "parthenon/mesh/nx1");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/nx1".into(), "abc".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/nx1");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/refinement".into(), "adaptive".into());
+        m.insert("parthenon/mesh/numlevel".into(), "40".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/numlevel");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/refinement".into(), "static".into());
+        m.insert("parthenon/mesh/numlevel".into(), "2".into());
+        m.insert("parthenon/static_refinement3/level".into(), "2".into());
+        assert_eq!(err_key(&m), "parthenon/static_refinement3/level");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/refinement".into(), "adaptive".into());
+        m.insert("parthenon/mesh/numlevel".into(), "2".into());
+        m.insert("parthenon/mesh/nx1".into(), "36".into());
+        m.insert("parthenon/meshblock/nx1".into(), "9".into());
+        assert_eq!(err_key(&m), "parthenon/meshblock/nx1");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/nghost".into(), "9".into());
+        assert_eq!(err_key(&m), "parthenon/meshblock/nx1");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/pack_size".into(), "0".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/pack_size");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/x2max".into(), "-1".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/x2max");
+    }
+
+    #[test]
+    fn dimensions_follow_nx() {
+        assert_eq!(MeshConfig::new([8, 1, 1], [4, 1, 1]).ndim(), 1);
+        assert_eq!(MeshConfig::new([8, 8, 1], [4, 4, 1]).ndim(), 2);
+        assert_eq!(MeshConfig::new([8, 8, 8], [4, 4, 4]).ndim(), 3);
+        let c = MeshConfig::new([8, 1, 4], [4, 1, 4]);
+        assert_eq!(c.validate().unwrap_err().key(), Some("parthenon/mesh/nx2"));
+    }
+}
