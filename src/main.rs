@@ -1,1 +1,31 @@
-fn main() {}
+//! `starhalo`: the command-line driver.
+//!
+//! Exit codes: 0 success, 1 run-time failure, 2 bad input (options, files, graphs). Every rank
+//! of a multi-rank job reaches the same verdict on bad input and exits; none is left waiting.
+
+mod bench;
+mod cli;
+mod comm;
+mod exit;
+mod graph_file;
+mod sf_cmd;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("error: MPI was already initialised");
+        return ExitCode::from(1);
+    };
+    let world = universe.world();
+    let result = match args.command {
+        cli::Command::Sf(cli::SfCommand::Run(a)) => sf_cmd::run(&world, &a),
+        cli::Command::Sf(cli::SfCommand::View(a)) => sf_cmd::view(&world, &a),
+        cli::Command::Bench(cli::BenchCommand::SfPingpong(a)) => {
+            bench::sf_pingpong::run(&world, &a)
+        }
+    };
+    exit::report(&world, result)
+}

@@ -5,6 +5,7 @@
 //! - [`config`]: mesh configuration from Parthenon's keys, validated;
 //! - [`forest`]: the root grid of trees and its leaves;
 //! - [`neighbor`]: neighbour records across levels and periodic boundaries, with ownership;
+//! - [`refine`]: refinement flags, static regions, 2:1 balance, remesh maps;
 //!
 //! The crate knows nothing of MPI: ranks are plain numbers, and every rank holds the whole
 //! tree, as in Parthenon.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod forest;
 pub mod loc;
 pub mod neighbor;
+pub mod refine;
 
 pub use config::{BoundaryCondition, MeshConfig, RefinementKind, StaticRegion};
 pub use element::{Element, ElementKind};
@@ -27,3 +29,7 @@ pub use error::MeshError;
 pub use forest::{Forest, RootGrid};
 pub use loc::LogicalLocation;
 pub use neighbor::{find_neighbors, BlockNeighbors, NeighborBlock, Ownership};
+pub use refine::{
+    initial_forest, is_balanced, remesh, BlockFate, BlockOrigin, DerefineCounter, RefinementFlag,
+    RefinementRules, Remesh, RemeshMap,
+};

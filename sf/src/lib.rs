@@ -1,1 +1,32 @@
-//! starhalo-sf
+//! starhalo-sf: the star forest (the PetscSF model) over MPI.
+//!
+//! A star forest describes communication as a graph: each rank owns `nroots` roots and a set
+//! of leaves, and each leaf names its root as `(rank, offset)`. Set-up ([`StarForest::new`])
+//! discovers the reverse direction, splits local from remote edges and compiles a [`Plan`]
+//! per peer (contiguous, 3-D strided, or a list); then [`StarForest::bcast_begin`] (root to
+//! leaf), [`StarForest::reduce_begin`] (leaf to root) and
+//! [`StarForest::fetch_and_op_begin`] move data, any number at once, each finished by
+//! [`Pending::end`].
+//!
+//! Layout: `graph` (the input), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
+//! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
+//! `transport` (how bytes move: one implementation per [`SfType`]), `raw` (the only MPI FFI).
+
+mod discovery;
+mod error;
+mod forest;
+mod graph;
+mod link;
+mod plan;
+mod raw;
+mod transport;
+mod unit;
+
+pub use discovery::{Discovery, NBX_FROM_RANKS};
+pub use error::SfError;
+pub use forest::{Pending, SfOptions, StarForest};
+pub use graph::{Graph, RootRef};
+pub use mpi;
+pub use plan::{PackPlan, Plan, PlanIter};
+pub use transport::SfType;
+pub use unit::{Op, Scalar, Unit};

@@ -1,0 +1,45 @@
+//! Errors of the star forest.
+
+use crate::unit::Op;
+
+/// What can go wrong building or using a star forest.
+///
+/// Graph errors are agreed on collectively: when any rank finds one, every rank's `build`
+/// returns an error (the finding rank its own, the others [`SfError::PeerInvalid`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SfError {
+    /// A leaf names a root rank outside the communicator.
+    #[error("leaf {leaf} names root rank {rank}, but the communicator has {size} ranks")]
+    RankOutOfRange { leaf: usize, rank: i64, size: usize },
+    /// A leaf names a root offset at or beyond its owner's `nroots`.
+    #[error("rank {leaf_rank} has a leaf on root ({rank}, {offset}), but rank {rank} has only {nroots} roots")]
+    OffsetOutOfRange {
+        leaf_rank: i32,
+        rank: i32,
+        offset: u64,
+        nroots: usize,
+    },
+    /// The same leaf index appears twice.
+    #[error("leaf index {0} is given twice")]
+    DuplicateLeaf(usize),
+    /// Another rank found its part of the graph invalid.
+    #[error("rank {0} reported an invalid graph")]
+    PeerInvalid(i32),
+    /// A data slice is shorter than the graph needs.
+    #[error("{what} holds {got} units but the graph needs {need}")]
+    BufferTooShort {
+        what: &'static str,
+        got: usize,
+        need: usize,
+    },
+    /// The unit type has no such reduction (e.g. a bitwise op on floats).
+    #[error("operation `{op}` is not defined for unit type {unit}")]
+    UnsupportedOp { op: Op, unit: &'static str },
+    /// An option value that names nothing.
+    #[error("unknown {what} `{got}` (expected one of: {expected})")]
+    UnknownName {
+        what: &'static str,
+        got: String,
+        expected: &'static str,
+    },
+}

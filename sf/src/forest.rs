@@ -1,0 +1,669 @@
+//! The star forest: set-up from a graph, and the operations with begin and end halves.
+
+use crate::discovery::{self, Discovery};
+use crate::error::SfError;
+use crate::graph::Graph;
+use crate::link::{self, Kind, Link};
+use crate::plan::Plan;
+use crate::raw::{self, RawComm};
+use crate::transport::{Basic, Dir, SfType, Side};
+use crate::unit::{reducer, Op, Unit};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_exec::{for_each_segment, Policy};
+use std::cell::RefCell;
+
+/// Choices made when a forest is set up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SfOptions {
+    /// Reverse-discovery algorithm.
+    pub discovery: Discovery,
+    /// Implementation of remote traffic.
+    pub sf_type: SfType,
+    /// How packing loops run on the host.
+    pub policy: Policy,
+}
+
+/// Remote peer ranks of one side, each with the local indices its message carries.
+#[derive(Debug, Default)]
+struct Peers {
+    ranks: Vec<i32>,
+    /// Unit offsets of each peer's segment in the staging buffer (`ranks.len() + 1` entries).
+    offsets: Vec<usize>,
+    plans: Vec<Plan>,
+}
+
+impl Peers {
+    fn new(groups: Vec<(i32, Vec<usize>)>) -> Self {
+        let mut p = Peers {
+            offsets: vec![0],
+            ..Peers::default()
+        };
+        for (rank, idx) in groups {
+            p.ranks.push(rank);
+            p.offsets.push(p.total() + idx.len());
+            p.plans.push(Plan::new(&idx));
+        }
+        p
+    }
+
+    fn total(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
+    fn len(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn units(&self, i: usize) -> usize {
+        self.offsets[i + 1] - self.offsets[i]
+    }
+}
+
+/// A star forest over an MPI communicator (a duplicate of the one given, so its traffic never
+/// mixes with the caller's).
+///
+/// Operations are collective over the forest's communicator and must be begun in the same
+/// order on every rank; several may be in flight at once on different data. The data slices
+/// stay borrowed from `*_begin` until [`Pending::end`], so they cannot be touched in between.
+///
+/// Reductions are deterministic: each root combines its own rank's leaves first, then the
+/// other ranks' in ascending rank order, each rank's in ascending leaf index.
+pub struct StarForest {
+    comm: SimpleCommunicator,
+    raw: RawComm,
+    opts: SfOptions,
+    nroots: usize,
+    nleaves: usize,
+    leaf_space: usize,
+    /// Remote ranks with leaves on my roots; indices are my roots.
+    leaf_ranks: Peers,
+    /// Remote ranks owning my leaves' roots; indices are my leaves.
+    root_ranks: Peers,
+    /// Edges within this rank, in matching order.
+    self_roots: Plan,
+    self_leaves: Plan,
+    /// Root index from which remote reduce data may land in place: set when the remote roots
+    /// form one contiguous range that no local edge touches.
+    reduce_in_place: Option<usize>,
+    links: RefCell<Vec<Link>>,
+}
+
+impl StarForest {
+    /// Sets up a forest from this rank's part of the graph. Collective; an invalid graph on any
+    /// rank is an error on every rank.
+    ///
+    /// ```no_run
+    /// use starhalo_sf::{mpi, Graph, Op, RootRef, SfOptions, StarForest};
+    /// let universe = mpi::initialize().unwrap();
+    /// let world = universe.world();
+    /// // One root per rank; one leaf reading the root of rank 0.
+    /// let g = Graph::new(1, None, vec![RootRef { rank: 0, offset: 0 }]);
+    /// let sf = StarForest::new(&world, &g, SfOptions::default()).unwrap();
+    /// let root = [42.0f64];
+    /// let mut leaf = [0.0f64];
+    /// let pending = sf.bcast_begin(&root, &mut leaf, Op::Replace).unwrap();
+    /// // ... independent work here; `root` and `leaf` cannot be touched ...
+    /// pending.end();
+    /// assert_eq!(leaf[0], 42.0);
+    /// ```
+    pub fn new<C: Communicator>(comm: &C, graph: &Graph, opts: SfOptions) -> Result<Self, SfError> {
+        let comm = comm.duplicate();
+        let raw = raw::raw_comm(&comm);
+        let (rank, size) = (comm.rank(), comm.size() as usize);
+        discovery::agree(&comm, graph.check_local(rank, size))?;
+
+        // Group leaves by root rank, each group in ascending leaf index.
+        let mut edges: Vec<(i32, usize, u64)> = (0..graph.nleaves())
+            .map(|i| {
+                (
+                    graph.iremote[i].rank as i32,
+                    graph.leaf_index(i),
+                    graph.iremote[i].offset,
+                )
+            })
+            .collect();
+        edges.sort_unstable();
+        let mut self_edges = (Vec::new(), Vec::new());
+        let mut leaf_groups: Vec<(i32, Vec<usize>)> = Vec::new();
+        let mut outgoing: Vec<(i32, Vec<u64>)> = Vec::new();
+        for (r, leaf, offset) in edges {
+            if r == rank {
+                self_edges.0.push(offset as usize);
+                self_edges.1.push(leaf);
+                continue;
+            }
+            if outgoing.last().is_none_or(|(q, _)| *q != r) {
+                outgoing.push((r, Vec::new()));
+                leaf_groups.push((r, Vec::new()));
+            }
+            outgoing.last_mut().map(|(_, o)| o.push(offset));
+            leaf_groups.last_mut().map(|(_, l)| l.push(leaf));
+        }
+
+        let incoming = discovery::exchange(&comm, raw, opts.discovery, &outgoing);
+        let checked = incoming.iter().try_for_each(|(src, offs)| {
+            match offs.iter().find(|&&o| o >= graph.nroots as u64) {
+                Some(&offset) => Err(SfError::OffsetOutOfRange {
+                    leaf_rank: *src,
+                    rank,
+                    offset,
+                    nroots: graph.nroots,
+                }),
+                None => Ok(()),
+            }
+        });
+        discovery::agree(&comm, checked)?;
+
+        let root_groups = incoming
+            .into_iter()
+            .map(|(src, offs)| (src, offs.into_iter().map(|o| o as usize).collect()))
+            .collect();
+        let leaf_ranks = Peers::new(root_groups);
+        let root_ranks = Peers::new(leaf_groups);
+        let self_roots = Plan::new(&self_edges.0);
+        let self_leaves = Plan::new(&self_edges.1);
+        let reduce_in_place = in_place_range(&leaf_ranks, &self_edges.0);
+        Ok(StarForest {
+            comm,
+            raw,
+            opts,
+            nroots: graph.nroots,
+            nleaves: graph.nleaves(),
+            leaf_space: graph.leaf_space(),
+            leaf_ranks,
+            root_ranks,
+            self_roots,
+            self_leaves,
+            reduce_in_place,
+            links: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// The forest's own communicator.
+    pub fn comm(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+
+    /// The options it was set up with.
+    pub fn options(&self) -> SfOptions {
+        self.opts
+    }
+
+    /// Roots on this rank.
+    pub fn nroots(&self) -> usize {
+        self.nroots
+    }
+
+    /// Connected leaves on this rank.
+    pub fn nleaves(&self) -> usize {
+        self.nleaves
+    }
+
+    /// Length a leaf array must have.
+    pub fn leaf_space(&self) -> usize {
+        self.leaf_space
+    }
+
+    /// Ranks with leaves on this rank's roots (self first when it has local edges), each with
+    /// the plan of the roots it reads.
+    pub fn leaf_ranks(&self) -> Vec<(i32, &Plan)> {
+        self.with_self(&self.self_roots, &self.leaf_ranks)
+    }
+
+    /// Ranks owning roots of this rank's leaves (self first when it has local edges), each
+    /// with the plan of the leaves that read it.
+    pub fn root_ranks(&self) -> Vec<(i32, &Plan)> {
+        self.with_self(&self.self_leaves, &self.root_ranks)
+    }
+
+    fn with_self<'a>(&'a self, own: &'a Plan, peers: &'a Peers) -> Vec<(i32, &'a Plan)> {
+        let me = (!own.is_empty()).then(|| (self.comm.rank(), own));
+        me.into_iter()
+            .chain(peers.ranks.iter().copied().zip(&peers.plans))
+            .collect()
+    }
+
+    /// Starts sending root values to their leaves: `leaf = leaf op root`.
+    pub fn bcast_begin<'a, U: Unit>(
+        &'a self,
+        root: &'a [U],
+        leaf: &'a mut [U],
+        op: Op,
+    ) -> Result<Pending<'a, U>, SfError> {
+        check_len("rootdata", root.len(), self.nroots)?;
+        check_len("leafdata", leaf.len(), self.leaf_space)?;
+        let red = combine::<U>(op)?;
+        let mut link = self.take_link::<U>(Kind::Bcast);
+        let replace = red.is_none();
+        self.post_recvs::<U>(
+            &mut link,
+            Side::Leaf,
+            Dir::Bcast,
+            replace.then(|| leaf.as_mut_ptr()),
+        );
+        self.pack_and_send(&mut link, Side::Root, Dir::Bcast, root);
+        scatter(leaf, &self.self_leaves, root, &self.self_roots, red);
+        Ok(Pending {
+            sf: self,
+            link: Some(link),
+            work: Work::Bcast { leaf, red },
+        })
+    }
+
+    /// Starts combining leaf values into their roots: `root = root op leaf`.
+    pub fn reduce_begin<'a, U: Unit>(
+        &'a self,
+        leaf: &'a [U],
+        root: &'a mut [U],
+        op: Op,
+    ) -> Result<Pending<'a, U>, SfError> {
+        check_len("leafdata", leaf.len(), self.leaf_space)?;
+        check_len("rootdata", root.len(), self.nroots)?;
+        let red = combine::<U>(op)?;
+        let mut link = self.take_link::<U>(Kind::Reduce);
+        let in_place = self.reduce_in_place.filter(|_| red.is_none());
+        match in_place {
+            Some(start) => {
+                let base = root[start..].as_mut_ptr();
+                for i in 0..self.leaf_ranks.len() {
+                    let off = self.leaf_ranks.offsets[i];
+                    let bytes = self.leaf_ranks.units(i) * size_of::<U>();
+                    // SAFETY: the range lies in `root`, which `Pending` borrows until the wait.
+                    unsafe {
+                        link.transport.bind(
+                            Side::Root,
+                            Dir::Reduce,
+                            i,
+                            base.wrapping_add(off).cast(),
+                            bytes,
+                        )
+                    };
+                }
+                link.transport.start(Side::Root, Dir::Reduce);
+            }
+            None => self.post_recvs::<U>(&mut link, Side::Root, Dir::Reduce, None),
+        }
+        self.pack_and_send(&mut link, Side::Leaf, Dir::Reduce, leaf);
+        scatter(root, &self.self_roots, leaf, &self.self_leaves, red);
+        Ok(Pending {
+            sf: self,
+            link: Some(link),
+            work: Work::Reduce {
+                root,
+                red,
+                in_place: in_place.is_some(),
+            },
+        })
+    }
+
+    /// Starts a fetch-and-op: each leaf's value is combined into its root (`root = root op
+    /// leaf`), and `leafupdate` receives the root's value just before that leaf's turn.
+    pub fn fetch_and_op_begin<'a, U: Unit>(
+        &'a self,
+        root: &'a mut [U],
+        leaf: &'a [U],
+        leafupdate: &'a mut [U],
+        op: Op,
+    ) -> Result<Pending<'a, U>, SfError> {
+        check_len("rootdata", root.len(), self.nroots)?;
+        check_len("leafdata", leaf.len(), self.leaf_space)?;
+        check_len("leafupdate", leafupdate.len(), self.leaf_space)?;
+        let red = reducer::<U>(op)?;
+        let mut link = self.take_link::<U>(Kind::FetchAndOp);
+        self.post_recvs::<U>(&mut link, Side::Root, Dir::Reduce, None);
+        self.post_recvs::<U>(
+            &mut link,
+            Side::Leaf,
+            Dir::Bcast,
+            Some(leafupdate.as_mut_ptr()),
+        );
+        self.pack_and_send(&mut link, Side::Leaf, Dir::Reduce, leaf);
+        for (r, l) in self.self_roots.iter().zip(self.self_leaves.iter()) {
+            leafupdate[l] = root[r];
+            combine_unit(&mut root[r], &leaf[l], red);
+        }
+        Ok(Pending {
+            sf: self,
+            link: Some(link),
+            work: Work::FetchAndOp {
+                root,
+                leafupdate,
+                red,
+            },
+        })
+    }
+
+    /// [`bcast_begin`](Self::bcast_begin) and its end.
+    pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
+        self.bcast_begin(root, leaf, op).map(Pending::end)
+    }
+
+    /// [`reduce_begin`](Self::reduce_begin) and its end.
+    pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
+        self.reduce_begin(leaf, root, op).map(Pending::end)
+    }
+
+    /// [`fetch_and_op_begin`](Self::fetch_and_op_begin) and its end.
+    pub fn fetch_and_op<U: Unit>(
+        &self,
+        root: &mut [U],
+        leaf: &[U],
+        leafupdate: &mut [U],
+        op: Op,
+    ) -> Result<(), SfError> {
+        self.fetch_and_op_begin(root, leaf, leafupdate, op)
+            .map(Pending::end)
+    }
+
+    fn peers(&self, side: Side) -> &Peers {
+        match side {
+            Side::Root => &self.leaf_ranks,
+            Side::Leaf => &self.root_ranks,
+        }
+    }
+
+    /// A pooled link of this kind and unit size, or a new one.
+    fn take_link<U: Unit>(&self, kind: Kind) -> Link {
+        assert!(
+            align_of::<U>() <= 16,
+            "unit types must be aligned to at most 16 bytes"
+        );
+        let unit_bytes = size_of::<U>();
+        let mut pool = self.links.borrow_mut();
+        if let Some(i) = pool
+            .iter()
+            .position(|l| l.kind == kind && l.unit_bytes == unit_bytes)
+        {
+            return pool.swap_remove(i);
+        }
+        let fetch_units = if kind == Kind::FetchAndOp {
+            self.root_ranks.total()
+        } else {
+            0
+        };
+        let transport = match self.opts.sf_type {
+            SfType::Basic => Basic::new(
+                self.raw,
+                &self.leaf_ranks.ranks,
+                &self.root_ranks.ranks,
+                kind.tags(),
+            ),
+        };
+        Link {
+            kind,
+            unit_bytes,
+            rootbuf: link::staging(self.leaf_ranks.total(), unit_bytes),
+            leafbuf: link::staging(self.root_ranks.total(), unit_bytes),
+            fetchbuf: link::staging(fetch_units, unit_bytes),
+            transport: Box::new(transport),
+        }
+    }
+
+    /// Binds and starts the receives of `(side, dir)`: in place at `direct` (the start of a
+    /// user slice that `Pending` borrows) for peers whose indices are contiguous, into staging
+    /// otherwise.
+    fn post_recvs<U: Unit>(&self, link: &mut Link, side: Side, dir: Dir, direct: Option<*mut U>) {
+        let peers = self.peers(side);
+        let staging = match (side, link.kind) {
+            (Side::Root, _) => &mut link.rootbuf,
+            (Side::Leaf, Kind::FetchAndOp) => &mut link.fetchbuf,
+            (Side::Leaf, _) => &mut link.leafbuf,
+        };
+        let stage = link::view::<U>(staging, peers.total()).as_mut_ptr();
+        for i in 0..peers.len() {
+            let at = match (direct, peers.plans[i].contiguous_start()) {
+                (Some(d), Some(start)) => d.wrapping_add(start),
+                _ => stage.wrapping_add(peers.offsets[i]),
+            };
+            // SAFETY: `at` is either in the user's slice, borrowed by `Pending` until the wait,
+            // or in the link's staging buffer, which the link owns and never resizes.
+            unsafe {
+                link.transport
+                    .bind(side, dir, i, at.cast(), peers.units(i) * size_of::<U>())
+            };
+        }
+        link.transport.start(side, dir);
+    }
+
+    /// Packs `data` for every peer of `side` whose indices are not contiguous (one dispatch),
+    /// binds each message (contiguous ones in place) and starts the sends.
+    fn pack_and_send<U: Unit>(&self, link: &mut Link, side: Side, dir: Dir, data: &[U]) {
+        let peers = self.peers(side);
+        let staging = match side {
+            Side::Root => &mut link.rootbuf,
+            Side::Leaf => &mut link.leafbuf,
+        };
+        let stage = link::view::<U>(staging, peers.total());
+        for_each_segment(self.opts.policy, stage, &peers.offsets, |i, seg| {
+            let plan = &peers.plans[i];
+            if plan.contiguous_start().is_none() {
+                seg.iter_mut()
+                    .zip(plan.iter())
+                    .for_each(|(s, idx)| *s = data[idx]);
+            }
+        });
+        let stage = stage.as_ptr();
+        for i in 0..peers.len() {
+            let at = match peers.plans[i].contiguous_start() {
+                Some(start) => data[start..].as_ptr(),
+                None => stage.wrapping_add(peers.offsets[i]),
+            };
+            // SAFETY: `at` is in `data`, borrowed by `Pending` until the wait, or in the link's
+            // staging buffer, which the link owns and never resizes.
+            unsafe {
+                link.transport
+                    .bind(side, dir, i, at.cast(), peers.units(i) * size_of::<U>())
+            };
+        }
+        link.transport.start(side, dir);
+    }
+}
+
+/// The remote-root range that reduce data may land in directly, if any.
+fn in_place_range(leaf_ranks: &Peers, self_roots: &[usize]) -> Option<usize> {
+    let all: Vec<usize> = leaf_ranks.plans.iter().flat_map(Plan::iter).collect();
+    let start = *all.first()?;
+    let end = start + all.len();
+    let contiguous = all.iter().enumerate().all(|(k, &v)| v == start + k);
+    let untouched = self_roots.iter().all(|r| !(start..end).contains(r));
+    (contiguous && untouched).then_some(start)
+}
+
+fn check_len(what: &'static str, got: usize, need: usize) -> Result<(), SfError> {
+    if got < need {
+        return Err(SfError::BufferTooShort { what, got, need });
+    }
+    Ok(())
+}
+
+/// How values combine at the destination: `None` is a plain copy (replace).
+type Combine<U> = Option<fn(&mut <U as Unit>::Scalar, <U as Unit>::Scalar)>;
+
+fn combine<U: Unit>(op: Op) -> Result<Combine<U>, SfError> {
+    let red = reducer::<U>(op)?;
+    Ok((op != Op::Replace).then_some(red))
+}
+
+fn lanes<U: Unit>(u: &[U]) -> &[U::Scalar] {
+    bytemuck::cast_slice(u)
+}
+
+fn lanes_mut<U: Unit>(u: &mut [U]) -> &mut [U::Scalar] {
+    bytemuck::cast_slice_mut(u)
+}
+
+/// `dst = dst op src`, lane by lane.
+fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: fn(&mut U::Scalar, U::Scalar)) {
+    let d = lanes_mut(std::slice::from_mut(dst));
+    d.iter_mut()
+        .zip(lanes(std::slice::from_ref(src)))
+        .for_each(|(d, s)| red(d, *s));
+}
+
+/// `dst[dst_plan[k]] = dst[...] op src[src_plan[k]]` for every k, in order.
+fn scatter<U: Unit>(dst: &mut [U], dst_plan: &Plan, src: &[U], src_plan: &Plan, red: Combine<U>) {
+    let pairs = dst_plan.iter().zip(src_plan.iter());
+    match red {
+        None => pairs.for_each(|(d, s)| dst[d] = src[s]),
+        Some(f) => {
+            let n = U::LANES;
+            let (dl, sl) = (lanes_mut(dst), lanes(src));
+            for (d, s) in pairs {
+                for l in 0..n {
+                    f(&mut dl[d * n + l], sl[s * n + l]);
+                }
+            }
+        }
+    }
+}
+
+/// `dst[plan[k]] = dst[...] op src[k]`.
+fn unpack<U: Unit>(dst: &mut [U], plan: &Plan, src: &[U], red: Combine<U>) {
+    match (red, plan.contiguous_start()) {
+        (None, Some(start)) => dst[start..start + src.len()].copy_from_slice(src),
+        (None, None) => plan.iter().zip(src).for_each(|(d, s)| dst[d] = *s),
+        (Some(f), _) => {
+            let n = U::LANES;
+            let (dl, sl) = (lanes_mut(dst), lanes(src));
+            for (k, d) in plan.iter().enumerate() {
+                for l in 0..n {
+                    f(&mut dl[d * n + l], sl[k * n + l]);
+                }
+            }
+        }
+    }
+}
+
+/// The data an operation in flight still has to finish.
+enum Work<'a, U: Unit> {
+    Bcast {
+        leaf: &'a mut [U],
+        red: Combine<U>,
+    },
+    Reduce {
+        root: &'a mut [U],
+        red: Combine<U>,
+        in_place: bool,
+    },
+    FetchAndOp {
+        root: &'a mut [U],
+        leafupdate: &'a mut [U],
+        red: fn(&mut U::Scalar, U::Scalar),
+    },
+}
+
+/// An operation in flight. Its data stays borrowed until [`end`](Self::end); dropping it
+/// without `end` completes it too, so a buffer can never be freed under MPI.
+#[must_use = "an operation in flight completes at `end`"]
+pub struct Pending<'a, U: Unit> {
+    sf: &'a StarForest,
+    link: Option<Link>,
+    work: Work<'a, U>,
+}
+
+impl<U: Unit> Pending<'_, U> {
+    /// Waits for the remote messages and finishes the operation.
+    pub fn end(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        let Some(mut link) = self.link.take() else {
+            return;
+        };
+        let sf = self.sf;
+        let t = &mut link.transport;
+        match &mut self.work {
+            Work::Bcast { leaf, red } => {
+                t.wait(Side::Leaf, Dir::Bcast);
+                let peers = &sf.root_ranks;
+                let buf = link::view::<U>(&mut link.leafbuf, peers.total());
+                for (i, plan) in peers.plans.iter().enumerate() {
+                    if red.is_some() || plan.contiguous_start().is_none() {
+                        unpack(
+                            leaf,
+                            plan,
+                            &buf[peers.offsets[i]..peers.offsets[i + 1]],
+                            *red,
+                        );
+                    }
+                }
+                t.wait(Side::Root, Dir::Bcast);
+            }
+            Work::Reduce {
+                root,
+                red,
+                in_place,
+            } => {
+                t.wait(Side::Root, Dir::Reduce);
+                if !*in_place {
+                    let peers = &sf.leaf_ranks;
+                    let buf = link::view::<U>(&mut link.rootbuf, peers.total());
+                    for (i, plan) in peers.plans.iter().enumerate() {
+                        unpack(
+                            root,
+                            plan,
+                            &buf[peers.offsets[i]..peers.offsets[i + 1]],
+                            *red,
+                        );
+                    }
+                }
+                t.wait(Side::Leaf, Dir::Reduce);
+            }
+            Work::FetchAndOp {
+                root,
+                leafupdate,
+                red,
+            } => {
+                t.wait(Side::Root, Dir::Reduce);
+                // Fetch each root's value before combining, in peer order, and send it back
+                // from the same staging segment (already bound: same addresses).
+                let peers = &sf.leaf_ranks;
+                let buf = link::view::<U>(&mut link.rootbuf, peers.total());
+                let stage = buf.as_ptr();
+                let idx = peers.plans.iter().flat_map(Plan::iter);
+                for (slot, r) in buf.iter_mut().zip(idx) {
+                    let incoming = *slot;
+                    *slot = root[r];
+                    combine_unit(&mut root[r], &incoming, *red);
+                }
+                for i in 0..peers.len() {
+                    let bytes = peers.units(i) * size_of::<U>();
+                    // SAFETY: the segment is in the link's staging buffer, owned by the link.
+                    unsafe {
+                        t.bind(
+                            Side::Root,
+                            Dir::Bcast,
+                            i,
+                            stage.wrapping_add(peers.offsets[i]).cast(),
+                            bytes,
+                        )
+                    };
+                }
+                t.start(Side::Root, Dir::Bcast);
+                t.wait(Side::Leaf, Dir::Reduce);
+                t.wait(Side::Leaf, Dir::Bcast);
+                let peers = &sf.root_ranks;
+                let buf = link::view::<U>(&mut link.fetchbuf, peers.total());
+                for (i, plan) in peers.plans.iter().enumerate() {
+                    if plan.contiguous_start().is_none() {
+                        unpack(
+                            leafupdate,
+                            plan,
+                            &buf[peers.offsets[i]..peers.offsets[i + 1]],
+                            None,
+                        );
+                    }
+                }
+                t.wait(Side::Root, Dir::Bcast);
+            }
+        }
+        sf.links.borrow_mut().push(link);
+    }
+}
+
+impl<U: Unit> Drop for Pending<'_, U> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

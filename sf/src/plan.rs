@@ -1,0 +1,296 @@
+//! Pack plans: the cheapest description of a list of indices, found once at set-up.
+
+use std::fmt;
+
+/// How a list of unit indices is stored, from cheapest to most general.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PackPlan {
+    /// `start..start + len`: MPI can read or write the user's array in place.
+    Contiguous { start: usize, len: usize },
+    /// A 3-D box `start + sy*k + sx*j + i` for `i < dx, j < dy, k < dz` (sub-block of a
+    /// row-major array: a face, an edge or the interior of a structured block).
+    Strided {
+        start: usize,
+        dx: usize,
+        dy: usize,
+        dz: usize,
+        sx: usize,
+        sy: usize,
+    },
+    /// Anything else, index by index.
+    List(Vec<usize>),
+}
+
+/// A pack plan and what set-up learnt about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The indices.
+    pub kind: PackPlan,
+    /// True when an index occurs more than once (unpacking needs atomics on a GPU).
+    pub duplicates: bool,
+}
+
+impl Plan {
+    /// Analyses `idx` and picks the cheapest plan that reproduces it exactly, in order.
+    ///
+    /// ```
+    /// use starhalo_sf::{PackPlan, Plan};
+    /// // A 2x2x2 box in an 4x4x4 array starting at (1,1,1).
+    /// let idx: Vec<usize> = [21, 22, 25, 26, 37, 38, 41, 42].into();
+    /// let p = Plan::new(&idx);
+    /// assert_eq!(p.kind, PackPlan::Strided { start: 21, dx: 2, dy: 2, dz: 2, sx: 4, sy: 16 });
+    /// assert_eq!(p.iter().collect::<Vec<_>>(), idx);
+    /// ```
+    pub fn new(idx: &[usize]) -> Self {
+        if let Some(kind) = contiguous(idx).or_else(|| strided(idx)) {
+            return Plan {
+                kind,
+                duplicates: false,
+            };
+        }
+        let mut sorted = idx.to_vec();
+        sorted.sort_unstable();
+        let duplicates = sorted.windows(2).any(|w| w[0] == w[1]);
+        Plan {
+            kind: PackPlan::List(idx.to_vec()),
+            duplicates,
+        }
+    }
+
+    /// Number of indices.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            PackPlan::Contiguous { len, .. } => *len,
+            PackPlan::Strided { dx, dy, dz, .. } => dx * dy * dz,
+            PackPlan::List(l) => l.len(),
+        }
+    }
+
+    /// True when the plan has no index.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first index of a contiguous plan.
+    pub fn contiguous_start(&self) -> Option<usize> {
+        match self.kind {
+            PackPlan::Contiguous { start, .. } => Some(start),
+            _ => None,
+        }
+    }
+
+    /// The indices in order.
+    pub fn iter(&self) -> PlanIter<'_> {
+        PlanIter {
+            plan: self,
+            pos: 0,
+            len: self.len(),
+        }
+    }
+}
+
+/// Iterator over a plan's indices.
+pub struct PlanIter<'a> {
+    plan: &'a Plan,
+    pos: usize,
+    len: usize,
+}
+
+impl Iterator for PlanIter<'_> {
+    type Item = usize;
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.pos == self.len {
+            return None;
+        }
+        let p = self.pos;
+        self.pos += 1;
+        Some(match &self.plan.kind {
+            PackPlan::Contiguous { start, .. } => start + p,
+            PackPlan::Strided {
+                start,
+                dx,
+                dy,
+                sx,
+                sy,
+                ..
+            } => {
+                let (i, row) = (p % dx, p / dx);
+                start + (row / dy) * sy + (row % dy) * sx + i
+            }
+            PackPlan::List(l) => l[p],
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.len - self.pos;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for PlanIter<'_> {}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            PackPlan::Contiguous { start, len } => {
+                write!(f, "contiguous [{start}, {})", start + len)
+            }
+            PackPlan::Strided {
+                start,
+                dx,
+                dy,
+                dz,
+                sx,
+                sy,
+            } => write!(
+                f,
+                "strided start {start} box {dx}x{dy}x{dz} strides {sx},{sy}"
+            ),
+            PackPlan::List(l) => {
+                write!(f, "list of {}", l.len())?;
+                if self.duplicates {
+                    f.write_str(" with duplicates")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn contiguous(idx: &[usize]) -> Option<PackPlan> {
+    let start = idx.first().copied().unwrap_or(0);
+    let ok = idx.iter().enumerate().all(|(k, &v)| v == start + k);
+    ok.then_some(PackPlan::Contiguous {
+        start,
+        len: idx.len(),
+    })
+}
+
+/// Recognises a 3-D box with non-overlapping rows and planes (so no duplicates).
+fn strided(idx: &[usize]) -> Option<PackPlan> {
+    let start = *idx.first()?;
+    let dx = idx
+        .iter()
+        .enumerate()
+        .take_while(|&(k, &v)| v == start + k)
+        .count();
+    if idx.len() % dx != 0 || idx.len() == dx {
+        return None;
+    }
+    let rows: Vec<usize> = idx.iter().step_by(dx).copied().collect();
+    let sx = rows[1].checked_sub(start).filter(|&s| s >= dx)?;
+    let dy = rows
+        .iter()
+        .enumerate()
+        .take_while(|&(j, &r)| r == start + j * sx)
+        .count();
+    if rows.len() % dy != 0 {
+        return None;
+    }
+    let dz = rows.len() / dy;
+    let sy = if dz > 1 {
+        rows[dy].checked_sub(start).filter(|&s| s >= dy * sx)?
+    } else {
+        dy * sx
+    };
+    let kind = PackPlan::Strided {
+        start,
+        dx,
+        dy,
+        dz,
+        sx,
+        sy,
+    };
+    let plan = Plan {
+        kind,
+        duplicates: false,
+    };
+    plan.iter().eq(idx.iter().copied()).then_some(plan.kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn contiguous_and_empty() {
+        assert_eq!(
+            Plan::new(&[4, 5, 6]).kind,
+            PackPlan::Contiguous { start: 4, len: 3 }
+        );
+        assert_eq!(
+            Plan::new(&[]).kind,
+            PackPlan::Contiguous { start: 0, len: 0 }
+        );
+        assert_eq!(Plan::new(&[9]).contiguous_start(), Some(9));
+    }
+
+    #[test]
+    fn strided_faces_of_a_block() {
+        // x-face (dx = 1) of a 5x4x3 array: indices 20*k + 5*j + 4.
+        let idx: Vec<usize> = (0..3)
+            .flat_map(|k| (0..4).map(move |j| 20 * k + 5 * j + 4))
+            .collect();
+        let p = Plan::new(&idx);
+        assert!(
+            matches!(
+                p.kind,
+                PackPlan::Strided {
+                    dx: 1,
+                    dy: 4,
+                    dz: 3,
+                    sx: 5,
+                    sy: 20,
+                    ..
+                }
+            ),
+            "{p}"
+        );
+        assert!(!p.duplicates);
+        assert!(p.iter().eq(idx.iter().copied()));
+    }
+
+    #[test]
+    fn irregular_and_duplicates_become_lists() {
+        let p = Plan::new(&[0, 1, 5, 6, 7]);
+        assert!(matches!(p.kind, PackPlan::List(_)));
+        assert!(!p.duplicates);
+        let p = Plan::new(&[3, 1, 3]);
+        assert!(p.duplicates);
+        // Overlapping rows would be a "box" with duplicates: must not be strided.
+        let p = Plan::new(&[0, 1, 2, 1, 2, 3]);
+        assert!(matches!(p.kind, PackPlan::List(_)) && p.duplicates);
+    }
+
+    #[test]
+    fn every_plan_reproduces_its_indices() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let n = rng.gen_range(0..40);
+            let idx: Vec<usize> = if rng.gen_bool(0.5) {
+                let (dx, dy, dz) = (
+                    rng.gen_range(1..4),
+                    rng.gen_range(1..4),
+                    rng.gen_range(1..4),
+                );
+                let (sx, sy, s0) = (dx + rng.gen_range(0..3), 0, rng.gen_range(0..5));
+                let sy = sy + dy * sx + rng.gen_range(0..3);
+                (0..dz)
+                    .flat_map(|k| {
+                        (0..dy).flat_map(move |j| (0..dx).map(move |i| s0 + k * sy + j * sx + i))
+                    })
+                    .collect()
+            } else {
+                (0..n).map(|_| rng.gen_range(0..20)).collect()
+            };
+            let p = Plan::new(&idx);
+            assert!(p.iter().eq(idx.iter().copied()), "{idx:?} -> {p}");
+            let mut s = idx.clone();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(p.duplicates, s.len() != idx.len(), "{idx:?}");
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The one place where the star forest calls MPI through `mpi::ffi`: persistent requests and the
+//! non-blocking calls of the scalable discovery, which rsmpi has no safe API for.
+//!
+//! Every function here takes plain Rust values; the pointer rules are kept by the callers'
+//! types (a [`Persistent`] request is only ever bound to memory that outlives its activity,
+//! which the link and `Pending` lifetimes guarantee).
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use std::os::raw::c_int;
+
+/// A raw communicator handle, copied out of an rsmpi communicator that outlives it.
+pub(crate) type RawComm = ffi::MPI_Comm;
+
+pub(crate) fn raw_comm(comm: &SimpleCommunicator) -> RawComm {
+    comm.as_raw()
+}
+
+fn byte_type() -> ffi::MPI_Datatype {
+    // SAFETY: RSMPI_UINT8_T is a constant initialised by the MPI library before any call here.
+    unsafe { ffi::RSMPI_UINT8_T }
+}
+
+fn null_request() -> ffi::MPI_Request {
+    // SAFETY: reading a constant handle exported by the MPI shim.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+fn check(code: c_int, what: &str) {
+    // MPI's default error handler aborts before returning an error; a non-success code here
+    // means the handler was changed under us, which is a bug, not user input.
+    assert_eq!(code, 0, "{what} failed with MPI error {code}");
+}
+
+/// What a persistent request is bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Binding {
+    addr: usize,
+    bytes: usize,
+}
+
+/// A set of persistent point-to-point requests (one per peer) that start and complete together.
+///
+/// Each request is bound to an address; rebinding to a different address frees and re-creates
+/// it. Contiguous user data is sent and received in place this way, at no cost once warm.
+pub(crate) struct Persistent {
+    reqs: Vec<ffi::MPI_Request>,
+    bound: Vec<Option<Binding>>,
+    peers: Vec<c_int>,
+    send: bool,
+    tag: c_int,
+    comm: RawComm,
+}
+
+impl Persistent {
+    /// Unbound requests to `peers`; `send` says the direction.
+    pub(crate) fn new(comm: RawComm, peers: &[i32], tag: i32, send: bool) -> Self {
+        Self {
+            reqs: vec![null_request(); peers.len()],
+            bound: vec![None; peers.len()],
+            peers: peers.to_vec(),
+            send,
+            tag,
+            comm,
+        }
+    }
+
+    /// Binds request `i` to `bytes` bytes at `addr` (re-creating it only if that changed).
+    ///
+    /// # Safety
+    /// `addr..addr+bytes` must stay valid (and, for receives, writable and unaliased) from the
+    /// next [`start_all`](Self::start_all) until the matching [`wait_all`](Self::wait_all).
+    pub(crate) unsafe fn bind(&mut self, i: usize, addr: *const u8, bytes: usize) {
+        let want = Binding {
+            addr: addr as usize,
+            bytes,
+        };
+        if self.bound[i] == Some(want) {
+            return;
+        }
+        self.free_one(i);
+        let count = c_int::try_from(bytes).expect("message larger than 2 GiB");
+        // SAFETY: the caller guarantees the buffer's validity while the request is active; the
+        // request handle is written by MPI into our own vector slot.
+        let code = unsafe {
+            if self.send {
+                ffi::MPI_Send_init(
+                    addr.cast(),
+                    count,
+                    byte_type(),
+                    self.peers[i],
+                    self.tag,
+                    self.comm,
+                    &mut self.reqs[i],
+                )
+            } else {
+                ffi::MPI_Recv_init(
+                    addr.cast_mut().cast(),
+                    count,
+                    byte_type(),
+                    self.peers[i],
+                    self.tag,
+                    self.comm,
+                    &mut self.reqs[i],
+                )
+            }
+        };
+        check(code, "MPI_Send_init/MPI_Recv_init");
+        self.bound[i] = Some(want);
+    }
+
+    /// Starts every request (all must be bound).
+    pub(crate) fn start_all(&mut self) {
+        if self.reqs.is_empty() {
+            return;
+        }
+        debug_assert!(self.bound.iter().all(Option::is_some));
+        // SAFETY: every request is a bound, inactive persistent request (bind/wait_all keep
+        // that invariant) and the array length matches the count.
+        let code = unsafe { ffi::MPI_Startall(self.reqs.len() as c_int, self.reqs.as_mut_ptr()) };
+        check(code, "MPI_Startall");
+    }
+
+    /// Waits for every started request.
+    pub(crate) fn wait_all(&mut self) {
+        if self.reqs.is_empty() {
+            return;
+        }
+        // SAFETY: the array holds valid request handles; statuses are ignored.
+        let code = unsafe {
+            ffi::MPI_Waitall(
+                self.reqs.len() as c_int,
+                self.reqs.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        check(code, "MPI_Waitall");
+    }
+
+    fn free_one(&mut self, i: usize) {
+        if self.bound[i].take().is_some() {
+            // SAFETY: the request is a valid, inactive persistent request that we own.
+            let code = unsafe { ffi::MPI_Request_free(&mut self.reqs[i]) };
+            check(code, "MPI_Request_free");
+        }
+    }
+}
+
+impl Drop for Persistent {
+    fn drop(&mut self) {
+        for i in 0..self.reqs.len() {
+            self.free_one(i);
+        }
+    }
+}
+
+/// A non-blocking synchronous send of a `u64` list (discovery messages).
+pub(crate) struct SyncSend {
+    req: ffi::MPI_Request,
+}
+
+impl SyncSend {
+    /// # Safety
+    /// `data` must stay alive and unchanged until [`test`](Self::test) reports completion.
+    pub(crate) unsafe fn start(
+        comm: RawComm,
+        data: &[u64],
+        dest: i32,
+        tag: i32,
+        sync: bool,
+    ) -> Self {
+        let mut req = null_request();
+        let bytes = std::mem::size_of_val(data);
+        let count = c_int::try_from(bytes).expect("discovery message larger than 2 GiB");
+        // SAFETY: the caller keeps `data` alive until completion; `req` is our own slot.
+        let code = unsafe {
+            if sync {
+                ffi::MPI_Issend(
+                    data.as_ptr().cast(),
+                    count,
+                    byte_type(),
+                    dest,
+                    tag,
+                    comm,
+                    &mut req,
+                )
+            } else {
+                ffi::MPI_Isend(
+                    data.as_ptr().cast(),
+                    count,
+                    byte_type(),
+                    dest,
+                    tag,
+                    comm,
+                    &mut req,
+                )
+            }
+        };
+        check(code, "MPI_Issend");
+        Self { req }
+    }
+
+    /// True once the send has completed (and, for a synchronous send, been matched).
+    pub(crate) fn test(&mut self) -> bool {
+        test(&mut self.req)
+    }
+}
+
+fn test(req: &mut ffi::MPI_Request) -> bool {
+    let mut flag: c_int = 0;
+    // SAFETY: `req` is a valid (possibly null) request handle we own.
+    let code = unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+    check(code, "MPI_Test");
+    flag != 0
+}
+
+/// A message found by probing: its source and length in `u64`s.
+pub(crate) struct Probed {
+    pub source: i32,
+    pub len: usize,
+}
+
+/// Probes for a `u64`-list message with `tag` from any source; blocking when `block`.
+pub(crate) fn probe_any(comm: RawComm, tag: i32, block: bool) -> Option<Probed> {
+    let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+    let mut flag: c_int = 1;
+    // SAFETY: `status` and `flag` are out-parameters MPI writes before we read them.
+    let code = unsafe {
+        if block {
+            ffi::MPI_Probe(ffi::RSMPI_ANY_SOURCE, tag, comm, status.as_mut_ptr())
+        } else {
+            ffi::MPI_Iprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                tag,
+                comm,
+                &mut flag,
+                status.as_mut_ptr(),
+            )
+        }
+    };
+    check(code, "MPI_Probe/MPI_Iprobe");
+    if flag == 0 {
+        return None;
+    }
+    // SAFETY: MPI filled the status because a message was found.
+    let mut status = unsafe { status.assume_init() };
+    let mut count: c_int = 0;
+    // SAFETY: `status` is a valid status from the probe above.
+    let code = unsafe { ffi::MPI_Get_count(&mut status, byte_type(), &mut count) };
+    check(code, "MPI_Get_count");
+    Some(Probed {
+        source: status.MPI_SOURCE,
+        len: count as usize / std::mem::size_of::<u64>(),
+    })
+}
+
+/// Receives the probed message into a new vector.
+pub(crate) fn recv_u64s(comm: RawComm, msg: &Probed, tag: i32) -> Vec<u64> {
+    let mut data = vec![0u64; msg.len];
+    let count = (msg.len * std::mem::size_of::<u64>()) as c_int;
+    // SAFETY: `data` has exactly the probed size; MPI writes into it before returning.
+    let code = unsafe {
+        ffi::MPI_Recv(
+            data.as_mut_ptr().cast(),
+            count,
+            byte_type(),
+            msg.source,
+            tag,
+            comm,
+            ffi::RSMPI_STATUS_IGNORE,
+        )
+    };
+    check(code, "MPI_Recv");
+    data
+}
+
+/// A non-blocking barrier in progress.
+pub(crate) struct Ibarrier {
+    req: ffi::MPI_Request,
+}
+
+impl Ibarrier {
+    pub(crate) fn start(comm: RawComm) -> Self {
+        let mut req = null_request();
+        // SAFETY: `req` is our own out-parameter.
+        let code = unsafe { ffi::MPI_Ibarrier(comm, &mut req) };
+        check(code, "MPI_Ibarrier");
+        Self { req }
+    }
+
+    pub(crate) fn test(&mut self) -> bool {
+        test(&mut self.req)
+    }
+}

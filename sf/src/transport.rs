@@ -1,0 +1,125 @@
+//! Transports: how packed remote data moves between ranks. Packing, local scatter and the
+//! order of reductions live in the forest; a transport only moves bytes, so further
+//! implementations (neighbourhood collectives, one-sided put + signal, node-aware) plug in
+//! here and are picked per forest by [`SfType`].
+
+use crate::error::SfError;
+use crate::raw::{Persistent, RawComm};
+use std::str::FromStr;
+
+/// Which end of the edges a rank acts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Root = 0,
+    Leaf = 1,
+}
+
+/// Which way data flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// Root to leaf.
+    Bcast = 0,
+    /// Leaf to root.
+    Reduce = 1,
+}
+
+impl Side {
+    /// Whether this side sends in `dir`.
+    fn sends(self, dir: Dir) -> bool {
+        matches!(
+            (self, dir),
+            (Side::Root, Dir::Bcast) | (Side::Leaf, Dir::Reduce)
+        )
+    }
+}
+
+/// The implementation of a star forest's remote traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SfType {
+    /// Persistent two-sided sends and receives, one per peer rank (PETSc's "basic").
+    #[default]
+    Basic,
+}
+
+impl SfType {
+    /// The name used in options.
+    pub fn name(self) -> &'static str {
+        match self {
+            SfType::Basic => "basic",
+        }
+    }
+}
+
+impl FromStr for SfType {
+    type Err = SfError;
+    fn from_str(s: &str) -> Result<Self, SfError> {
+        match s {
+            "basic" => Ok(SfType::Basic),
+            _ => Err(SfError::UnknownName {
+                what: "star-forest type",
+                got: s.to_string(),
+                expected: "basic",
+            }),
+        }
+    }
+}
+
+/// Moves one in-flight operation's remote bytes. Each peer of a (side, direction) has one
+/// message; its memory is bound before the start and must stay valid until the wait.
+pub(crate) trait Transport {
+    /// Binds peer `i`'s message of `(side, dir)` to `bytes` bytes at `addr`.
+    ///
+    /// # Safety
+    /// The memory must stay valid (and unaliased, for receives) until [`Transport::wait`].
+    unsafe fn bind(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize);
+    /// Starts every message of `(side, dir)`.
+    fn start(&mut self, side: Side, dir: Dir);
+    /// Waits for every message of `(side, dir)`.
+    fn wait(&mut self, side: Side, dir: Dir);
+}
+
+/// Persistent requests, created once per bound address and restarted on every operation.
+pub(crate) struct Basic {
+    reqs: [[Persistent; 2]; 2],
+}
+
+impl Basic {
+    /// Requests to `leaf_ranks` (for the root side) and `root_ranks` (for the leaf side), with
+    /// tags `tags[dir]`.
+    pub(crate) fn new(
+        comm: RawComm,
+        leaf_ranks: &[i32],
+        root_ranks: &[i32],
+        tags: [i32; 2],
+    ) -> Self {
+        let make = |side: Side, dir: Dir| {
+            let peers = if side == Side::Root {
+                leaf_ranks
+            } else {
+                root_ranks
+            };
+            Persistent::new(comm, peers, tags[dir as usize], side.sends(dir))
+        };
+        Basic {
+            reqs: [
+                [make(Side::Root, Dir::Bcast), make(Side::Root, Dir::Reduce)],
+                [make(Side::Leaf, Dir::Bcast), make(Side::Leaf, Dir::Reduce)],
+            ],
+        }
+    }
+}
+
+impl Transport for Basic {
+    unsafe fn bind(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.reqs[side as usize][dir as usize].bind(i, addr, bytes) }
+    }
+
+    fn start(&mut self, side: Side, dir: Dir) {
+        self.reqs[side as usize][dir as usize].start_all();
+    }
+
+    fn wait(&mut self, side: Side, dir: Dir) {
+        self.reqs[side as usize][dir as usize].wait_all();
+    }
+}

@@ -1,0 +1,3 @@
+//! `starhalo bench ...`: benchmarks that compare against a baseline inside one run.
+
+pub mod sf_pingpong;

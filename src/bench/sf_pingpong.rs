@@ -1,0 +1,147 @@
+//! PetscSF's Table I experiment: a forest with `n` contiguous roots on rank 0 and `n` leaves on
+//! rank 1, a bcast then a reduce (replace), against a raw MPI send/receive ping-pong of the
+//! same bytes, in the same run. Rounds alternate the two so that drift hits both alike.
+
+use crate::cli::PingpongArgs;
+use crate::exit::bad_input;
+use anyhow::Result;
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+use serde::Serialize;
+use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
+use std::time::Instant;
+
+/// Timed rounds per size; the median round is reported.
+const ROUNDS: usize = 9;
+
+#[derive(Serialize)]
+struct Row {
+    bytes: usize,
+    mpi_us: f64,
+    sf_us: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    #[serde(rename = "impl")]
+    imp: &'static str,
+    rows: Vec<Row>,
+}
+
+pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
+    if world.size() != 2 {
+        return Err(bad_input!(
+            "bench sf-pingpong needs exactly 2 ranks (mpiexec -n 2), got {}",
+            world.size()
+        ));
+    }
+    if a.min_bytes == 0 || a.min_bytes > a.max_bytes {
+        return Err(bad_input!(
+            "--min-bytes must be at least 1 and at most --max-bytes"
+        ));
+    }
+    let comm = world.duplicate();
+    let mut rows = Vec::new();
+    let mut bytes = a.min_bytes;
+    while bytes <= a.max_bytes {
+        rows.push(measure(world, &comm, bytes)?);
+        bytes *= 2;
+    }
+    if world.rank() == 0 {
+        let opts = SfOptions::default();
+        if a.json {
+            let report = Report {
+                imp: opts.sf_type.name(),
+                rows,
+            };
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!(
+                "# sf-pingpong, implementation {}: one-way latency (us), median of {ROUNDS} rounds",
+                opts.sf_type.name()
+            );
+            println!(
+                "{:>10} {:>10} {:>10} {:>12} {:>10}",
+                "bytes", "mpi_us", "sf_us", "overhead_us", "overhead"
+            );
+            for r in rows {
+                println!(
+                    "{:>10} {:>10.3} {:>10.3} {:>12.3} {:>9.1}%",
+                    r.bytes,
+                    r.mpi_us,
+                    r.sf_us,
+                    r.sf_us - r.mpi_us,
+                    100.0 * (r.sf_us - r.mpi_us) / r.mpi_us
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn measure(world: &SimpleCommunicator, comm: &SimpleCommunicator, bytes: usize) -> Result<Row> {
+    let rank = world.rank();
+    let graph = if rank == 0 {
+        Graph::new(bytes, None, Vec::new())
+    } else {
+        Graph::new(
+            0,
+            None,
+            (0..bytes as u64)
+                .map(|offset| RootRef { rank: 0, offset })
+                .collect(),
+        )
+    };
+    let sf = StarForest::new(world, &graph, SfOptions::default())?;
+    let mut root = vec![1u8; sf.nroots()];
+    let mut leaf = vec![0u8; sf.leaf_space()];
+    let mut raw = vec![0u8; bytes];
+    let iters = (4_000_000 / (bytes + 512)).clamp(20, 20_000);
+
+    let peer = comm.process_at_rank(1 - rank);
+    let mut raw_pingpong = |n: usize| {
+        for _ in 0..n {
+            if rank == 0 {
+                peer.send(&raw[..]);
+                peer.receive_into(&mut raw[..]);
+            } else {
+                peer.receive_into(&mut raw[..]);
+                peer.send(&raw[..]);
+            }
+        }
+    };
+    let mut sf_pingpong = |n: usize| -> Result<()> {
+        for _ in 0..n {
+            sf.bcast(&root, &mut leaf, Op::Replace)?;
+            sf.reduce(&leaf, &mut root, Op::Replace)?;
+        }
+        Ok(())
+    };
+    raw_pingpong(iters / 4 + 1);
+    sf_pingpong(iters / 4 + 1)?;
+    let (mut t_mpi, mut t_sf) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        for which in [round % 2, 1 - round % 2] {
+            comm.barrier();
+            let t0 = Instant::now();
+            if which == 0 {
+                raw_pingpong(iters);
+            } else {
+                sf_pingpong(iters)?;
+            }
+            let one_way_us = t0.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
+            if which == 0 { &mut t_mpi } else { &mut t_sf }.push(one_way_us);
+        }
+    }
+    Ok(Row {
+        bytes,
+        mpi_us: median(&mut t_mpi),
+        sf_us: median(&mut t_sf),
+    })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -1,0 +1,90 @@
+//! Command-line options (clap).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// starhalo: boundary communication for block-structured AMR, over MPI.
+#[derive(Parser, Debug)]
+#[command(name = "starhalo", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Star-forest tools: run one operation on a graph file, or show how a graph is set up.
+    #[command(subcommand)]
+    Sf(SfCommand),
+    /// Benchmarks that print a table, or JSON with --json.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SfCommand {
+    /// Run one operation on a graph under `mpiexec -n N` (N = ranks in the graph).
+    Run(SfRunArgs),
+    /// Print each rank's roots, leaves, peer ranks and pack plans.
+    View(SfViewArgs),
+}
+
+/// Options shared by every command that sets up a star forest.
+#[derive(Args, Debug, Clone)]
+pub struct SfSetup {
+    /// Graph file: {"ranks":[{"nroots":N,"leaves":[[leaf_index,root_rank,root_offset],...]},...]}.
+    #[arg(long)]
+    pub graph: PathBuf,
+    /// Reverse discovery: auto, allreduce or nbx.
+    #[arg(long, default_value = "auto")]
+    pub discovery: String,
+    /// Star-forest implementation.
+    #[arg(long, default_value = "basic")]
+    pub sf_type: String,
+}
+
+#[derive(Args, Debug)]
+pub struct SfRunArgs {
+    #[command(flatten)]
+    pub setup: SfSetup,
+    /// bcast:OPNAME, reduce:OPNAME or fetch-and-op:sum.
+    #[arg(long)]
+    pub op: String,
+    /// Unit type: f64, f32, i64, i32 or u8.
+    #[arg(long, default_value = "f64")]
+    pub unit: String,
+    /// Root data: {"ranks":[[v,...],...]} (default: root i on rank r is 100*(r+1)+i).
+    #[arg(long)]
+    pub root_data: Option<PathBuf>,
+    /// Leaf data (default: leaf j on rank r is -(100*(r+1)+j)).
+    #[arg(long)]
+    pub leaf_data: Option<PathBuf>,
+    /// Result file, written by rank 0.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct SfViewArgs {
+    #[command(flatten)]
+    pub setup: SfSetup,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Star-forest ping-pong against raw MPI (2 ranks): PetscSF's Table I experiment.
+    SfPingpong(PingpongArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PingpongArgs {
+    /// Smallest message in bytes.
+    #[arg(long, default_value_t = 8)]
+    pub min_bytes: usize,
+    /// Largest message in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_bytes: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,260 @@
+//! `starhalo sf run` and `starhalo sf view`.
+
+use crate::cli::{SfRunArgs, SfSetup, SfViewArgs};
+use crate::comm::gather_bytes;
+use crate::exit::bad_input;
+use crate::graph_file::{read_data, read_graph};
+use anyhow::{Context, Result};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use serde::Serialize;
+use starhalo_sf::{Graph, Op, SfOptions, StarForest, Unit};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// A unit type the command line can name: read from JSON numbers, written back as JSON.
+trait CliUnit: Unit + Serialize + Default {
+    /// The value of a JSON number; integers wrap like a C cast, non-integers are refused.
+    fn from_json(v: f64) -> Option<Self>;
+}
+
+macro_rules! cli_int {
+    ($($t:ty),*) => {$(impl CliUnit for $t {
+        fn from_json(v: f64) -> Option<Self> {
+            (v.is_finite() && v.fract() == 0.0).then(|| v as i64 as $t)
+        }
+    })*};
+}
+cli_int!(i64, i32, u8);
+impl CliUnit for f64 {
+    fn from_json(v: f64) -> Option<Self> {
+        Some(v)
+    }
+}
+impl CliUnit for f32 {
+    fn from_json(v: f64) -> Option<Self> {
+        Some(v as f32)
+    }
+}
+
+/// What `--op` asks for.
+#[derive(Clone, Copy, Debug)]
+enum Action {
+    Bcast(Op),
+    Reduce(Op),
+    FetchAndOp(Op),
+}
+
+fn parse_action(s: &str) -> Result<Action> {
+    let (kind, name) = s.split_once(':').ok_or_else(|| {
+        bad_input!("--op `{s}`: expected bcast:OP, reduce:OP or fetch-and-op:sum")
+    })?;
+    let op: Op = name.parse().map_err(|e| bad_input!("--op `{s}`: {e}"))?;
+    match kind {
+        "bcast" => Ok(Action::Bcast(op)),
+        "reduce" => Ok(Action::Reduce(op)),
+        "fetch-and-op" if op == Op::Sum => Ok(Action::FetchAndOp(op)),
+        "fetch-and-op" => Err(bad_input!("--op `{s}`: fetch-and-op supports sum only")),
+        _ => Err(bad_input!(
+            "--op `{s}`: unknown operation kind `{kind}` (bcast, reduce, fetch-and-op)"
+        )),
+    }
+}
+
+/// Reads the graph and sets up the forest: every rank reads the same file, so every rank
+/// reaches the same verdict on it.
+fn setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, StarForest)> {
+    let opts = SfOptions {
+        discovery: s
+            .discovery
+            .parse()
+            .map_err(|e| bad_input!("--discovery: {e}"))?,
+        sf_type: s
+            .sf_type
+            .parse()
+            .map_err(|e| bad_input!("--sf-type: {e}"))?,
+        ..SfOptions::default()
+    };
+    let mut graphs = read_graph(&s.graph)?;
+    let size = world.size() as usize;
+    if graphs.len() != size {
+        return Err(bad_input!(
+            "{} describes {} ranks but this job has {size}: run it with mpiexec -n {}",
+            s.graph.display(),
+            graphs.len(),
+            graphs.len()
+        ));
+    }
+    let graph = graphs.swap_remove(world.rank() as usize);
+    let sf = StarForest::new(world, &graph, opts)
+        .with_context(|| format!("invalid graph in {}", s.graph.display()))?;
+    Ok((graph, sf))
+}
+
+/// `sf run`: one operation, results gathered into a JSON file by rank 0.
+pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
+    let action = parse_action(&a.op)?;
+    let (_, sf) = setup(world, &a.setup)?;
+    match a.unit.as_str() {
+        "f64" => run_typed::<f64>(world, &sf, a, action),
+        "f32" => run_typed::<f32>(world, &sf, a, action),
+        "i64" => run_typed::<i64>(world, &sf, a, action),
+        "i32" => run_typed::<i32>(world, &sf, a, action),
+        "u8" => run_typed::<u8>(world, &sf, a, action),
+        u => Err(bad_input!(
+            "--unit `{u}`: expected f64, f32, i64, i32 or u8"
+        )),
+    }
+}
+
+/// This rank's data: from the file, or the default `sign * (100*(rank+1) + i)`.
+fn data<U: CliUnit>(
+    file: Option<&Path>,
+    rank: usize,
+    len: usize,
+    sign: f64,
+    what: &str,
+) -> Result<Vec<U>> {
+    let values: Vec<f64> = match file {
+        None => (0..len)
+            .map(|i| sign * (100 * (rank + 1) + i) as f64)
+            .collect(),
+        Some(path) => {
+            let mut all = read_data(path)?;
+            if rank >= all.len() {
+                return Err(bad_input!(
+                    "{}: has no {what} for rank {rank}",
+                    path.display()
+                ));
+            }
+            let v = all.swap_remove(rank);
+            if v.len() != len {
+                return Err(bad_input!(
+                    "{}: rank {rank} has {} {what} values but the graph needs {len}",
+                    path.display(),
+                    v.len()
+                ));
+            }
+            v
+        }
+    };
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            U::from_json(v).ok_or_else(|| {
+                bad_input!(
+                    "{what} value {v} (rank {rank}, index {i}) is not a valid {}",
+                    std::any::type_name::<U>()
+                )
+            })
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct RankResult<U> {
+    rootdata: Vec<U>,
+    leafdata: Vec<U>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leafupdate: Option<Vec<U>>,
+}
+
+fn run_typed<U: CliUnit>(
+    world: &SimpleCommunicator,
+    sf: &StarForest,
+    a: &SfRunArgs,
+    action: Action,
+) -> Result<()> {
+    let rank = world.rank() as usize;
+    // Every rank checks its data, then all agree, so a bad file on one rank stops them all.
+    let loaded = data::<U>(a.root_data.as_deref(), rank, sf.nroots(), 1.0, "root").and_then(|r| {
+        Ok((
+            r,
+            data::<U>(a.leaf_data.as_deref(), rank, sf.leaf_space(), -1.0, "leaf")?,
+        ))
+    });
+    let (mut root, mut leaf) = agree_ok(world, loaded)?;
+    let mut leafupdate = None;
+    let op_result = match action {
+        Action::Bcast(op) => sf.bcast(&root, &mut leaf, op),
+        Action::Reduce(op) => sf.reduce(&leaf, &mut root, op),
+        Action::FetchAndOp(op) => {
+            let mut upd = vec![U::default(); leaf.len()];
+            let r = sf.fetch_and_op(&mut root, &leaf, &mut upd, op);
+            leafupdate = Some(upd);
+            r
+        }
+    };
+    // Op validity is decided identically on every rank (same unit, same op), before any message.
+    op_result.map_err(|e| bad_input!("--op {} --unit {}: {e}", a.op, a.unit))?;
+    let mine = serde_json::to_vec(&RankResult {
+        rootdata: root,
+        leafdata: leaf,
+        leafupdate,
+    })?;
+    let all = gather_bytes(world, &mine);
+    if rank == 0 {
+        let mut out = String::from("{\"ranks\":[");
+        for (r, bytes) in all.iter().enumerate() {
+            if r > 0 {
+                out.push(',');
+            }
+            out.push_str(std::str::from_utf8(bytes)?);
+        }
+        out.push_str("]}\n");
+        std::fs::write(&a.out, out).with_context(|| format!("cannot write {}", a.out.display()))?;
+    }
+    Ok(())
+}
+
+/// Collective agreement on a per-rank result: if any rank failed, all return an error.
+fn agree_ok<T>(world: &SimpleCommunicator, mine: Result<T>) -> Result<T> {
+    use mpi::collective::SystemOperation;
+    use mpi::traits::CommunicatorCollectives;
+    let failed = i32::from(mine.is_err());
+    let mut any = 0;
+    world.all_reduce_into(&failed, &mut any, SystemOperation::max());
+    match mine {
+        Err(e) => Err(e),
+        Ok(_) if any != 0 => Err(bad_input!("another rank rejected its input")),
+        ok => ok,
+    }
+}
+
+/// `sf view`: each rank describes its part; rank 0 prints them in order.
+pub fn view(world: &SimpleCommunicator, a: &SfViewArgs) -> Result<()> {
+    let (graph, sf) = setup(world, &a.setup)?;
+    let mut s = String::new();
+    let rank = world.rank();
+    let _ = writeln!(
+        s,
+        "rank {rank}: {} roots, {} leaves (leaf space {}), implementation {}",
+        sf.nroots(),
+        graph.nleaves(),
+        sf.leaf_space(),
+        sf.options().sf_type.name()
+    );
+    let _ = writeln!(s, "  root ranks (owners of this rank's leaves' roots):");
+    for (r, plan) in sf.root_ranks() {
+        let _ = writeln!(
+            s,
+            "    rank {r}{}: leaves {plan}",
+            if r == rank { " (self)" } else { "" }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  leaf ranks (ranks whose leaves read this rank's roots):"
+    );
+    for (r, plan) in sf.leaf_ranks() {
+        let _ = writeln!(
+            s,
+            "    rank {r}{}: roots {plan}",
+            if r == rank { " (self)" } else { "" }
+        );
+    }
+    for part in gather_bytes(world, s.as_bytes()) {
+        print!("{}", String::from_utf8_lossy(&part));
+    }
+    Ok(())
+}
