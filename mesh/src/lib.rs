@@ -3,8 +3,10 @@
 //! - [`loc`]: logical locations and Morton order;
 //! - [`element`]: the 27 geometric elements of a block;
 //! - [`config`]: mesh configuration from Parthenon's keys, validated;
+//! - [`field`]: variable metadata, index shapes, coarse buffers, mesh-data partitions;
 //! - [`forest`]: the root grid of trees and its leaves;
 //! - [`neighbor`]: neighbour records across levels and periodic boundaries, with ownership;
+//! - [`partition`]: cost-weighted Morton split over ranks, gid/lid, move plans;
 //! - [`refine`]: refinement flags, static regions, 2:1 balance, remesh maps;
 //!
 //! The crate knows nothing of MPI: ranks are plain numbers, and every rank holds the whole
@@ -18,9 +20,11 @@
 pub mod config;
 pub mod element;
 pub mod error;
+pub mod field;
 pub mod forest;
 pub mod loc;
 pub mod neighbor;
+pub mod partition;
 pub mod refine;
 
 pub use config::{BoundaryCondition, MeshConfig, RefinementKind, StaticRegion};
@@ -29,6 +33,7 @@ pub use error::MeshError;
 pub use forest::{Forest, RootGrid};
 pub use loc::LogicalLocation;
 pub use neighbor::{find_neighbors, BlockNeighbors, NeighborBlock, Ownership};
+pub use partition::{plan_moves, BlockMove, MoveKind, Partition};
 pub use refine::{
     initial_forest, is_balanced, remesh, BlockFate, BlockOrigin, DerefineCounter, RefinementFlag,
     RefinementRules, Remesh, RemeshMap,
