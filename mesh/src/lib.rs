@@ -5,6 +5,8 @@
 //! - [`config`]: mesh configuration from Parthenon's keys, validated;
 //! - [`field`]: variable metadata, index shapes, coarse buffers, mesh-data partitions;
 //! - [`forest`]: the root grid of trees and its leaves;
+//! - [`mesh`]: [`Mesh`], which holds all of the above for a running simulation;
+//! - [`multigrid`]: the geometric multigrid levels below the leaf grid;
 //! - [`neighbor`]: neighbour records across levels and periodic boundaries, with ownership;
 //! - [`partition`]: cost-weighted Morton split over ranks, gid/lid, move plans;
 //! - [`refine`]: refinement flags, static regions, 2:1 balance, remesh maps;
@@ -23,6 +25,8 @@ pub mod error;
 pub mod field;
 pub mod forest;
 pub mod loc;
+pub mod mesh;
+pub mod multigrid;
 pub mod neighbor;
 pub mod partition;
 pub mod refine;
@@ -32,6 +36,7 @@ pub use element::{Element, ElementKind};
 pub use error::MeshError;
 pub use forest::{Forest, RootGrid};
 pub use loc::LogicalLocation;
+pub use mesh::{Mesh, RemeshOutcome};
 pub use neighbor::{find_neighbors, BlockNeighbors, NeighborBlock, Ownership};
 pub use partition::{plan_moves, BlockMove, MoveKind, Partition};
 pub use refine::{

@@ -1,0 +1,339 @@
+//! [`Mesh`]: configuration, forest, partition and derefinement counters in one place.
+
+use crate::config::{BoundaryCondition, MeshConfig};
+use crate::error::MeshError;
+use crate::field::{pack_partitions, IndexShape};
+use crate::forest::{Forest, RootGrid};
+use crate::multigrid::Multigrid;
+use crate::neighbor::{find_neighbors, BlockNeighbors};
+use crate::partition::{plan_moves, BlockMove, Partition};
+use crate::refine::{
+    initial_forest, remesh, BlockOrigin, DerefineCounter, RefinementFlag, RefinementRules,
+    RemeshMap,
+};
+
+/// What a remesh did.
+#[derive(Debug, Clone)]
+pub struct RemeshOutcome {
+    /// Old blocks to new blocks.
+    pub map: RemeshMap,
+    /// The data transfers, with source and destination ranks.
+    pub moves: Vec<BlockMove>,
+    /// Cost of each new block (inherited from the old blocks).
+    pub costs: Vec<f64>,
+}
+
+/// A mesh: every rank holds all of it, as in Parthenon, and asks [`Mesh::partition`] which
+/// blocks are its own.
+///
+/// ```
+/// use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag, RefinementKind};
+/// let mut c = MeshConfig::new([32, 32, 1], [8, 8, 1]);
+/// c.refinement = RefinementKind::Adaptive;
+/// c.numlevel = 3;
+/// c.derefine_count = 1;
+/// let mut mesh = Mesh::new(c, 2).unwrap();
+/// assert_eq!(mesh.forest().len(), 16);
+/// let mut flags = vec![RefinementFlag::Same; 16];
+/// flags[5] = RefinementFlag::Refine;
+/// let out = mesh.remesh(&flags, None).unwrap();
+/// assert_eq!(mesh.forest().len(), 19);
+/// assert_eq!(out.map.origin.len(), 19);
+/// assert_eq!(mesh.partition().blocks_of(0), 0..9);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Mesh {
+    config: MeshConfig,
+    rules: RefinementRules,
+    forest: Forest,
+    partition: Partition,
+    counter: DerefineCounter,
+}
+
+impl Mesh {
+    /// Validate `config`, build the root grid refined by its static regions, and split it over
+    /// `nranks` ranks with equal costs.
+    pub fn new(config: MeshConfig, nranks: usize) -> Result<Self, MeshError> {
+        config.validate()?;
+        let grid = RootGrid::new(config.ndim(), config.nrb(), config.periodic())?;
+        let rules = RefinementRules::from_config(&config);
+        let forest = initial_forest(grid, &rules);
+        let partition = Partition::uniform(forest.len(), nranks)?;
+        Ok(Self {
+            counter: DerefineCounter::new(config.derefine_count),
+            config,
+            rules,
+            forest,
+            partition,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MeshConfig {
+        &self.config
+    }
+
+    /// The leaves.
+    pub fn forest(&self) -> &Forest {
+        &self.forest
+    }
+
+    /// Which rank holds which block.
+    pub fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.forest.ndim()
+    }
+
+    /// Neighbour records of every block.
+    pub fn neighbors(&self) -> Result<Vec<BlockNeighbors>, MeshError> {
+        find_neighbors(&self.forest, &self.partition.ranks())
+    }
+
+    /// Index ranges of every block.
+    pub fn index_shape(&self) -> Result<IndexShape, MeshError> {
+        IndexShape::new(self.config.block_nx, self.config.nghost, self.ndim())
+    }
+
+    /// Index ranges of each block's coarse buffer, on a multilevel mesh.
+    pub fn coarse_shape(&self) -> Result<Option<IndexShape>, MeshError> {
+        if self.config.is_multilevel() {
+            self.index_shape()?.coarse().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Physical bounds `(xmin, xmax)` of block `gid`.
+    pub fn bounds(&self, gid: usize) -> Option<([f64; 3], [f64; 3])> {
+        let l = self.forest.loc(gid)?;
+        let n = self.forest.grid().extent(l.level());
+        let (c0, c1) = (self.config.xmin, self.config.xmax);
+        let mut lo = c0;
+        let mut hi = c1;
+        for d in 0..self.ndim() {
+            let w = (c1[d] - c0[d]) / n[d] as f64;
+            lo[d] = c0[d] + w * l.lx_dir(d) as f64;
+            hi[d] = if l.lx_dir(d) + 1 == n[d] {
+                c1[d]
+            } else {
+                lo[d] + w
+            };
+        }
+        Some((lo, hi))
+    }
+
+    /// The physical boundary condition on face `side` (0 inner, 1 outer) of direction `dir` of
+    /// block `gid`, or `None` if that face lies inside the domain (or `dir` is inactive).
+    /// Periodic faces report [`BoundaryCondition::Periodic`].
+    pub fn face_boundary(&self, gid: usize, dir: usize, side: usize) -> Option<BoundaryCondition> {
+        let l = self.forest.loc(gid)?;
+        if dir >= self.ndim() || side > 1 {
+            return None;
+        }
+        let n = self.forest.grid().extent(l.level());
+        let on_edge = if side == 0 {
+            l.lx_dir(dir) == 0
+        } else {
+            l.lx_dir(dir) == n[dir] - 1
+        };
+        on_edge.then_some(self.config.bc[dir][side])
+    }
+
+    /// Mesh-data partitions of `rank`'s blocks (`pack_size` from the configuration).
+    pub fn pack_partitions(&self, rank: usize) -> Vec<Vec<usize>> {
+        pack_partitions(self.partition.blocks_of(rank), self.config.pack_size)
+    }
+
+    /// Apply refinement flags (one per block, in gid order), counting derefinement requests
+    /// against `derefine_count`, and repartition with the old blocks' `costs` (default 1 each;
+    /// children inherit their parent's cost, a merged block the mean of its children's).
+    pub fn remesh(
+        &mut self,
+        flags: &[RefinementFlag],
+        costs: Option<&[f64]>,
+    ) -> Result<RemeshOutcome, MeshError> {
+        if flags.len() != self.forest.len() {
+            return Err(MeshError::Length {
+                what: "refinement flags",
+                expected: self.forest.len(),
+                got: flags.len(),
+            });
+        }
+        let old_costs = match costs {
+            Some(c) if c.len() != self.forest.len() => {
+                return Err(MeshError::Length {
+                    what: "block costs",
+                    expected: self.forest.len(),
+                    got: c.len(),
+                })
+            }
+            Some(c) => c.to_vec(),
+            None => vec![1.0; self.forest.len()],
+        };
+        let flags = self.counter.filter(&self.forest, flags);
+        let r = remesh(&self.forest, &flags, &self.rules)?;
+        let new_costs: Vec<f64> = r
+            .map
+            .origin
+            .iter()
+            .map(|o| match o {
+                BlockOrigin::Kept { old } | BlockOrigin::Refined { old } => old_costs[*old],
+                BlockOrigin::Merged { old } => {
+                    old.iter().map(|&g| old_costs[g]).sum::<f64>() / old.len().max(1) as f64
+                }
+            })
+            .collect();
+        let partition = Partition::balanced(&new_costs, self.partition.nranks())?;
+        let moves = plan_moves(&r.map, &self.partition, &partition)?;
+        self.forest = r.forest;
+        self.partition = partition;
+        Ok(RemeshOutcome {
+            map: r.map,
+            moves,
+            costs: new_costs,
+        })
+    }
+
+    /// Repartition the current blocks by `costs`; returns the blocks that change rank.
+    pub fn repartition(&mut self, costs: &[f64]) -> Result<Vec<BlockMove>, MeshError> {
+        if costs.len() != self.forest.len() {
+            return Err(MeshError::Length {
+                what: "block costs",
+                expected: self.forest.len(),
+                got: costs.len(),
+            });
+        }
+        let partition = Partition::balanced(costs, self.partition.nranks())?;
+        let map = RemeshMap::between(&self.forest, &self.forest);
+        let moves = plan_moves(&map, &self.partition, &partition)?
+            .into_iter()
+            .filter(|m| !m.is_local())
+            .collect();
+        self.partition = partition;
+        Ok(moves)
+    }
+
+    /// The multigrid hierarchy below the current leaves.
+    pub fn multigrid(&self) -> Result<Multigrid, MeshError> {
+        Multigrid::build(
+            &self.forest,
+            &self.partition.ranks(),
+            self.config.block_nx,
+            self.config.nghost,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RefinementKind;
+    use std::collections::BTreeMap;
+
+    fn deck(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn static_deck_builds_refined_mesh_with_physical_bounds() {
+        let c = MeshConfig::from_map(&deck(&[
+            ("parthenon/mesh/nx1", "64"),
+            ("parthenon/mesh/nx2", "64"),
+            ("parthenon/mesh/x1min", "-1"),
+            ("parthenon/mesh/x1max", "1"),
+            ("parthenon/mesh/ix1_bc", "reflecting"),
+            ("parthenon/mesh/ox2_bc", "user"),
+            ("parthenon/meshblock/nx1", "16"),
+            ("parthenon/meshblock/nx2", "16"),
+            ("parthenon/mesh/numlevel", "3"),
+            ("parthenon/static_refinement0/x1min", "-0.1"),
+            ("parthenon/static_refinement0/x1max", "0.1"),
+            ("parthenon/static_refinement0/x2min", "0.4"),
+            ("parthenon/static_refinement0/x2max", "0.6"),
+            ("parthenon/static_refinement0/level", "2"),
+            ("parthenon/mesh/pack_size", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(c.refinement, RefinementKind::Static);
+        let mesh = Mesh::new(c, 3).unwrap();
+        assert_eq!(mesh.forest().max_level(), 2);
+        assert!(crate::refine::is_balanced(mesh.forest()));
+        // Every block overlapping the region is at level 2; the others are coarser.
+        let mut in_region = 0;
+        for g in 0..mesh.forest().len() {
+            let (lo, hi) = mesh.bounds(g).unwrap();
+            assert!(lo[0] >= -1.0 && hi[0] <= 1.0 && lo[0] < hi[0]);
+            let overlaps = lo[0] < 0.1 && hi[0] > -0.1 && lo[1] < 0.6 && hi[1] > 0.4;
+            if overlaps {
+                in_region += 1;
+                assert_eq!(mesh.forest().leaves()[g].level(), 2);
+            }
+        }
+        // x: 2 level-2 blocks of width 0.125 each side of 0; y: (0.375, 0.625) in 4 of 1/16.
+        assert_eq!(in_region, 2 * 4);
+        assert_eq!(
+            mesh.face_boundary(0, 0, 0),
+            Some(BoundaryCondition::Reflecting)
+        );
+        assert_eq!(mesh.face_boundary(0, 0, 1), None);
+        let last = mesh.forest().len() - 1;
+        assert_eq!(
+            mesh.face_boundary(last, 1, 1),
+            Some(BoundaryCondition::User)
+        );
+        let shape = mesh.index_shape().unwrap();
+        assert_eq!(shape.nx(), [16, 16, 1]);
+        assert_eq!(
+            mesh.coarse_shape().unwrap().map(|s| s.nx()),
+            Some([8, 8, 1])
+        );
+        let packs = mesh.pack_partitions(1);
+        assert!(packs.iter().all(|p| p.len() <= 3));
+        assert_eq!(
+            packs.concat(),
+            mesh.partition().blocks_of(1).collect::<Vec<_>>()
+        );
+        let mg = mesh.multigrid().unwrap();
+        assert_eq!(mg.levels()[0].forest.len(), mesh.forest().len());
+        assert_eq!(mg.coarsest().map(|l| l.block_nx), Some([2, 2, 1]));
+    }
+
+    #[test]
+    fn derefine_count_delays_merging_and_costs_drive_partition() {
+        let mut c = MeshConfig::new([16, 1, 1], [4, 1, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 2;
+        c.derefine_count = 2;
+        let mut mesh = Mesh::new(c, 2).unwrap();
+        let mut flags = vec![RefinementFlag::Same; 4];
+        flags[0] = RefinementFlag::Refine;
+        mesh.remesh(&flags, None).unwrap();
+        assert_eq!(mesh.forest().len(), 5);
+        let mut d = vec![RefinementFlag::Same; 5];
+        d[0] = RefinementFlag::Derefine;
+        d[1] = RefinementFlag::Derefine;
+        let out = mesh.remesh(&d, None).unwrap();
+        assert!(out.map.is_identity());
+        let out = mesh.remesh(&d, Some(&[1.0, 1.0, 4.0, 1.0, 1.0])).unwrap();
+        assert_eq!(mesh.forest().len(), 4);
+        assert_eq!(out.costs, vec![1.0, 4.0, 1.0, 1.0]);
+        assert_eq!(mesh.partition().blocks_of(0), 0..2);
+        assert!(out.moves.iter().any(|m| m.old_gid == 0 && m.new_gid == 0));
+        let moved = mesh.repartition(&[1.0, 1.0, 1.0, 1.0]).unwrap();
+        assert!(moved.is_empty());
+        let moved = mesh.repartition(&[5.0, 1.0, 1.0, 1.0]).unwrap();
+        assert_eq!(moved.len(), 1);
+        assert_eq!(
+            (moved[0].old_gid, moved[0].from_rank, moved[0].to_rank),
+            (1, 0, 1)
+        );
+        assert!(mesh.remesh(&[RefinementFlag::Same], None).is_err());
+    }
+}
