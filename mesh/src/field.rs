@@ -373,14 +373,14 @@ pub struct IndexRange {
 }
 
 impl IndexRange {
-    /// Number of indices.
+    /// Number of indices (0 if `e < s`).
     pub fn len(&self) -> usize {
-        self.e + 1 - self.s
+        (self.e + 1).saturating_sub(self.s)
     }
 
-    /// Never empty (a range always holds `s`).
+    /// True if `e < s`.
     pub fn is_empty(&self) -> bool {
-        false
+        self.len() == 0
     }
 
     /// As a half-open Rust range.

@@ -68,7 +68,7 @@ impl RootGrid {
     pub fn extent(&self, level: u32) -> [i64; 3] {
         [0, 1, 2].map(|d| {
             if d < self.ndim {
-                self.nrb[d] << level
+                self.nrb[d].checked_shl(level).unwrap_or(i64::MAX)
             } else {
                 1
             }
@@ -154,7 +154,7 @@ impl Forest {
         let max_level = leaves.iter().map(|l| l.level()).max().unwrap_or(0);
         let mut volume: u128 = 0;
         for l in &leaves {
-            if !grid.contains(l) || l.level() + 2 > MAX_COORD_BITS {
+            if l.level() + 2 > MAX_COORD_BITS || !grid.contains(l) {
                 return Err(MeshError::BadLeaves(format!("{l} lies outside the domain")));
             }
             let mut a = *l;
@@ -310,6 +310,9 @@ mod tests {
         overlap.push(root);
         overlap.push(root.child([0, 0, 0]));
         assert!(Forest::from_leaves(g, overlap).is_err());
+        // Absurd levels and negative coordinates are errors, not panics.
+        assert!(Forest::from_leaves(g, vec![LogicalLocation::new(100, [0, 0, 0])]).is_err());
+        assert!(Forest::from_leaves(g, vec![LogicalLocation::new(1, [-1, 0, 0])]).is_err());
         leaves.extend(root.children(2));
         let f = Forest::from_leaves(g, leaves).unwrap();
         assert_eq!(f.len(), 7);

@@ -59,7 +59,7 @@ impl LogicalLocation {
 
     /// Coordinates inside its tree (in `0..2^level` along each active direction).
     pub fn in_tree_coords(&self) -> [i64; 3] {
-        let mask = (1i64 << self.level) - 1;
+        let mask = 1i64.checked_shl(self.level).map_or(i64::MAX, |m| m - 1);
         self.lx.map(|x| x & mask)
     }
 
@@ -71,7 +71,7 @@ impl LogicalLocation {
     /// The ancestor (or self) at `level`, or `None` if `level` is finer than this location.
     pub fn ancestor_at(&self, level: u32) -> Option<Self> {
         (level <= self.level).then(|| {
-            let s = self.level - level;
+            let s = (self.level - level).min(63);
             Self::new(level, self.lx.map(|x| x >> s))
         })
     }
@@ -116,8 +116,10 @@ impl LogicalLocation {
     /// ignoring levels. Exact for all coordinates below `2^MAX_COORD_BITS` at the finer level.
     pub fn morton_cmp(&self, other: &Self) -> Ordering {
         let l = self.level.max(other.level);
-        let a = self.lx.map(|x| x << (l - self.level));
-        let b = other.lx.map(|x| x << (l - other.level));
+        // Beyond the documented limits the order is unspecified, but nothing panics.
+        let up = |x: i64, s: u32| x.checked_shl(s).unwrap_or(i64::MAX);
+        let a = self.lx.map(|x| up(x, l - self.level));
+        let b = other.lx.map(|x| up(x, l - other.level));
         // The direction whose coordinates differ at the most significant bit decides; at equal
         // bit positions the later direction (x3) is the more significant in the interleaving.
         let mut best: Option<usize> = None;

@@ -337,3 +337,98 @@ fn tiny_periodic_grids_give_self_and_multiple_contacts() {
     // Two x faces to the x sibling, two y faces to the y sibling, four corners to the diagonal.
     assert_eq!([count(0), count(1), count(2), count(3)], [0, 2, 2, 4]);
 }
+
+/// Random refine/derefine sequences through [`Mesh`]: balance after every remesh, partitions
+/// contiguous in Morton order and within one block's cost of ideal, move plans consistent with
+/// the partitions, and every multigrid level balanced and linked to the level below.
+#[test]
+fn mesh_sequences_keep_balance_and_balanced_partitions() {
+    use starhalo_mesh::{is_balanced, Mesh, MeshConfig, RefinementKind};
+    let mut rng = Rng(99);
+    for case in 0..6 {
+        let ndim = 1 + case % 3;
+        let mut nx = [1usize; 3];
+        let mut bnx = [1usize; 3];
+        for d in 0..ndim {
+            bnx[d] = 4;
+            nx[d] = 4 * (1 + rng.below(2) as usize);
+        }
+        let mut c = MeshConfig::new(nx, bnx);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 4;
+        c.derefine_count = rng.below(3) as u32;
+        let nranks = 1 + rng.below(5) as usize;
+        let mut mesh = Mesh::new(c, nranks).unwrap();
+        for _ in 0..5 {
+            let n = mesh.forest().len();
+            let p_ref = if n > [0, 40, 100, 200][ndim] {
+                0.0
+            } else {
+                0.2
+            };
+            let flags: Vec<RefinementFlag> = (0..n)
+                .map(|_| {
+                    if rng.chance(p_ref) {
+                        RefinementFlag::Refine
+                    } else if rng.chance(0.5) {
+                        RefinementFlag::Derefine
+                    } else {
+                        RefinementFlag::Same
+                    }
+                })
+                .collect();
+            let costs: Vec<f64> = (0..n).map(|_| 0.5 + rng.below(8) as f64).collect();
+            let old_part = mesh.partition().clone();
+            let old_forest = mesh.forest().clone();
+            let out = mesh.remesh(&flags, Some(&costs)).unwrap();
+            let f = mesh.forest();
+            assert!(is_balanced(f));
+            check_map(&old_forest, f, &out.map);
+            // Partition: contiguous, in Morton order, balanced within one block's cost.
+            let p = mesh.partition();
+            assert_eq!(p.nblocks(), f.len());
+            assert!(f.leaves().windows(2).all(|w| w[0] < w[1]));
+            let ranks = p.ranks();
+            assert!(ranks.windows(2).all(|w| w[0] <= w[1]));
+            let ideal = out.costs.iter().sum::<f64>() / nranks as f64;
+            let cmax = out.costs.iter().cloned().fold(0.0, f64::max);
+            for load in p.loads(&out.costs) {
+                assert!((load - ideal).abs() <= cmax + 1e-9);
+            }
+            // Moves: one per (old, new) pair of the map, ranks from the two partitions.
+            for m in &out.moves {
+                assert_eq!(Some(m.from_rank), old_part.rank_of(m.old_gid));
+                assert_eq!(Some(m.to_rank), p.rank_of(m.new_gid));
+            }
+            let pairs: usize = out
+                .map
+                .origin
+                .iter()
+                .map(|o| match o {
+                    BlockOrigin::Merged { old } => old.len(),
+                    _ => 1,
+                })
+                .sum();
+            assert_eq!(out.moves.len(), pairs);
+            // Neighbour ranks come from the partition.
+            for b in mesh.neighbors().unwrap() {
+                assert_eq!(b.rank, ranks[b.gid]);
+            }
+            // Multigrid levels: each tiles the domain, is balanced, links to its coarser level.
+            let mg = mesh.multigrid().unwrap();
+            let lv = mg.levels();
+            assert_eq!(lv[0].forest.leaves(), f.leaves());
+            for (i, l) in lv.iter().enumerate() {
+                assert!(is_balanced(&l.forest));
+                if let Some(next) = lv.get(i + 1) {
+                    assert!(l.forest.len() >= next.forest.len());
+                    for (g, loc) in l.forest.leaves().iter().enumerate() {
+                        let c = l.coarser[g].expect("linked");
+                        assert!(next.forest.leaves()[c].contains(loc));
+                    }
+                }
+            }
+            assert_eq!(mg.coarsest().map(|l| l.level), Some(-1));
+        }
+    }
+}
