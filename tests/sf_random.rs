@@ -1,1 +1,417 @@
-fn main() {}
+//! Every star-forest operation and unit type on seeded random graphs, on 1, 2, 3, 4 and 8 ranks,
+//! under both discoveries, against a sequential reference computed here from the whole graph.
+//!
+//! The parent process relaunches this binary under `mpiexec`; each rank builds the same graphs
+//! from the seed, runs its part through the forest, and checks its own results bit for bit.
+
+mod common;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::{Discovery, Graph, Op, RootRef, Scalar, SfError, SfOptions, StarForest, Unit};
+
+fn main() {
+    if std::env::var_os(common::CHILD_ENV).is_some() {
+        child();
+    } else {
+        eprintln!("sf_random: all ops and units on seeded random graphs");
+        common::relaunch_self(&[1, 2, 3, 4, 8], 300);
+    }
+}
+
+/// The whole graph: per rank, nroots and (leaf index, root) edges sorted by leaf index.
+struct World {
+    nroots: Vec<usize>,
+    leaves: Vec<Vec<(usize, usize, usize)>>,
+    leaf_space: Vec<usize>,
+}
+
+fn random_world(seed: u64, n: usize) -> World {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let shape = rng.gen_range(0..3);
+    // Some ranks own no roots and some no leaves.
+    let nroots: Vec<usize> = (0..n)
+        .map(|_| {
+            if rng.gen_bool(0.2) {
+                0
+            } else {
+                rng.gen_range(1..7)
+            }
+        })
+        .collect();
+    let owners: Vec<usize> = (0..n).filter(|&r| nroots[r] > 0).collect();
+    let mut leaves = Vec::new();
+    let mut leaf_space = Vec::new();
+    for r in 0..n {
+        let space = if rng.gen_bool(0.15) {
+            0
+        } else {
+            rng.gen_range(1..12)
+        };
+        let mut mine = Vec::new();
+        for l in 0..space {
+            if owners.is_empty() || rng.gen_bool(0.15) {
+                continue; // isolated leaf
+            }
+            let edge = match shape {
+                // Blocks of contiguous roots on the next owner: contiguous plans, in-place paths.
+                0 => {
+                    let q = owners[(r + 1) % owners.len()];
+                    (l, q, l % nroots[q])
+                }
+                // Irregular, with self edges and many leaves per root.
+                _ => {
+                    let q = owners[rng.gen_range(0..owners.len())];
+                    (l, q, rng.gen_range(0..nroots[q]))
+                }
+            };
+            mine.push(edge);
+        }
+        leaf_space.push(mine.last().map_or(0, |e| e.0 + 1));
+        leaves.push(mine);
+    }
+    World {
+        nroots,
+        leaves,
+        leaf_space,
+    }
+}
+
+impl World {
+    fn graph(&self, r: usize) -> Graph {
+        let edges = &self.leaves[r];
+        let contiguous = edges.iter().enumerate().all(|(k, e)| e.0 == k);
+        let ilocal = (!contiguous).then(|| edges.iter().map(|e| e.0).collect());
+        let iremote = edges
+            .iter()
+            .map(|e| RootRef {
+                rank: e.1 as i64,
+                offset: e.2 as u64,
+            })
+            .collect();
+        Graph::new(self.nroots[r], ilocal, iremote)
+    }
+
+    /// Leaves of root (q, o) in the forest's documented order: rank q first, then the other
+    /// ranks ascending, each in ascending leaf index.
+    fn leaves_of(&self, q: usize, o: usize) -> Vec<(usize, usize)> {
+        let order = std::iter::once(q).chain((0..self.nroots.len()).filter(|&p| p != q));
+        order
+            .flat_map(|p| {
+                self.leaves[p]
+                    .iter()
+                    .filter(move |e| e.1 == q && e.2 == o)
+                    .map(move |e| (p, e.0))
+            })
+            .collect()
+    }
+}
+
+/// Deterministic data for rank r: values chosen so every op has work (zeros for logic ops).
+fn values<U: TestUnit>(seed: u64, r: usize, len: usize) -> Vec<U> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (r as u64 * 7919));
+    (0..len).map(|_| U::random(&mut rng)).collect()
+}
+
+trait TestUnit: Unit + PartialEq + std::fmt::Debug {
+    fn random(rng: &mut ChaCha8Rng) -> Self;
+    fn bits_eq(&self, other: &Self) -> bool {
+        bytemuck::bytes_of(self) == bytemuck::bytes_of(other)
+    }
+}
+macro_rules! test_int {
+    ($($t:ty),*) => {$(impl TestUnit for $t {
+        fn random(rng: &mut ChaCha8Rng) -> Self {
+            if rng.gen_bool(0.25) { 0 } else { rng.gen_range(1..100) as $t }
+        }
+    })*};
+}
+test_int!(i64, i32, u8);
+impl TestUnit for f64 {
+    fn random(rng: &mut ChaCha8Rng) -> Self {
+        rng.gen_range(-40.0..40.0)
+    }
+}
+impl TestUnit for f32 {
+    fn random(rng: &mut ChaCha8Rng) -> Self {
+        rng.gen_range(-40.0f32..40.0)
+    }
+}
+impl<T: TestUnit + Scalar, const N: usize> TestUnit for [T; N]
+where
+    [T; N]: Unit,
+{
+    fn random(rng: &mut ChaCha8Rng) -> Self {
+        std::array::from_fn(|_| T::random(rng))
+    }
+}
+
+fn apply<U: Unit>(op: Op, dst: &mut U, src: &U) {
+    let f = <U::Scalar as Scalar>::reducer(op).expect("op checked by caller");
+    let d: &mut [U::Scalar] = bytemuck::cast_slice_mut(std::slice::from_mut(dst));
+    let s: &[U::Scalar] = bytemuck::cast_slice(std::slice::from_ref(src));
+    d.iter_mut().zip(s).for_each(|(d, s)| f(d, *s));
+}
+
+struct Case<'a> {
+    world: &'a World,
+    sf: &'a StarForest,
+    seed: u64,
+    rank: usize,
+    failures: &'a mut Vec<String>,
+}
+
+impl Case<'_> {
+    fn check<U: TestUnit>(&mut self, what: &str, got: &[U], want: &[U]) {
+        let same = got.len() == want.len() && got.iter().zip(want).all(|(a, b)| a.bits_eq(b));
+        if !same {
+            self.failures.push(format!(
+                "seed {} rank {} {what}:\n  got  {got:?}\n  want {want:?}",
+                self.seed, self.rank
+            ));
+        }
+    }
+
+    fn all_ops<U: TestUnit>(&mut self) {
+        let n = self.world.nroots.len();
+        let roots: Vec<Vec<U>> = (0..n)
+            .map(|r| values(self.seed, r, self.world.nroots[r]))
+            .collect();
+        let leaves: Vec<Vec<U>> = (0..n)
+            .map(|r| values(self.seed + 1, r, self.world.leaf_space[r]))
+            .collect();
+        let me = self.rank;
+        let name = std::any::type_name::<U>();
+        for op in Op::ALL {
+            if <U::Scalar as Scalar>::reducer(op).is_none() {
+                let mut leaf = leaves[me].clone();
+                let refused = self.sf.bcast(&roots[me], &mut leaf, op);
+                if !matches!(refused, Err(SfError::UnsupportedOp { .. })) {
+                    self.failures.push(format!(
+                        "{name} {op}: expected UnsupportedOp, got {refused:?}"
+                    ));
+                }
+                continue;
+            }
+            // bcast: every leaf combines with its one root.
+            let mut want = leaves[me].clone();
+            for &(l, q, o) in &self.world.leaves[me] {
+                apply(op, &mut want[l], &roots[q][o]);
+            }
+            let mut got = leaves[me].clone();
+            self.sf.bcast(&roots[me], &mut got, op).unwrap();
+            self.check(&format!("bcast {op} {name}"), &got, &want);
+
+            // reduce and fetch-and-op: each root combines its leaves in the documented order.
+            let mut want_root = roots[me].clone();
+            let mut want_upd = vec![U::zeroed(); self.world.leaf_space[me]];
+            for (q, root_q) in roots.iter().enumerate() {
+                for (o, &root_qo) in root_q.iter().enumerate() {
+                    let mut acc = root_qo;
+                    for (p, l) in self.world.leaves_of(q, o) {
+                        if p == me {
+                            want_upd[l] = acc;
+                        }
+                        apply(op, &mut acc, &leaves[p][l]);
+                    }
+                    if q == me {
+                        want_root[o] = acc;
+                    }
+                }
+            }
+            let mut got = roots[me].clone();
+            self.sf.reduce(&leaves[me], &mut got, op).unwrap();
+            self.check(&format!("reduce {op} {name}"), &got, &want_root);
+
+            let mut got_root = roots[me].clone();
+            let mut got_upd = vec![U::zeroed(); self.world.leaf_space[me]];
+            self.sf
+                .fetch_and_op(&mut got_root, &leaves[me], &mut got_upd, op)
+                .unwrap();
+            self.check(
+                &format!("fetch-and-op {op} {name} root"),
+                &got_root,
+                &want_root,
+            );
+            self.check(
+                &format!("fetch-and-op {op} {name} leafupdate"),
+                &got_upd,
+                &want_upd,
+            );
+        }
+    }
+
+    /// Three operations in flight at once on one forest, ended in reverse order.
+    fn overlapping(&mut self) {
+        let n = self.world.nroots.len();
+        let me = self.rank;
+        let roots: Vec<Vec<f64>> = (0..n)
+            .map(|r| values(self.seed + 5, r, self.world.nroots[r]))
+            .collect();
+        let leaves: Vec<Vec<f64>> = (0..n)
+            .map(|r| values(self.seed + 6, r, self.world.leaf_space[r]))
+            .collect();
+        let root_i: Vec<Vec<i32>> = (0..n)
+            .map(|r| values(self.seed + 7, r, self.world.nroots[r]))
+            .collect();
+
+        let mut want_a = leaves[me].clone();
+        for &(l, q, o) in &self.world.leaves[me] {
+            want_a[l] = roots[q][o];
+        }
+        let mut want_b = leaves[me].clone();
+        for &(l, q, o) in &self.world.leaves[me] {
+            want_b[l] += roots[q][o];
+        }
+        let mut want_c = root_i[me].clone();
+        for (o, want) in want_c.iter_mut().enumerate() {
+            for (p, l) in self.world.leaves_of(me, o) {
+                *want = (*want).max(leaves[p][l] as i32);
+            }
+        }
+        let leaf_i: Vec<i32> = leaves[me].iter().map(|&v| v as i32).collect();
+        let (mut a, mut b, mut c) = (leaves[me].clone(), leaves[me].clone(), root_i[me].clone());
+        let pa = self
+            .sf
+            .bcast_begin(&roots[me], &mut a, Op::Replace)
+            .unwrap();
+        let pb = self.sf.bcast_begin(&roots[me], &mut b, Op::Sum).unwrap();
+        let pc = self.sf.reduce_begin(&leaf_i, &mut c, Op::Max).unwrap();
+        pc.end();
+        pb.end();
+        pa.end();
+        self.check("overlapping bcast replace", &a, &want_a);
+        self.check("overlapping bcast sum", &b, &want_b);
+        self.check("overlapping reduce max", &c, &want_c);
+    }
+}
+
+fn plans(sf: &StarForest) -> String {
+    format!("{:?} {:?}", sf.leaf_ranks(), sf.root_ranks())
+}
+
+fn child() {
+    let universe = starhalo_sf::mpi::initialize().expect("MPI init");
+    let world: SimpleCommunicator = universe.world();
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let mut failures = Vec::new();
+    for seed in 0..6u64 {
+        let w = random_world(seed * 1000 + n as u64, n);
+        let g = w.graph(rank);
+        let mut seen = Vec::new();
+        for discovery in [Discovery::Allreduce, Discovery::Nbx] {
+            let opts = SfOptions {
+                discovery,
+                ..SfOptions::default()
+            };
+            let sf = StarForest::new(&world, &g, opts).unwrap();
+            seen.push(plans(&sf));
+            let mut case = Case {
+                world: &w,
+                sf: &sf,
+                seed,
+                rank,
+                failures: &mut failures,
+            };
+            case.all_ops::<f64>();
+            case.all_ops::<f32>();
+            case.all_ops::<i64>();
+            case.all_ops::<i32>();
+            case.all_ops::<u8>();
+            case.all_ops::<[f64; 3]>();
+            case.all_ops::<[u8; 5]>();
+            case.overlapping();
+        }
+        if seen[0] != seen[1] {
+            failures.push(format!(
+                "seed {seed}: discoveries differ:\n  {}\n  {}",
+                seen[0], seen[1]
+            ));
+        }
+    }
+    invalid_graphs(&world, &mut failures);
+    for f in &failures {
+        eprintln!("[rank {rank}] FAIL {f}");
+    }
+    drop(universe);
+    std::process::exit(i32::from(!failures.is_empty()));
+}
+
+/// Each invalid graph is an error on every rank, never a hang; the finder names the fault.
+fn invalid_graphs(world: &SimpleCommunicator, failures: &mut Vec<String>) {
+    let (rank, n) = (world.rank() as i64, world.size() as i64);
+    let last = n - 1;
+    let cases: Vec<(&str, Graph)> = vec![
+        (
+            "rank out of range",
+            Graph::new(
+                1,
+                None,
+                if rank == last {
+                    vec![RootRef { rank: n, offset: 0 }]
+                } else {
+                    vec![]
+                },
+            ),
+        ),
+        (
+            "offset beyond the owner's roots",
+            Graph::new(
+                2,
+                None,
+                if rank == last {
+                    vec![RootRef { rank: 0, offset: 2 }]
+                } else {
+                    vec![]
+                },
+            ),
+        ),
+        (
+            "leaf given twice",
+            Graph::new(
+                1,
+                Some(if rank == 0 { vec![1, 1] } else { vec![] }),
+                if rank == 0 {
+                    vec![RootRef { rank: 0, offset: 0 }; 2]
+                } else {
+                    vec![]
+                },
+            ),
+        ),
+    ];
+    for discovery in [Discovery::Allreduce, Discovery::Nbx] {
+        for (what, g) in &cases {
+            let opts = SfOptions {
+                discovery,
+                ..SfOptions::default()
+            };
+            match StarForest::new(world, g, opts) {
+                Ok(_) => failures.push(format!("{what}: accepted on rank {rank}")),
+                Err(SfError::PeerInvalid(_)) => {}
+                Err(e) => {
+                    let finder_ok = match *what {
+                        "rank out of range" => {
+                            rank == last && matches!(e, SfError::RankOutOfRange { .. })
+                        }
+                        "offset beyond the owner's roots" => {
+                            rank == 0
+                                && matches!(
+                                    e,
+                                    SfError::OffsetOutOfRange {
+                                        offset: 2,
+                                        nroots: 2,
+                                        ..
+                                    }
+                                )
+                        }
+                        _ => rank == 0 && e == SfError::DuplicateLeaf(1),
+                    };
+                    if !finder_ok {
+                        failures.push(format!("{what}: unexpected error on rank {rank}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+}

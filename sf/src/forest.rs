@@ -7,7 +7,7 @@ use crate::link::{self, Kind, Link};
 use crate::plan::Plan;
 use crate::raw::{self, RawComm};
 use crate::transport::{Basic, Dir, SfType, Side};
-use crate::unit::{reducer, Op, Unit};
+use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{for_each_segment, Policy};
 use std::cell::RefCell;
@@ -124,21 +124,22 @@ impl StarForest {
             .collect();
         edges.sort_unstable();
         let mut self_edges = (Vec::new(), Vec::new());
-        let mut leaf_groups: Vec<(i32, Vec<usize>)> = Vec::new();
-        let mut outgoing: Vec<(i32, Vec<u64>)> = Vec::new();
+        let mut groups: Vec<(i32, Vec<usize>, Vec<u64>)> = Vec::new();
         for (r, leaf, offset) in edges {
-            if r == rank {
-                self_edges.0.push(offset as usize);
-                self_edges.1.push(leaf);
-                continue;
+            match groups.last_mut() {
+                _ if r == rank => {
+                    self_edges.0.push(offset as usize);
+                    self_edges.1.push(leaf);
+                }
+                Some((q, leaves, offsets)) if *q == r => {
+                    leaves.push(leaf);
+                    offsets.push(offset);
+                }
+                _ => groups.push((r, vec![leaf], vec![offset])),
             }
-            if outgoing.last().is_none_or(|(q, _)| *q != r) {
-                outgoing.push((r, Vec::new()));
-                leaf_groups.push((r, Vec::new()));
-            }
-            outgoing.last_mut().map(|(_, o)| o.push(offset));
-            leaf_groups.last_mut().map(|(_, l)| l.push(leaf));
         }
+        let (leaf_groups, outgoing): (Vec<_>, Vec<_>) =
+            groups.into_iter().map(|(r, l, o)| ((r, l), (r, o))).unzip();
 
         let incoming = discovery::exchange(&comm, raw, opts.discovery, &outgoing);
         let checked = incoming.iter().try_for_each(|(src, offs)| {
@@ -239,7 +240,7 @@ impl StarForest {
             &mut link,
             Side::Leaf,
             Dir::Bcast,
-            replace.then(|| leaf.as_mut_ptr()),
+            replace.then_some(leaf.as_mut_ptr()),
         );
         self.pack_and_send(&mut link, Side::Root, Dir::Bcast, root);
         scatter(leaf, &self.self_leaves, root, &self.self_roots, red);
@@ -477,7 +478,7 @@ fn check_len(what: &'static str, got: usize, need: usize) -> Result<(), SfError>
 }
 
 /// How values combine at the destination: `None` is a plain copy (replace).
-type Combine<U> = Option<fn(&mut <U as Unit>::Scalar, <U as Unit>::Scalar)>;
+type Combine<U> = Option<Reducer<<U as Unit>::Scalar>>;
 
 fn combine<U: Unit>(op: Op) -> Result<Combine<U>, SfError> {
     let red = reducer::<U>(op)?;
@@ -493,7 +494,7 @@ fn lanes_mut<U: Unit>(u: &mut [U]) -> &mut [U::Scalar] {
 }
 
 /// `dst = dst op src`, lane by lane.
-fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: fn(&mut U::Scalar, U::Scalar)) {
+fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
     let d = lanes_mut(std::slice::from_mut(dst));
     d.iter_mut()
         .zip(lanes(std::slice::from_ref(src)))
@@ -548,7 +549,7 @@ enum Work<'a, U: Unit> {
     FetchAndOp {
         root: &'a mut [U],
         leafupdate: &'a mut [U],
-        red: fn(&mut U::Scalar, U::Scalar),
+        red: Reducer<U::Scalar>,
     },
 }
 

@@ -29,4 +29,4 @@ pub use graph::{Graph, RootRef};
 pub use mpi;
 pub use plan::{PackPlan, Plan, PlanIter};
 pub use transport::SfType;
-pub use unit::{Op, Scalar, Unit};
+pub use unit::{Op, Reducer, Scalar, Unit};

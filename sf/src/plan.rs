@@ -229,26 +229,43 @@ mod tests {
 
     #[test]
     fn strided_faces_of_a_block() {
-        // x-face (dx = 1) of a 5x4x3 array: indices 20*k + 5*j + 4.
-        let idx: Vec<usize> = (0..3)
-            .flat_map(|k| (0..4).map(move |j| 20 * k + 5 * j + 4))
-            .collect();
+        // Interior part (j in 1..3) of the x-face i = 4 of a 5x4x3 array: 20*k + 5*j + 4.
+        let face = |js: std::ops::Range<usize>| -> Vec<usize> {
+            (0..3)
+                .flat_map(|k| js.clone().map(move |j| 20 * k + 5 * j + 4))
+                .collect()
+        };
+        let idx = face(1..3);
+        let p = Plan::new(&idx);
+        assert_eq!(
+            p.kind,
+            PackPlan::Strided {
+                start: 9,
+                dx: 1,
+                dy: 2,
+                dz: 3,
+                sx: 5,
+                sy: 20
+            }
+        );
+        assert!(!p.duplicates);
+        assert!(p.iter().eq(idx.iter().copied()));
+        // The whole face has one row stride throughout, so it collapses to a 2-D box.
+        let idx = face(0..4);
         let p = Plan::new(&idx);
         assert!(
             matches!(
                 p.kind,
                 PackPlan::Strided {
                     dx: 1,
-                    dy: 4,
-                    dz: 3,
+                    dy: 12,
+                    dz: 1,
                     sx: 5,
-                    sy: 20,
                     ..
                 }
             ),
             "{p}"
         );
-        assert!(!p.duplicates);
         assert!(p.iter().eq(idx.iter().copied()));
     }
 

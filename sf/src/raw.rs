@@ -244,10 +244,10 @@ pub(crate) fn probe_any(comm: RawComm, tag: i32, block: bool) -> Option<Probed> 
         return None;
     }
     // SAFETY: MPI filled the status because a message was found.
-    let mut status = unsafe { status.assume_init() };
+    let status = unsafe { status.assume_init() };
     let mut count: c_int = 0;
     // SAFETY: `status` is a valid status from the probe above.
-    let code = unsafe { ffi::MPI_Get_count(&mut status, byte_type(), &mut count) };
+    let code = unsafe { ffi::MPI_Get_count(&status, byte_type(), &mut count) };
     check(code, "MPI_Get_count");
     Some(Probed {
         source: status.MPI_SOURCE,

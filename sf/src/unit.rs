@@ -81,7 +81,7 @@ pub trait Scalar: bytemuck::Pod + Send + Sync + PartialOrd + fmt::Debug {
     /// Type name for messages.
     const NAME: &'static str;
     /// `dst = dst op src`, or `None` when `op` is not defined for this type.
-    fn reducer(op: Op) -> Option<fn(&mut Self, Self)>;
+    fn reducer(op: Op) -> Option<Reducer<Self>>;
 }
 
 /// The unit of data at each root and leaf: a [`Scalar`], or a fixed-size block `[S; N]`
@@ -105,7 +105,7 @@ macro_rules! int_scalar {
     ($($t:ty),*) => {$(
         impl Scalar for $t {
             const NAME: &'static str = stringify!($t);
-            fn reducer(op: Op) -> Option<fn(&mut Self, Self)> {
+            fn reducer(op: Op) -> Option<Reducer<Self>> {
                 Some(match op {
                     Op::Replace => |d, s| *d = s,
                     Op::Sum => |d, s| *d = d.wrapping_add(s),
@@ -132,7 +132,7 @@ macro_rules! float_scalar {
     ($($t:ty),*) => {$(
         impl Scalar for $t {
             const NAME: &'static str = stringify!($t);
-            fn reducer(op: Op) -> Option<fn(&mut Self, Self)> {
+            fn reducer(op: Op) -> Option<Reducer<Self>> {
                 match op {
                     Op::Replace => Some(|d, s| *d = s),
                     Op::Sum => Some(|d, s| *d += s),
@@ -151,8 +151,11 @@ macro_rules! float_scalar {
 }
 float_scalar!(f32, f64);
 
+/// `dst = dst op src` for one lane.
+pub type Reducer<S> = fn(&mut S, S);
+
 /// The reducer of `op` for unit `U`, or the error naming both.
-pub(crate) fn reducer<U: Unit>(op: Op) -> Result<fn(&mut U::Scalar, U::Scalar), SfError> {
+pub(crate) fn reducer<U: Unit>(op: Op) -> Result<Reducer<U::Scalar>, SfError> {
     <U::Scalar as Scalar>::reducer(op).ok_or(SfError::UnsupportedOp {
         op,
         unit: <U::Scalar as Scalar>::NAME,

@@ -1,0 +1,242 @@
+//! The `starhalo sf` and `bench sf-pingpong` command-line contracts, on real MPI jobs.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("starhalo-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Three ranks: rank 0 has 2 roots and leaves 0, 2 (leaf 1 isolated); rank 1 has 1 root and
+/// leaves 0, 1, 3 (one on its own root); rank 2 has 3 roots and no leaves.
+const GRAPH: &str = r#"{"ranks":[
+  {"nroots":2,"leaves":[[0,1,0],[2,0,1]]},
+  {"nroots":1,"leaves":[[0,0,0],[1,2,2],[3,1,0]]},
+  {"nroots":3,"leaves":[]}]}"#;
+
+fn sf_run(
+    dir: &Path,
+    ranks: usize,
+    graph: &str,
+    extra: &[&str],
+) -> (std::process::Output, PathBuf) {
+    let g = dir.join("g.json");
+    std::fs::write(&g, graph).unwrap();
+    let out = dir.join("o.json");
+    let mut args = vec![
+        "sf",
+        "run",
+        "--graph",
+        g.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (common::mpirun(ranks, 120, Path::new(EXE), &args, &[]), out)
+}
+
+fn field(o: &Value, rank: usize, key: &str) -> Vec<f64> {
+    o["ranks"][rank][key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} missing"))
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+fn run_ok(name: &str, op: &str, extra: &[&str]) -> Value {
+    let dir = scratch(name);
+    let mut args = vec!["--op", op];
+    args.extend_from_slice(extra);
+    let (out, path) = sf_run(&dir, 3, GRAPH, &args);
+    common::assert_ok(&format!("sf run {op}"), &out);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn bcast_sum_with_default_data() {
+    let o = run_ok("bcast", "bcast:sum", &[]);
+    assert_eq!(
+        field(&o, 0, "leafdata"),
+        [-100.0 + 200.0, -101.0, -102.0 + 101.0]
+    );
+    assert_eq!(
+        field(&o, 1, "leafdata"),
+        [-200.0 + 100.0, -201.0 + 302.0, -202.0, -203.0 + 200.0]
+    );
+    assert_eq!(field(&o, 2, "leafdata"), Vec::<f64>::new());
+    assert_eq!(
+        field(&o, 2, "rootdata"),
+        [300.0, 301.0, 302.0],
+        "roots untouched by bcast"
+    );
+    assert!(o["ranks"][0].get("leafupdate").is_none());
+}
+
+#[test]
+fn reduce_sum_and_replace_with_integer_units() {
+    let o = run_ok("reduce", "reduce:sum", &["--unit", "i32"]);
+    assert_eq!(field(&o, 0, "rootdata"), [100.0 - 200.0, 101.0 - 102.0]);
+    assert_eq!(field(&o, 1, "rootdata"), [200.0 - 100.0 - 203.0]);
+    assert_eq!(field(&o, 2, "rootdata"), [300.0, 301.0, 302.0 - 201.0]);
+    // Replace: the last in the documented order (own rank first, then ascending) wins.
+    let o = run_ok("replace", "reduce:replace", &["--unit", "i64"]);
+    assert_eq!(field(&o, 1, "rootdata"), [-100.0]);
+}
+
+#[test]
+fn fetch_and_op_fetches_in_order() {
+    let o = run_ok("fetch", "fetch-and-op:sum", &["--unit", "f32"]);
+    // Root (1,0) serves rank 1's leaf 3 first (own rank), then rank 0's leaf 0.
+    assert_eq!(field(&o, 1, "leafupdate"), [100.0, 302.0, 0.0, 200.0]);
+    assert_eq!(field(&o, 0, "leafupdate"), [200.0 - 203.0, 0.0, 101.0]);
+    assert_eq!(field(&o, 1, "rootdata"), [200.0 - 203.0 - 100.0]);
+}
+
+#[test]
+fn data_files_replace_the_defaults() {
+    let dir = scratch("data");
+    let root = dir.join("r.json");
+    std::fs::write(&root, r#"{"ranks":[[1,2],[3],[4,5,6]]}"#).unwrap();
+    let (out, path) = sf_run(
+        &dir,
+        3,
+        GRAPH,
+        &[
+            "--op",
+            "bcast:replace",
+            "--unit",
+            "u8",
+            "--root-data",
+            root.to_str().unwrap(),
+        ],
+    );
+    common::assert_ok("sf run with --root-data", &out);
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // Default leaves are negative; as u8 they wrap like a C cast (-101 -> 155).
+    assert_eq!(field(&o, 0, "leafdata"), [3.0, 155.0, 2.0]);
+    assert_eq!(field(&o, 1, "leafdata"), [1.0, 6.0, 54.0, 3.0]);
+}
+
+fn assert_bad_input(what: &str, out: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{what}: want exit 2\n{err}");
+    assert!(
+        err.contains(needle),
+        "{what}: stderr lacks `{needle}`:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{what}: panicked\n{err}");
+}
+
+#[test]
+fn wrong_rank_count_is_bad_input() {
+    let (out, _) = sf_run(&scratch("ranks"), 2, GRAPH, &["--op", "bcast:sum"]);
+    assert_bad_input("2 ranks for a 3-rank graph", &out, "mpiexec -n 3");
+}
+
+#[test]
+fn invalid_graph_stops_every_rank() {
+    // Rank 0 reads root offset 5 of rank 2, which has 3 roots: only rank 2 can see it.
+    let g = r#"{"ranks":[{"nroots":1,"leaves":[[0,2,5]]},{"nroots":1},{"nroots":3}]}"#;
+    let (out, _) = sf_run(&scratch("invalid"), 3, g, &["--op", "bcast:sum"]);
+    assert_bad_input("offset beyond nroots", &out, "rank 2 has only 3 roots");
+    let g = r#"{"ranks":[{"nroots":1,"leaves":[[0,7,0]]},{"nroots":1}]}"#;
+    let (out, _) = sf_run(
+        &scratch("invalid2"),
+        2,
+        g,
+        &["--op", "bcast:sum", "--discovery", "nbx"],
+    );
+    assert_bad_input("root rank out of range", &out, "names root rank 7");
+    let (out, _) = sf_run(
+        &scratch("invalid3"),
+        1,
+        "{\"ranks\":[{\"nroots\":1,\n\"leaves\":[[0,0]]}]}",
+        &["--op", "bcast:sum"],
+    );
+    assert_bad_input("malformed graph", &out, "line 2");
+}
+
+#[test]
+fn bad_ops_are_bad_input() {
+    let dir = scratch("ops");
+    let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "bcast:avg"]);
+    assert_bad_input("unknown op", &out, "unknown operation `avg`");
+    let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "reduce:band"]);
+    assert_bad_input("bitwise op on f64", &out, "not defined for unit type f64");
+    let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "fetch-and-op:max"]);
+    assert_bad_input("fetch-and-op max", &out, "sum only");
+}
+
+#[test]
+fn view_shows_each_plan_kind() {
+    let dir = scratch("view");
+    // Rank 0 owns 40 roots (a 10-wide grid) and reads two of its own. Rank 1 reads roots 0..4
+    // (contiguous), rank 2 a 2x2 box (10,11,20,21: strided), rank 3 a scattered list.
+    let g = r#"{"ranks":[
+      {"nroots":40,"leaves":[[0,0,3],[1,0,4]]},
+      {"nroots":0,"leaves":[[0,0,0],[1,0,1],[2,0,2],[3,0,3]]},
+      {"nroots":0,"leaves":[[0,0,10],[1,0,11],[2,0,20],[3,0,21]]},
+      {"nroots":0,"leaves":[[0,0,9],[1,0,2],[2,0,30]]}]}"#;
+    let path = dir.join("g.json");
+    std::fs::write(&path, g).unwrap();
+    let out = common::mpirun(
+        4,
+        60,
+        Path::new(EXE),
+        &["sf", "view", "--graph", path.to_str().unwrap()],
+        &[],
+    );
+    common::assert_ok("sf view", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "rank 0: 40 roots, 2 leaves",
+        "rank 0 (self): leaves contiguous [0, 2)",
+        "rank 0 (self): roots contiguous [3, 5)",
+        "rank 1: roots contiguous [0, 4)",
+        "rank 2: roots strided start 10 box 2x2x1 strides 10,20",
+        "rank 3: roots list of 3",
+        "rank 0: leaves contiguous [0, 3)",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+    let order: Vec<usize> = ["rank 0:", "rank 1:", "rank 2:", "rank 3:"]
+        .iter()
+        .map(|s| text.find(s).unwrap())
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "ranks print in order:\n{text}"
+    );
+}
+
+#[test]
+fn pingpong_json_reports_each_size() {
+    let out = common::mpirun(
+        2,
+        120,
+        Path::new(EXE),
+        &["bench", "sf-pingpong", "--max-bytes", "64", "--json"],
+        &[],
+    );
+    common::assert_ok("bench sf-pingpong", &out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["impl"], "basic");
+    let rows = v["rows"].as_array().unwrap();
+    let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [8, 16, 32, 64]);
+    for r in rows {
+        assert!(
+            r["mpi_us"].as_f64().unwrap() > 0.0 && r["sf_us"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    let out = common::mpirun(3, 60, Path::new(EXE), &["bench", "sf-pingpong"], &[]);
+    assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
+}

@@ -1,0 +1,56 @@
+//! Launching multi-rank jobs from tests, always under a time limit so a deadlock fails.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Set in the environment of a test binary relaunched under `mpiexec`.
+pub const CHILD_ENV: &str = "STARHALO_TEST_CHILD";
+
+/// Runs `mpiexec -n ranks exe args...` killed after `limit_s` seconds.
+pub fn mpirun(
+    ranks: usize,
+    limit_s: u64,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "-k",
+        "5",
+        &limit_s.to_string(),
+        "mpiexec",
+        "-n",
+        &ranks.to_string(),
+    ])
+    .arg(exe)
+    .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output()
+        .expect("cannot start timeout/mpiexec: is MPICH installed?")
+}
+
+/// Panics with both output streams unless the job exited 0; 124 means it hit the time limit.
+pub fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: exit {:?} (124 = time limit)\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Relaunches the running test binary on each rank count, marked as a child.
+pub fn relaunch_self(ranks: &[usize], limit_s: u64) {
+    let exe = std::env::current_exe().expect("test binary path");
+    for &n in ranks {
+        let t0 = std::time::Instant::now();
+        let out = mpirun(n, limit_s, &exe, &[], &[(CHILD_ENV, "1")]);
+        assert_ok(&format!("{} on {n} ranks", exe.display()), &out);
+        eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
+    }
+}
