@@ -116,9 +116,15 @@ impl Persistent {
             return;
         }
         debug_assert!(self.bound.iter().all(Option::is_some));
+        // One peer is the common case; MPI_Start skips MPI_Startall's loop.
         // SAFETY: every request is a bound, inactive persistent request (bind/wait_all keep
         // that invariant) and the array length matches the count.
-        let code = unsafe { ffi::MPI_Startall(self.reqs.len() as c_int, self.reqs.as_mut_ptr()) };
+        let code = unsafe {
+            match self.reqs.as_mut_slice() {
+                [one] => ffi::MPI_Start(one),
+                all => ffi::MPI_Startall(all.len() as c_int, all.as_mut_ptr()),
+            }
+        };
         check(code, "MPI_Startall");
     }
 
@@ -129,11 +135,14 @@ impl Persistent {
         }
         // SAFETY: the array holds valid request handles; statuses are ignored.
         let code = unsafe {
-            ffi::MPI_Waitall(
-                self.reqs.len() as c_int,
-                self.reqs.as_mut_ptr(),
-                ffi::RSMPI_STATUSES_IGNORE,
-            )
+            match self.reqs.as_mut_slice() {
+                [one] => ffi::MPI_Wait(one, ffi::RSMPI_STATUS_IGNORE),
+                all => ffi::MPI_Waitall(
+                    all.len() as c_int,
+                    all.as_mut_ptr(),
+                    ffi::RSMPI_STATUSES_IGNORE,
+                ),
+            }
         };
         check(code, "MPI_Waitall");
     }

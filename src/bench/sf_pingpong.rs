@@ -13,7 +13,7 @@ use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 use std::time::Instant;
 
 /// Timed rounds per size; the median round is reported.
-const ROUNDS: usize = 9;
+const ROUNDS: usize = 15;
 
 #[derive(Serialize)]
 struct Row {
@@ -94,9 +94,18 @@ fn measure(world: &SimpleCommunicator, comm: &SimpleCommunicator, bytes: usize) 
         )
     };
     let sf = StarForest::new(world, &graph, SfOptions::default())?;
-    let mut root = vec![1u8; sf.nroots()];
-    let mut leaf = vec![0u8; sf.leaf_space()];
-    let mut raw = vec![0u8; bytes];
+    // Page-aligned buffers for both ping-pongs, so neither gains from a luckier alignment.
+    const PAGE: usize = 4096;
+    let stride = bytes.next_multiple_of(PAGE);
+    let mut arena = vec![1u8; 3 * stride + PAGE];
+    let skip = arena.as_ptr().align_offset(PAGE);
+    let (root, rest) = arena[skip..].split_at_mut(stride);
+    let (leaf, raw) = rest.split_at_mut(stride);
+    let (root, leaf, raw) = (
+        &mut root[..sf.nroots()],
+        &mut leaf[..sf.leaf_space()],
+        &mut raw[..bytes],
+    );
     let iters = (4_000_000 / (bytes + 512)).clamp(20, 20_000);
 
     let peer = comm.process_at_rank(1 - rank);
@@ -113,8 +122,8 @@ fn measure(world: &SimpleCommunicator, comm: &SimpleCommunicator, bytes: usize) 
     };
     let mut sf_pingpong = |n: usize| -> Result<()> {
         for _ in 0..n {
-            sf.bcast(&root, &mut leaf, Op::Replace)?;
-            sf.reduce(&leaf, &mut root, Op::Replace)?;
+            sf.bcast(root, leaf, Op::Replace)?;
+            sf.reduce(leaf, root, Op::Replace)?;
         }
         Ok(())
     };

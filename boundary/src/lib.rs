@@ -1,0 +1,1 @@
+//! starhalo-boundary: boundary exchange for mesh blocks (in progress).
