@@ -8,6 +8,7 @@ mod common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use starhalo_exec::Policy;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::{Discovery, Graph, Op, RootRef, Scalar, SfError, SfOptions, StarForest, Unit};
 
@@ -300,9 +301,15 @@ fn child() {
         let w = random_world(seed * 1000 + n as u64, n);
         let g = w.graph(rank);
         let mut seen = Vec::new();
-        for discovery in [Discovery::Allreduce, Discovery::Nbx] {
+        // Both discoveries; the second also packs on rayon's pool.
+        let configs = [
+            (Discovery::Allreduce, Policy::Serial),
+            (Discovery::Nbx, Policy::Threaded),
+        ];
+        for (discovery, policy) in configs {
             let opts = SfOptions {
                 discovery,
+                policy,
                 ..SfOptions::default()
             };
             let sf = StarForest::new(&world, &g, opts).unwrap();

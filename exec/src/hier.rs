@@ -26,10 +26,12 @@ where
     T: Send,
     F: Fn(usize, &mut [T]) + Sync,
 {
-    let Some((&first, _)) = offsets.split_first() else {
+    let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
         return;
     };
-    let last = offsets[offsets.len() - 1];
+    if offsets.len() < 2 {
+        return; // no group
+    }
     assert!(
         first <= last && last <= data.len(),
         "segment offsets out of range"
@@ -136,8 +138,10 @@ mod tests {
     #[test]
     fn no_groups_is_a_no_op() {
         let mut d = [1, 2, 3];
-        for_each_segment(Policy::Threaded, &mut d, &[], |_, _| unreachable!());
-        for_each_segment(Policy::Serial, &mut d, &[2], |_, _| unreachable!());
+        for policy in [Policy::Serial, Policy::Threaded] {
+            for_each_segment(policy, &mut d, &[], |_, _| unreachable!());
+            for_each_segment(policy, &mut d, &[2], |_, _| unreachable!());
+        }
         assert_eq!(d, [1, 2, 3]);
     }
 }

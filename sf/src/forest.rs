@@ -68,6 +68,9 @@ impl Peers {
 ///
 /// Reductions are deterministic: each root combines its own rank's leaves first, then the
 /// other ranks' in ascending rank order, each rank's in ascending leaf index.
+///
+/// Drop the forest before MPI is finalised (before the `Universe`): it frees its communicator
+/// and persistent requests on drop.
 pub struct StarForest {
     comm: SimpleCommunicator,
     raw: RawComm,
