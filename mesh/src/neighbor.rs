@@ -20,6 +20,9 @@
 //! Ownership of shared elements follows Parthenon's rule: a block owns one of its elements
 //! unless some block touching that element is finer, or on the same level and later in Morton
 //! order. Face-, edge- and node-centred data on shared elements are authoritative on the owner.
+//! Unlike Parthenon, a block that is its own neighbour through a periodic boundary does not own
+//! both copies of the shared element: its image shifted by a lexicographically positive number
+//! of domain lengths outranks it, so every shared position has exactly one owner.
 
 use crate::element::Element;
 use crate::error::MeshError;
@@ -65,8 +68,10 @@ pub struct NeighborBlock {
     /// Sub-element indices (Parthenon's `fi1`, `fi2`) along the directions where `element`'s
     /// offset is zero, taken in increasing direction order among active directions.
     /// Finer neighbour: which half it covers along each such direction (0 lower, 1 upper).
-    /// Coarser neighbour: which half of the neighbour's element this block covers.
-    /// Same level: `[0, 0]`.
+    /// Coarser neighbour: which half of the neighbour's element this block covers (this is
+    /// more than Parthenon stores: its `fi1`/`fi2` are 0 for a coarser neighbour, and the
+    /// position is recomputed from the block's own location; here both records of a
+    /// fine-coarse pair carry the same `fi`). Same level: `[0, 0]`.
     pub fi: [u8; 2],
     /// Per direction, the periodic boundaries crossed to reach the neighbour: `+1` when the
     /// neighbour's image touching this block lies one domain length above its stored
@@ -260,8 +265,17 @@ fn touches_element(ndim: usize, me: LogicalLocation, n: &NeighborBlock, e: Eleme
     })
 }
 
-fn precedes(a: &LogicalLocation, b: &LogicalLocation) -> bool {
-    (a.level(), *a) < (b.level(), *b)
+/// Does the neighbour image of record `n` outrank block `me` for ownership? Finer first, then
+/// later in Morton order. A block that touches itself through a periodic boundary competes with
+/// its own images: the image shifted by a lexicographically positive number of domain lengths
+/// outranks the block. Lexicographic order on shift vectors is translation invariant, so every
+/// copy of a shared position agrees on which copy is the greatest and exactly one owns it.
+fn outranked_by(me: &LogicalLocation, n: &NeighborBlock) -> bool {
+    if n.loc == *me {
+        n.periodic_shift > [0, 0, 0]
+    } else {
+        (me.level(), *me) < (n.loc.level(), n.loc)
+    }
 }
 
 fn ownership(ndim: usize, me: LogicalLocation, neighbors: &[NeighborBlock]) -> Ownership {
@@ -277,7 +291,7 @@ fn ownership(ndim: usize, me: LogicalLocation, neighbors: &[NeighborBlock]) -> O
         };
         own[e.index()] = !neighbors
             .iter()
-            .any(|n| precedes(&me, &n.loc) && touches_element(ndim, me, n, pe));
+            .any(|n| outranked_by(&me, n) && touches_element(ndim, me, n, pe));
     }
     Ownership(own)
 }

@@ -121,7 +121,7 @@ fn brute_force_contacts(f: &Forest) -> Vec<Vec<Contact>> {
 
 /// Ownership by the rule, on boxes: block A owns element e unless a block touching the
 /// element's region (point, open segment, open square) is finer, or as fine and later in
-/// Morton order.
+/// Morton order (or is A's own periodic image shifted by a lexicographically positive vector).
 fn brute_force_ownership(f: &Forest, contacts: &[Vec<Contact>]) -> Vec<[bool; 27]> {
     let ndim = f.ndim();
     let fine = f.max_level();
@@ -147,7 +147,13 @@ fn brute_force_ownership(f: &Forest, contacts: &[Vec<Contact>]) -> Vec<[bool; 27
                             _ => blo < ahi[d] && bhi > alo[d],
                         }
                     });
-                    let later = (lb.level(), lb) > (la.level(), la);
+                    // A periodic image of the block itself outranks it when shifted by a
+                    // lexicographically positive number of domain lengths.
+                    let later = if lb == la {
+                        s > [0, 0, 0]
+                    } else {
+                        (lb.level(), lb) > (la.level(), la)
+                    };
                     if touches && later {
                         own[e.index()] = false;
                     }
@@ -158,7 +164,65 @@ fn brute_force_ownership(f: &Forest, contacts: &[Vec<Contact>]) -> Vec<[bool; 27
         .collect()
 }
 
+/// Every point of the domain that lies on the boundary of some block has exactly one owner.
+///
+/// Points are taken on the lattice of half the finest cell width (so every face, edge and node
+/// of every block, whatever its level, has lattice points in its relative interior) and wrapped
+/// through periodic boundaries. For each block and each of its non-volume elements, the lattice
+/// points in the element's relative interior are credited with one owner if the block owns
+/// that element. A block touching itself through a periodic boundary contributes once per copy.
+/// Independent of the neighbour records: only the ownership flags are read.
+fn check_unique_owners(f: &Forest) {
+    let got = find_neighbors(f, &vec![0; f.len()]).unwrap();
+    let ndim = f.ndim();
+    let fine = f.max_level();
+    let ext = f.grid().extent(fine);
+    let periodic = f.grid().periodic();
+    let mut owners: BTreeMap<[i64; 3], usize> = BTreeMap::new();
+    for (a, l) in f.leaves().iter().enumerate() {
+        let (lo, hi) = bbox(l, fine, ndim);
+        for e in Element::neighbors(ndim) {
+            let eo = e.offset();
+            // Lattice coordinates (doubled) of the element's relative interior, per direction.
+            let axis: Vec<Vec<i64>> = (0..3)
+                .map(|d| {
+                    if d >= ndim {
+                        vec![0]
+                    } else {
+                        match eo[d] {
+                            -1 => vec![2 * lo[d]],
+                            1 => vec![2 * hi[d]],
+                            _ => (2 * lo[d] + 1..2 * hi[d]).collect(),
+                        }
+                    }
+                })
+                .collect();
+            let own = got[a].ownership.owns(e) as usize;
+            for &x in &axis[0] {
+                for &y in &axis[1] {
+                    for &z in &axis[2] {
+                        let mut p = [x, y, z];
+                        for d in 0..ndim {
+                            if periodic[d] {
+                                p[d] = p[d].rem_euclid(2 * ext[d]);
+                            }
+                        }
+                        *owners.entry(p).or_default() += own;
+                    }
+                }
+            }
+        }
+    }
+    for (p, n) in &owners {
+        assert_eq!(
+            *n, 1,
+            "lattice point {p:?} (half finest cells) has {n} owners"
+        );
+    }
+}
+
 fn check_neighbors(f: &Forest, rng: &mut Rng, nranks: usize) {
+    check_unique_owners(f);
     let ranks: Vec<usize> = (0..f.len())
         .map(|_| rng.below(nranks as u64) as usize)
         .collect();
@@ -328,6 +392,14 @@ fn tiny_periodic_grids_give_self_and_multiple_contacts() {
     let nb = find_neighbors(&f, &[0]).unwrap();
     assert_eq!(nb[0].neighbors.len(), 8);
     assert!(nb[0].neighbors.iter().all(|n| n.gid == 0));
+    // It owns one copy of each physical element: one x face, one y face, one of the four
+    // corners (all the same node).
+    let owned: Vec<_> = Element::neighbors(2)
+        .filter(|e| nb[0].ownership.owns(*e))
+        .map(|e| e.offset())
+        .collect();
+    assert_eq!(owned, vec![[-1, -1, 0], [0, -1, 0], [-1, 0, 0]]);
+    check_unique_owners(&f);
     // Refined once: each child sees each of its 3 siblings through several elements.
     let f = Forest::uniform(grid, 1);
     let mut rng = Rng(7);
