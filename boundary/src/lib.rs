@@ -1,1 +1,24 @@
-//! starhalo-boundary: boundary exchange for mesh blocks (in progress).
+//! starhalo-boundary: boundary exchange for mesh blocks.
+//!
+//! The MPI-free foundations of a ghost exchange, read top to bottom:
+//!
+//! - [`channel`]: one channel per (sender block, receiver block, variable, sender element),
+//!   built from the mesh's neighbour records;
+//! - [`tags`]: dense MPI tags per peer rank, computed identically on both ends;
+//! - [`comm_buffer`]: the five-state buffer of one channel, with the transport behind a trait;
+//! - [`pool`]: storage pools keyed by size, with owning and weak handles;
+//! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
+//!   pack-in-one / unpack-in-one over all sub-halos;
+//! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod channel;
+pub mod comm_buffer;
+pub mod error;
+pub mod tags;
+
+pub use channel::{Channel, ChannelKey, RankChannels};
+pub use error::BoundaryError;
+pub use tags::TagMap;

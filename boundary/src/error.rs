@@ -1,0 +1,49 @@
+//! The errors of the boundary crate.
+
+use thiserror::Error;
+
+/// Everything that can go wrong while setting up or running a boundary exchange.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum BoundaryError {
+    /// A dense tag would not fit under the communicator's tag upper bound.
+    #[error(
+        "rank {rank} needs tag {tag} for peer rank {peer} ({channels} channels), \
+         but the tag upper bound is {tag_ub}"
+    )]
+    TagOverflow {
+        /// The rank computing the tags.
+        rank: usize,
+        /// The peer rank whose channel list is too long.
+        peer: usize,
+        /// The largest tag needed.
+        tag: usize,
+        /// Number of channel pairs between the two ranks in that direction.
+        channels: usize,
+        /// The largest tag allowed (`MPI_TAG_UB`).
+        tag_ub: usize,
+    },
+    /// A buffer operation was called in a state where it is not allowed.
+    #[error("illegal buffer operation `{op}` in state {state}")]
+    IllegalTransition {
+        /// The operation (`send`, `try_receive`, ...).
+        op: &'static str,
+        /// The state the buffer was in.
+        state: &'static str,
+    },
+    /// Sizes that must agree do not.
+    #[error("{what}: expected {expected}, got {got}")]
+    Size {
+        /// What was measured.
+        what: &'static str,
+        /// The size required.
+        expected: usize,
+        /// The size found.
+        got: usize,
+    },
+    /// A channel or block geometry that the operation does not support.
+    #[error("unsupported geometry: {0}")]
+    Geometry(String),
+    /// An error from the mesh layer.
+    #[error(transparent)]
+    Mesh(#[from] starhalo_mesh::MeshError),
+}
