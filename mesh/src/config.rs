@@ -114,6 +114,13 @@ pub struct MeshConfig {
 
 const DIRS: [&str; 3] = ["1", "2", "3"];
 
+/// The most root blocks a mesh may have: every rank holds the whole tree.
+pub const MAX_ROOT_BLOCKS: u64 = 1 << 24;
+
+/// The most points (interior and ghosts, one more along each direction for node-centred data)
+/// one block may have.
+pub const MAX_BLOCK_CELLS: u64 = 1 << 40;
+
 fn mesh_key(k: &str) -> String {
     format!("parthenon/mesh/{k}")
 }
@@ -358,6 +365,22 @@ impl MeshConfig {
                         "must be even on a multilevel mesh",
                     ));
                 }
+                for (name, x) in [("min", self.xmin[d]), ("max", self.xmax[d])] {
+                    if !x.is_finite() {
+                        return Err(MeshError::invalid(
+                            mesh_key(&format!("x{dn}{name}")),
+                            x,
+                            "must be a finite number",
+                        ));
+                    }
+                }
+                if !(self.xmax[d] - self.xmin[d]).is_finite() {
+                    return Err(MeshError::invalid(
+                        mesh_key(&format!("x{dn}max")),
+                        self.xmax[d],
+                        format!("the extent from x{dn}min = {} is too large", self.xmin[d]),
+                    ));
+                }
                 if self.xmin[d].partial_cmp(&self.xmax[d]) != Some(std::cmp::Ordering::Less) {
                     return Err(MeshError::invalid(
                         mesh_key(&format!("x{dn}max")),
@@ -383,20 +406,56 @@ impl MeshConfig {
                 "must be at least 1",
             ));
         }
-        let nrb = self.nrb();
-        let root_bits = nrb
-            .iter()
-            .map(|&n| 64 - ((n.max(1) - 1) as u64).leading_zeros())
-            .max()
-            .unwrap_or(0);
-        if root_bits + self.max_level() > MAX_COORD_BITS {
+        // Sizes every rank must hold: the root grid (all of it, on every rank) and one block
+        // with its ghosts. Checked before any arithmetic on them.
+        let mut ntrees: u64 = 1;
+        let mut root_bits = 0u32;
+        for d in 0..3 {
+            let nrb = (self.nx[d] / self.block_nx[d]) as u64;
+            let bits = 64 - (nrb - 1).leading_zeros();
+            ntrees = ntrees.saturating_mul(nrb);
+            if bits > MAX_COORD_BITS || ntrees > MAX_ROOT_BLOCKS {
+                return Err(MeshError::invalid(
+                    mesh_key(&format!("nx{}", DIRS[d])),
+                    self.nx[d],
+                    format!(
+                        "gives a root grid of more than {MAX_ROOT_BLOCKS} blocks \
+                         (parthenon/meshblock/nx{} = {})",
+                        DIRS[d], self.block_nx[d]
+                    ),
+                ));
+            }
+            root_bits = root_bits.max(bits);
+        }
+        let mut cells: u64 = 1;
+        for d in 0..ndim {
+            let g = (self.nghost as u64).saturating_mul(2).saturating_add(1);
+            let n = (self.block_nx[d] as u64).saturating_add(g);
+            cells = cells.saturating_mul(n);
+            if cells > MAX_BLOCK_CELLS {
+                return Err(MeshError::invalid(
+                    format!("parthenon/meshblock/nx{}", DIRS[d]),
+                    self.block_nx[d],
+                    format!("a block with ghosts would exceed {MAX_BLOCK_CELLS} points"),
+                ));
+            }
+        }
+        if self.max_level() > MAX_COORD_BITS - root_bits {
             return Err(MeshError::invalid(
                 mesh_key("numlevel"),
                 self.numlevel,
                 format!(
-                    "more levels than a root grid of {nrb:?} blocks allows (at most {})",
+                    "more levels than a root grid of {:?} blocks allows (at most {})",
+                    self.nrb(),
                     MAX_COORD_BITS - root_bits + 1
                 ),
+            ));
+        }
+        if self.pack_size == Some(0) {
+            return Err(MeshError::invalid(
+                mesh_key("pack_size"),
+                0,
+                "must be -1 (all blocks) or >= 1",
             ));
         }
         for r in &self.static_regions {
@@ -414,6 +473,15 @@ impl MeshConfig {
                 ));
             }
             for d in 0..ndim {
+                for (name, x) in [("min", r.xmin[d]), ("max", r.xmax[d])] {
+                    if !x.is_finite() {
+                        return Err(MeshError::invalid(
+                            key(&format!("x{}{name}", DIRS[d])),
+                            x,
+                            "must be a finite number",
+                        ));
+                    }
+                }
                 if r.xmin[d] > r.xmax[d] {
                     return Err(MeshError::invalid(
                         key(&format!("x{}max", DIRS[d])),

@@ -34,6 +34,12 @@ impl Partition {
         if nranks == 0 {
             return Err(MeshError::Partition("need at least one rank".into()));
         }
+        if nranks > i32::MAX as usize {
+            return Err(MeshError::Partition(format!(
+                "{nranks} ranks: an MPI communicator has at most {} ranks",
+                i32::MAX
+            )));
+        }
         if let Some((g, c)) = costs
             .iter()
             .enumerate()
@@ -44,6 +50,11 @@ impl Partition {
             )));
         }
         let total: f64 = costs.iter().sum();
+        if !total.is_finite() {
+            return Err(MeshError::Partition(
+                "the total cost overflows; scale the costs down".into(),
+            ));
+        }
         let ideal = total / nranks as f64;
         let mut starts = vec![0usize; nranks + 1];
         let mut before = 0.0;
@@ -270,6 +281,51 @@ mod tests {
         assert!(Partition::balanced(&[1.0, f64::NAN], 2).is_err());
         assert!(Partition::balanced(&[1.0], 0).is_err());
         assert!(Partition::from_starts(vec![0, 3, 2]).is_err());
+        assert!(Partition::balanced(&[f64::MAX, f64::MAX], 2).is_err());
+        assert!(Partition::balanced(&[1.0], usize::MAX).is_err());
+    }
+
+    #[test]
+    fn random_costs_give_contiguous_partitions_within_one_block_of_ideal() {
+        // SplitMix64, so the test needs no extra crate.
+        let mut state = 12345u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        for _ in 0..500 {
+            let n = (next() % 200) as usize;
+            let nranks = 1 + (next() % 40) as usize;
+            // Costs spanning several orders of magnitude.
+            let costs: Vec<f64> = (0..n)
+                .map(|_| 10f64.powi((next() % 5) as i32 - 2) * (1 + next() % 9) as f64)
+                .collect();
+            let p = Partition::balanced(&costs, nranks).unwrap();
+            assert_eq!((p.nranks(), p.nblocks()), (nranks, n));
+            // Contiguous, in gid (Morton) order, covering every block once.
+            let mut next_gid = 0;
+            for r in 0..nranks {
+                let b = p.blocks_of(r);
+                assert_eq!(b.start, next_gid);
+                next_gid = b.end;
+                for g in b.clone() {
+                    assert_eq!(p.rank_of(g), Some(r));
+                    assert_eq!(p.gid_of(r, g - b.start), Some(g));
+                }
+            }
+            assert_eq!(next_gid, n);
+            let ideal = costs.iter().sum::<f64>() / nranks as f64;
+            let cmax = costs.iter().cloned().fold(0.0, f64::max);
+            for (r, load) in p.loads(&costs).iter().enumerate() {
+                assert!(
+                    (load - ideal).abs() <= cmax * (1.0 + 1e-12),
+                    "rank {r}: load {load}, ideal {ideal}, largest block {cmax}"
+                );
+            }
+        }
     }
 
     #[test]
