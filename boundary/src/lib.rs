@@ -17,6 +17,7 @@
 pub mod channel;
 pub mod comm_buffer;
 pub mod error;
+pub mod pool;
 pub mod tags;
 
 pub use channel::{Channel, ChannelKey, RankChannels};

@@ -1,0 +1,201 @@
+//! Object pools of value buffers, keyed by size.
+//!
+//! [`BufferPool::get`] hands out an [`Owned`] buffer of the requested length, reusing one
+//! returned earlier when there is one (then nothing is allocated). Dropping the owner puts
+//! the storage back on the free list of its size. A [`WeakHandle`] names a buffer without
+//! keeping it: it becomes invalid when the owner is dropped, even if the storage is later
+//! handed out again.
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Size -> returned buffers, each with its resource id.
+    free: HashMap<usize, Vec<(usize, Vec<f64>)>>,
+    /// Per resource id, bumped on every return: weak handles compare against it.
+    generation: Vec<u64>,
+}
+
+/// A pool of `f64` buffers keyed by length; cheap to clone (clones share the pool).
+#[derive(Debug, Clone, Default)]
+pub struct BufferPool {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // A panic while holding the lock leaves the free lists consistent (every mutation is a
+    // single push or pop), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl BufferPool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A zeroed buffer of `len` values: a returned one when available, else a new one.
+    ///
+    /// ```
+    /// use starhalo_boundary::pool::BufferPool;
+    /// let pool = BufferPool::new();
+    /// let a = pool.get(4);
+    /// let weak = a.downgrade();
+    /// assert!(weak.is_valid());
+    /// drop(a);
+    /// assert!(!weak.is_valid());
+    /// assert_eq!((pool.available(4), pool.created()), (1, 1));
+    /// let b = pool.get(4);
+    /// assert_eq!((&*b, pool.created()), (&[0.0; 4][..], 1));
+    /// ```
+    pub fn get(&self, len: usize) -> Owned {
+        let mut g = lock(&self.inner);
+        let reused = g.free.get_mut(&len).and_then(Vec::pop);
+        let (id, mut data) = match reused {
+            Some(r) => r,
+            None => {
+                let id = g.generation.len();
+                g.generation.push(0);
+                (id, vec![0.0; len])
+            }
+        };
+        let generation = g.generation[id];
+        drop(g);
+        data.fill(0.0);
+        Owned {
+            pool: Arc::clone(&self.inner),
+            id,
+            generation,
+            data,
+        }
+    }
+
+    /// Reserves free-list room for `n` more returned buffers of `len` values, so returns do
+    /// not allocate either.
+    pub fn reserve(&self, len: usize, n: usize) {
+        lock(&self.inner).free.entry(len).or_default().reserve(n);
+    }
+
+    /// Buffers of `len` values waiting for reuse.
+    pub fn available(&self, len: usize) -> usize {
+        lock(&self.inner).free.get(&len).map_or(0, Vec::len)
+    }
+
+    /// Buffers created so far (all sizes).
+    pub fn created(&self) -> usize {
+        lock(&self.inner).generation.len()
+    }
+}
+
+/// The owning handle of a pooled buffer; dereferences to its values and returns the storage
+/// to the pool when dropped.
+#[derive(Debug)]
+pub struct Owned {
+    pool: Arc<Mutex<Inner>>,
+    id: usize,
+    generation: u64,
+    data: Vec<f64>,
+}
+
+impl Owned {
+    /// A handle that does not keep the buffer.
+    pub fn downgrade(&self) -> WeakHandle {
+        WeakHandle {
+            pool: Arc::clone(&self.pool),
+            id: self.id,
+            generation: self.generation,
+            len: self.data.len(),
+        }
+    }
+}
+
+impl Deref for Owned {
+    type Target = [f64];
+    fn deref(&self) -> &[f64] {
+        &self.data
+    }
+}
+
+impl DerefMut for Owned {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        &mut self.data
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let data = std::mem::take(&mut self.data);
+        let mut g = lock(&self.pool);
+        if let Some(gen) = g.generation.get_mut(self.id) {
+            *gen += 1;
+        }
+        g.free.entry(data.len()).or_default().push((self.id, data));
+    }
+}
+
+/// A non-owning handle: says whether the buffer it names is still held by its owner.
+#[derive(Debug, Clone)]
+pub struct WeakHandle {
+    pool: Arc<Mutex<Inner>>,
+    id: usize,
+    generation: u64,
+    len: usize,
+}
+
+impl WeakHandle {
+    /// True while the owner it came from is alive.
+    pub fn is_valid(&self) -> bool {
+        lock(&self.pool).generation.get(self.id) == Some(&self.generation)
+    }
+
+    /// Length of the buffer it names.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_kept_apart_and_reused_zeroed() {
+        let pool = BufferPool::new();
+        let mut a = pool.get(3);
+        a.copy_from_slice(&[1.0, 2.0, 3.0]);
+        let b = pool.get(5);
+        drop(a);
+        drop(b);
+        assert_eq!((pool.available(3), pool.available(5)), (1, 1));
+        let c = pool.get(3);
+        assert_eq!(&*c, &[0.0; 3]);
+        assert_eq!(pool.created(), 2);
+        let d = pool.get(3);
+        assert_eq!(pool.created(), 3);
+        assert_eq!(d.len(), 3);
+    }
+
+    #[test]
+    fn weak_handle_is_invalid_after_reuse_by_another_owner() {
+        let pool = BufferPool::new();
+        let a = pool.get(2);
+        let w = a.downgrade();
+        assert_eq!(w.len(), 2);
+        drop(a);
+        let b = pool.get(2);
+        assert_eq!(pool.created(), 1, "same storage reused");
+        assert!(!w.is_valid());
+        assert!(b.downgrade().is_valid());
+        let pool2 = pool.clone();
+        drop(pool);
+        drop(b);
+        assert_eq!(pool2.available(2), 1);
+    }
+}
