@@ -6,7 +6,7 @@ use crate::graph::Graph;
 use crate::link::{self, Kind, Link};
 use crate::plan::Plan;
 use crate::raw::{self, RawComm};
-use crate::transport::{Basic, Dir, SfType, Side};
+use crate::transport::{Basic, Dir, SfType, Side, Transport};
 use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{for_each_segment, Policy};
@@ -268,22 +268,14 @@ impl StarForest {
         let in_place = self.reduce_in_place.filter(|_| red.is_none());
         match in_place {
             Some(start) => {
-                let base = root[start..].as_mut_ptr();
-                for i in 0..self.leaf_ranks.len() {
-                    let off = self.leaf_ranks.offsets[i];
-                    let bytes = self.leaf_ranks.units(i) * size_of::<U>();
-                    // SAFETY: the range lies in `root`, which `Pending` borrows until the wait.
-                    unsafe {
-                        link.transport.bind(
-                            Side::Root,
-                            Dir::Reduce,
-                            i,
-                            base.wrapping_add(off).cast(),
-                            bytes,
-                        )
-                    };
-                }
-                link.transport.start(Side::Root, Dir::Reduce);
+                let base = root[start..].as_mut_ptr().cast_const();
+                let peers = &self.leaf_ranks;
+                // SAFETY: every segment lies in `root`, which `Pending` borrows until the wait.
+                unsafe {
+                    bind_and_start(&mut *link.transport, peers, Side::Root, Dir::Reduce, |i| {
+                        base.wrapping_add(peers.offsets[i])
+                    })
+                };
             }
             None => self.post_recvs::<U>(&mut link, Side::Root, Dir::Reduce, None),
         }
@@ -413,20 +405,17 @@ impl StarForest {
             (Side::Leaf, Kind::FetchAndOp) => &mut link.fetchbuf,
             (Side::Leaf, _) => &mut link.leafbuf,
         };
-        let stage = link::view::<U>(staging, peers.total()).as_mut_ptr();
-        for i in 0..peers.len() {
-            let at = match (direct, peers.plans[i].contiguous_start()) {
-                (Some(d), Some(start)) => d.wrapping_add(start),
-                _ => stage.wrapping_add(peers.offsets[i]),
-            };
-            // SAFETY: `at` is either in the user's slice, borrowed by `Pending` until the wait,
-            // or in the link's staging buffer, which the link owns and never resizes.
-            unsafe {
-                link.transport
-                    .bind(side, dir, i, at.cast(), peers.units(i) * size_of::<U>())
-            };
-        }
-        link.transport.start(side, dir);
+        let stage = link::view::<U>(staging, peers.total()).as_ptr();
+        // SAFETY: each message is either in the user's slice, borrowed by `Pending` until the
+        // wait, or in the link's staging buffer, which the link owns and never resizes.
+        unsafe {
+            bind_and_start(&mut *link.transport, peers, side, dir, |i| {
+                match (direct, peers.plans[i].contiguous_start()) {
+                    (Some(d), Some(start)) => d.wrapping_add(start).cast_const(),
+                    _ => stage.wrapping_add(peers.offsets[i]),
+                }
+            })
+        };
     }
 
     /// Packs `data` for every peer of `side` whose indices are not contiguous (one dispatch),
@@ -447,19 +436,60 @@ impl StarForest {
             }
         });
         let stage = stage.as_ptr();
-        for i in 0..peers.len() {
-            let at = match peers.plans[i].contiguous_start() {
-                Some(start) => data[start..].as_ptr(),
-                None => stage.wrapping_add(peers.offsets[i]),
-            };
-            // SAFETY: `at` is in `data`, borrowed by `Pending` until the wait, or in the link's
-            // staging buffer, which the link owns and never resizes.
-            unsafe {
-                link.transport
-                    .bind(side, dir, i, at.cast(), peers.units(i) * size_of::<U>())
-            };
+        // SAFETY: each message is in `data`, borrowed by `Pending` until the wait, or in the
+        // link's staging buffer, which the link owns and never resizes.
+        unsafe {
+            bind_and_start(&mut *link.transport, peers, side, dir, |i| {
+                match peers.plans[i].contiguous_start() {
+                    Some(start) => data[start..].as_ptr(),
+                    None => stage.wrapping_add(peers.offsets[i]),
+                }
+            })
+        };
+    }
+}
+
+/// Binds every peer's message of `(side, dir)` to `place(peer)` and starts them all.
+///
+/// # Safety
+/// Each `place(i)` must point to `peers.units(i)` units that stay valid (and, for receives,
+/// unaliased) until the transport's wait for `(side, dir)`.
+unsafe fn bind_and_start<U: Unit>(
+    t: &mut dyn Transport,
+    peers: &Peers,
+    side: Side,
+    dir: Dir,
+    place: impl Fn(usize) -> *const U,
+) {
+    for i in 0..peers.len() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            t.bind(
+                side,
+                dir,
+                i,
+                place(i).cast(),
+                peers.units(i) * size_of::<U>(),
+            )
+        };
+    }
+    t.start(side, dir);
+}
+
+/// Unpacks every peer's staging segment into `dst`, except, when `in_place`, the peers whose
+/// contiguous data was received straight into `dst`.
+fn unpack_peers<U: Unit>(
+    dst: &mut [U],
+    peers: &Peers,
+    staging: &mut [u128],
+    red: Combine<U>,
+    in_place: bool,
+) {
+    let buf = link::view::<U>(staging, peers.total());
+    for (i, plan) in peers.plans.iter().enumerate() {
+        if !(in_place && plan.contiguous_start().is_some()) {
+            unpack(dst, plan, &buf[peers.offsets[i]..peers.offsets[i + 1]], red);
         }
-        link.transport.start(side, dir);
     }
 }
 
@@ -580,18 +610,7 @@ impl<U: Unit> Pending<'_, U> {
         match &mut self.work {
             Work::Bcast { leaf, red } => {
                 t.wait(Side::Leaf, Dir::Bcast);
-                let peers = &sf.root_ranks;
-                let buf = link::view::<U>(&mut link.leafbuf, peers.total());
-                for (i, plan) in peers.plans.iter().enumerate() {
-                    if red.is_some() || plan.contiguous_start().is_none() {
-                        unpack(
-                            leaf,
-                            plan,
-                            &buf[peers.offsets[i]..peers.offsets[i + 1]],
-                            *red,
-                        );
-                    }
-                }
+                unpack_peers(leaf, &sf.root_ranks, &mut link.leafbuf, *red, red.is_none());
                 t.wait(Side::Root, Dir::Bcast);
             }
             Work::Reduce {
@@ -601,16 +620,7 @@ impl<U: Unit> Pending<'_, U> {
             } => {
                 t.wait(Side::Root, Dir::Reduce);
                 if !*in_place {
-                    let peers = &sf.leaf_ranks;
-                    let buf = link::view::<U>(&mut link.rootbuf, peers.total());
-                    for (i, plan) in peers.plans.iter().enumerate() {
-                        unpack(
-                            root,
-                            plan,
-                            &buf[peers.offsets[i]..peers.offsets[i + 1]],
-                            *red,
-                        );
-                    }
+                    unpack_peers(root, &sf.leaf_ranks, &mut link.rootbuf, *red, false);
                 }
                 t.wait(Side::Leaf, Dir::Reduce);
             }
@@ -631,34 +641,15 @@ impl<U: Unit> Pending<'_, U> {
                     *slot = root[r];
                     combine_unit(&mut root[r], &incoming, *red);
                 }
-                for i in 0..peers.len() {
-                    let bytes = peers.units(i) * size_of::<U>();
-                    // SAFETY: the segment is in the link's staging buffer, owned by the link.
-                    unsafe {
-                        t.bind(
-                            Side::Root,
-                            Dir::Bcast,
-                            i,
-                            stage.wrapping_add(peers.offsets[i]).cast(),
-                            bytes,
-                        )
-                    };
-                }
-                t.start(Side::Root, Dir::Bcast);
+                // SAFETY: every segment is in the link's staging buffer, owned by the link.
+                unsafe {
+                    bind_and_start(&mut **t, peers, Side::Root, Dir::Bcast, |i| {
+                        stage.wrapping_add(peers.offsets[i])
+                    })
+                };
                 t.wait(Side::Leaf, Dir::Reduce);
                 t.wait(Side::Leaf, Dir::Bcast);
-                let peers = &sf.root_ranks;
-                let buf = link::view::<U>(&mut link.fetchbuf, peers.total());
-                for (i, plan) in peers.plans.iter().enumerate() {
-                    if plan.contiguous_start().is_none() {
-                        unpack(
-                            leafupdate,
-                            plan,
-                            &buf[peers.offsets[i]..peers.offsets[i + 1]],
-                            None,
-                        );
-                    }
-                }
+                unpack_peers(leafupdate, &sf.root_ranks, &mut link.fetchbuf, None, true);
                 t.wait(Side::Root, Dir::Bcast);
             }
         }

@@ -182,31 +182,24 @@ impl SyncSend {
         let mut req = null_request();
         let bytes = std::mem::size_of_val(data);
         let count = c_int::try_from(bytes).expect("discovery message larger than 2 GiB");
+        let isend = if sync {
+            ffi::MPI_Issend
+        } else {
+            ffi::MPI_Isend
+        };
         // SAFETY: the caller keeps `data` alive until completion; `req` is our own slot.
         let code = unsafe {
-            if sync {
-                ffi::MPI_Issend(
-                    data.as_ptr().cast(),
-                    count,
-                    byte_type(),
-                    dest,
-                    tag,
-                    comm,
-                    &mut req,
-                )
-            } else {
-                ffi::MPI_Isend(
-                    data.as_ptr().cast(),
-                    count,
-                    byte_type(),
-                    dest,
-                    tag,
-                    comm,
-                    &mut req,
-                )
-            }
+            isend(
+                data.as_ptr().cast(),
+                count,
+                byte_type(),
+                dest,
+                tag,
+                comm,
+                &mut req,
+            )
         };
-        check(code, "MPI_Issend");
+        check(code, "MPI_Issend/MPI_Isend");
         Self { req }
     }
 
