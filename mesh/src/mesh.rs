@@ -174,7 +174,11 @@ impl Mesh {
             Some(c) => c.to_vec(),
             None => vec![1.0; self.forest.len()],
         };
-        let flags = self.counter.filter(&self.forest, flags);
+        // Check the costs before anything changes, and update the derefinement counts only
+        // once the remesh has succeeded: a failed remesh leaves the mesh as it was.
+        Partition::balanced(&old_costs, self.partition.nranks())?;
+        let mut counter = self.counter.clone();
+        let flags = counter.filter(&self.forest, flags);
         let r = remesh(&self.forest, &flags, &self.rules)?;
         let new_costs: Vec<f64> = r
             .map
@@ -191,6 +195,7 @@ impl Mesh {
         let moves = plan_moves(&r.map, &self.partition, &partition)?;
         self.forest = r.forest;
         self.partition = partition;
+        self.counter = counter;
         Ok(RemeshOutcome {
             map: r.map,
             moves,
@@ -335,5 +340,12 @@ mod tests {
             (1, 0, 1)
         );
         assert!(mesh.remesh(&[RefinementFlag::Same], None).is_err());
+        // Bad costs are an error that leaves the mesh and its derefinement counts unchanged.
+        let n = mesh.forest().len();
+        let before = mesh.forest().leaves().to_vec();
+        let d = vec![RefinementFlag::Derefine; n];
+        assert!(mesh.remesh(&d, Some(&vec![f64::NAN; n])).is_err());
+        assert_eq!(mesh.forest().leaves(), &before[..]);
+        assert_eq!(mesh.counter.count(&before[0]), 0);
     }
 }
