@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bnd_info;
 pub mod channel;
 pub mod comm_buffer;
 pub mod error;

@@ -1,0 +1,569 @@
+//! Index boxes of each channel, `#[repr(C)]` sub-halo descriptors, and pack/unpack in one.
+//!
+//! All boxes are **inclusive** index ranges per direction (`s..=e`, as [`IndexRange`] and
+//! Parthenon write them), in the index space of either a block's own array (interior plus
+//! `nghost` ghost layers) or its coarse buffer (half the interior, `nghost / 2 + 1` ghost
+//! layers), for cell-centred variables. Arrays are row-major with x1 fastest.
+//!
+//! With `n` interior cells and `g` ghosts along a direction, `cn = n / 2`, `cg = g / 2 + 1`,
+//! `o` the sender's element offset along it and `f` the channel's `fi` there (free directions
+//! only):
+//!
+//! | case | sender box (space) | receiver box (space) |
+//! |---|---|---|
+//! | same level | last/first `g` interior cells, or all `n` (block) | `g` ghosts, or all `n` (block) |
+//! | receiver coarser | `g` cells of the restricted interior, or all `cn` (coarse) | `g` ghosts, or half `f` of the interior (block) |
+//! | receiver finer | `cg` interior cells, or half `f` widened by `cg` inwards (block) | `cg` coarse ghosts, or its `cn` widened by `cg` towards the sender's other half (coarse) |
+//!
+//! The finer receiver prolongates from its coarse buffer afterwards; a finer sender restricts
+//! into its coarse buffer before packing. Boxes of both ends have the same shape and are
+//! walked in the same order, so the buffer needs no index of its own.
+
+use starhalo_exec::{for_each_segment, Policy};
+use starhalo_mesh::field::{IndexRange, IndexShape};
+use starhalo_sf::{PackPlan, Plan};
+
+use crate::channel::Channel;
+use crate::error::BoundaryError;
+
+/// A 3-D box of indices: one inclusive range per direction (x1, x2, x3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IndexBox(pub [IndexRange; 3]);
+
+impl IndexBox {
+    /// Points per direction.
+    pub fn dims(&self) -> [usize; 3] {
+        self.0.map(|r| r.len())
+    }
+
+    /// Number of points.
+    pub fn len(&self) -> usize {
+        self.dims().iter().product()
+    }
+
+    /// True when some direction is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True when the box lies inside an array of `dims` points.
+    pub fn fits(&self, dims: [usize; 3]) -> bool {
+        (0..3).all(|d| self.0[d].is_empty() || self.0[d].e < dims[d])
+    }
+
+    /// The points in pack order (x1 fastest).
+    pub fn points(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
+        let [ri, rj, rk] = self.0;
+        rk.as_range().flat_map(move |k| {
+            rj.as_range()
+                .flat_map(move |j| ri.as_range().map(move |i| [i, j, k]))
+        })
+    }
+
+    /// The pack plan of this box inside a row-major array of `dims` points starting at
+    /// `base`: contiguous or strided, never a list.
+    ///
+    /// ```
+    /// use starhalo_boundary::bnd_info::IndexBox;
+    /// use starhalo_mesh::field::IndexRange;
+    /// use starhalo_sf::PackPlan;
+    /// let r = |s, e| IndexRange { s, e };
+    /// // A 2-wide x1 face strip of an 8x8 array: 2 values per row, 4 rows.
+    /// let b = IndexBox([r(0, 1), r(2, 5), r(0, 0)]);
+    /// let p = b.plan([8, 8, 1], 100).unwrap();
+    /// assert!(matches!(p.kind, PackPlan::Strided { start: 116, dx: 2, dy: 4, sx: 8, .. }));
+    /// // Whole rows are contiguous.
+    /// let rows = IndexBox([r(0, 7), r(2, 5), r(0, 0)]);
+    /// assert!(matches!(rows.plan([8, 8, 1], 0).unwrap().kind, PackPlan::Contiguous { start: 16, len: 32 }));
+    /// ```
+    pub fn plan(&self, dims: [usize; 3], base: usize) -> Result<Plan, BoundaryError> {
+        if !self.fits(dims) {
+            return Err(BoundaryError::Geometry(format!(
+                "box {:?} outside an array of {dims:?}",
+                self.0
+            )));
+        }
+        let idx: Vec<usize> = self
+            .points()
+            .map(|[i, j, k]| base + (k * dims[1] + j) * dims[0] + i)
+            .collect();
+        let plan = Plan::new(&idx);
+        if matches!(plan.kind, PackPlan::List(_)) {
+            return Err(BoundaryError::Geometry(format!(
+                "box {:?} did not reduce to a strided plan",
+                self.0
+            )));
+        }
+        Ok(plan)
+    }
+}
+
+/// Which array of a block a box indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Space {
+    /// The block's own array (interior and ghosts).
+    Block,
+    /// The block's coarse buffer.
+    Coarse,
+}
+
+fn range(s: usize, len: usize) -> IndexRange {
+    IndexRange { s, e: s + len - 1 }
+}
+
+/// The slot of `fi` that direction `d` uses: its rank among the free active directions.
+fn fi_along(ch: &Channel, ndim: usize, d: usize) -> usize {
+    let o = ch.key.element.offset();
+    let slot = (0..d).filter(|&x| x < ndim && o[x] == 0).count();
+    ch.fi.get(slot).map_or(0, |&f| usize::from(f & 1))
+}
+
+struct Dims {
+    n: usize,
+    g: usize,
+    cn: usize,
+    cg: usize,
+}
+
+fn dims_of(shape: &IndexShape, d: usize, need_coarse: bool) -> Result<Dims, BoundaryError> {
+    let n = shape.nx()[d];
+    let g = shape.ghosts(d);
+    let (cn, cg) = (n / 2, g / 2 + 1);
+    let ok = n >= g && (!need_coarse || (n % 2 == 0 && cn >= g && cn >= cg));
+    if !ok {
+        return Err(BoundaryError::Geometry(format!(
+            "block of {n} cells with {g} ghosts along x{} is too small for this exchange",
+            d + 1
+        )));
+    }
+    Ok(Dims { n, g, cn, cg })
+}
+
+/// The sender's box of channel `ch` on blocks of `shape`, and which array it indexes.
+pub fn send_box(ch: &Channel, shape: &IndexShape) -> Result<(IndexBox, Space), BoundaryError> {
+    let ndim = shape.ndim();
+    let o = ch.key.element.offset();
+    let space = if ch.level_diff < 0 {
+        Space::Coarse
+    } else {
+        Space::Block
+    };
+    let mut r = [range(0, 1); 3];
+    for d in 0..ndim {
+        let Dims { n, g, cn, cg } = dims_of(shape, d, ch.level_diff != 0)?;
+        let f = fi_along(ch, ndim, d);
+        r[d] = match (ch.level_diff, o[d]) {
+            (0, 1) => range(n, g),
+            (0, -1) => range(g, g),
+            (0, _) => range(g, n),
+            (l, 1) if l < 0 => range(cg + cn - g, g),
+            (l, -1) if l < 0 => range(cg, g),
+            (l, _) if l < 0 => range(cg, cn),
+            (_, 1) => range(g + n - cg, cg),
+            (_, -1) => range(g, cg),
+            _ => range(if f == 0 { g } else { g + cn - cg }, cn + cg),
+        };
+    }
+    Ok((IndexBox(r), space))
+}
+
+/// The receiver's box of channel `ch` on blocks of `shape`, and which array it indexes.
+pub fn recv_box(ch: &Channel, shape: &IndexShape) -> Result<(IndexBox, Space), BoundaryError> {
+    let ndim = shape.ndim();
+    let p = ch.receiver_element().offset();
+    let space = if ch.level_diff > 0 {
+        Space::Coarse
+    } else {
+        Space::Block
+    };
+    let mut r = [range(0, 1); 3];
+    for d in 0..ndim {
+        let Dims { n, g, cn, cg } = dims_of(shape, d, ch.level_diff != 0)?;
+        let f = fi_along(ch, ndim, d);
+        r[d] = match (ch.level_diff, p[d]) {
+            (l, 1) if l <= 0 => range(g + n, g),
+            (l, -1) if l <= 0 => range(0, g),
+            (0, _) => range(g, n),
+            (l, _) if l < 0 => range(g + f * cn, cn),
+            (_, 1) => range(cg + cn, cg),
+            (_, -1) => range(0, cg),
+            _ => range(if f == 0 { cg } else { 0 }, cn + cg),
+        };
+    }
+    Ok((IndexBox(r), space))
+}
+
+/// Flag of [`BndInfo::flags`]: the box indexes the coarse buffer.
+pub const FLAG_COARSE: u32 = 1;
+/// Flag of [`BndInfo::flags`]: the channel carries data (clear: fill with the default).
+pub const FLAG_ALLOCATED: u32 = 2;
+
+/// One sub-halo as the pack and unpack loops see it: plain data, `#[repr(C)]` so that an
+/// array of them can be copied to a device as is.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BndInfo {
+    /// Block index within the field storage.
+    pub block: usize,
+    /// Variable index within the field storage.
+    pub var: usize,
+    /// First index per direction (inclusive).
+    pub s: [usize; 3],
+    /// Last index per direction (inclusive).
+    pub e: [usize; 3],
+    /// Where the sub-halo starts in the communication buffer.
+    pub buf_offset: usize,
+    /// [`FLAG_COARSE`], [`FLAG_ALLOCATED`].
+    pub flags: u32,
+    /// Padding, zero.
+    pub pad: u32,
+}
+
+impl BndInfo {
+    /// A descriptor of `bx` in `block`/`var`, starting at `buf_offset`.
+    pub fn new(block: usize, var: usize, bx: &IndexBox, buf_offset: usize, flags: u32) -> Self {
+        Self {
+            block,
+            var,
+            s: bx.0.map(|r| r.s),
+            e: bx.0.map(|r| r.e),
+            buf_offset,
+            flags,
+            pad: 0,
+        }
+    }
+
+    /// Its box.
+    pub fn index_box(&self) -> IndexBox {
+        IndexBox([0, 1, 2].map(|d| IndexRange {
+            s: self.s[d],
+            e: self.e[d],
+        }))
+    }
+
+    /// Values it packs.
+    pub fn len(&self) -> usize {
+        self.index_box().len()
+    }
+
+    /// True for an empty box.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How fields are stored for pack and unpack: for each block, for each variable, one
+/// row-major array of `dims` points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FieldLayout {
+    /// Points per direction of one variable of one block.
+    pub dims: [usize; 3],
+    /// Variables per block.
+    pub nvar: usize,
+}
+
+impl FieldLayout {
+    /// The layout of `nvar` variables on blocks of `shape` (whole arrays, ghosts included).
+    pub fn of_shape(shape: &IndexShape, nvar: usize) -> Self {
+        let c = starhalo_mesh::field::TopologicalElement::CC;
+        let e = starhalo_mesh::field::IndexDomain::Entire;
+        Self {
+            dims: [0, 1, 2].map(|d| shape.range(d, e, c).len()),
+            nvar,
+        }
+    }
+
+    /// Values per variable array.
+    pub fn var_len(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Values per block.
+    pub fn block_len(&self) -> usize {
+        self.var_len() * self.nvar
+    }
+
+    /// Flat index of point `p` of variable `var` within its block.
+    pub fn index_in_block(&self, var: usize, p: [usize; 3]) -> usize {
+        ((var * self.dims[2] + p[2]) * self.dims[1] + p[1]) * self.dims[0] + p[0]
+    }
+}
+
+/// A list of sub-halos prepared for pack-in-one or unpack-in-one over a buffer that holds
+/// them back to back, built once and reused every exchange.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BndCache {
+    layout: FieldLayout,
+    infos: Vec<BndInfo>,
+    /// Buffer segment bounds: sub-halo `h` is `buf[seg[h]..seg[h + 1]]`.
+    seg: Vec<usize>,
+    /// Sub-halos sorted by block, and per block the range into `by_block`.
+    by_block: Vec<usize>,
+    block_start: Vec<usize>,
+    nblocks: usize,
+}
+
+impl BndCache {
+    /// Checks `infos` against `layout` and `nblocks` blocks, lays their buffer segments back
+    /// to back in the given order (overwriting `buf_offset`), and groups them by block.
+    pub fn new(
+        layout: FieldLayout,
+        nblocks: usize,
+        mut infos: Vec<BndInfo>,
+    ) -> Result<Self, BoundaryError> {
+        let mut seg = Vec::with_capacity(infos.len() + 1);
+        let mut off = 0;
+        seg.push(0);
+        for b in &mut infos {
+            if b.block >= nblocks || b.var >= layout.nvar || !b.index_box().fits(layout.dims) {
+                return Err(BoundaryError::Geometry(format!(
+                    "sub-halo {b:?} outside {nblocks} blocks of {layout:?}"
+                )));
+            }
+            b.buf_offset = off;
+            off += b.len();
+            seg.push(off);
+        }
+        let mut by_block: Vec<usize> = (0..infos.len()).collect();
+        by_block.sort_by_key(|&h| infos[h].block);
+        let mut block_start = vec![0; nblocks + 1];
+        for b in &infos {
+            block_start[b.block + 1] += 1;
+        }
+        for i in 0..nblocks {
+            block_start[i + 1] += block_start[i];
+        }
+        Ok(Self {
+            layout,
+            infos,
+            seg,
+            by_block,
+            block_start,
+            nblocks,
+        })
+    }
+
+    /// The descriptors, with their buffer offsets.
+    pub fn infos(&self) -> &[BndInfo] {
+        &self.infos
+    }
+
+    /// Total buffer length.
+    pub fn buffer_len(&self) -> usize {
+        self.seg.last().copied().unwrap_or(0)
+    }
+
+    fn check(&self, data: usize, buf: usize) -> Result<(), BoundaryError> {
+        let want = self.nblocks * self.layout.block_len();
+        if data != want {
+            return Err(BoundaryError::Size {
+                what: "field storage",
+                expected: want,
+                got: data,
+            });
+        }
+        if buf != self.buffer_len() {
+            return Err(BoundaryError::Size {
+                what: "communication buffer",
+                expected: self.buffer_len(),
+                got: buf,
+            });
+        }
+        Ok(())
+    }
+
+    /// Packs every sub-halo from `data` into `buf` in one dispatch (outer: sub-halos, inner:
+    /// their cells). Flags are not consulted: every listed sub-halo is packed.
+    pub fn pack(&self, policy: Policy, data: &[f64], buf: &mut [f64]) -> Result<(), BoundaryError> {
+        self.check(data.len(), buf.len())?;
+        let l = self.layout;
+        for_each_segment(policy, buf, &self.seg, |h, out| {
+            let b = &self.infos[h];
+            let base = b.block * l.block_len();
+            for (v, p) in out.iter_mut().zip(b.index_box().points()) {
+                *v = data[base + l.index_in_block(b.var, p)];
+            }
+        });
+        Ok(())
+    }
+
+    /// Unpacks every sub-halo from `buf` into `data` in one dispatch (outer: blocks, inner:
+    /// their sub-halos and cells). A sub-halo without [`FLAG_ALLOCATED`] is filled with
+    /// `default` instead.
+    pub fn unpack(
+        &self,
+        policy: Policy,
+        buf: &[f64],
+        data: &mut [f64],
+        default: f64,
+    ) -> Result<(), BoundaryError> {
+        self.check(data.len(), buf.len())?;
+        let l = self.layout;
+        let offsets: Vec<usize> = (0..=self.nblocks).map(|b| b * l.block_len()).collect();
+        for_each_segment(policy, data, &offsets, |blk, cells| {
+            for &h in &self.by_block[self.block_start[blk]..self.block_start[blk + 1]] {
+                let b = &self.infos[h];
+                let src = &buf[self.seg[h]..self.seg[h + 1]];
+                let on = b.flags & FLAG_ALLOCATED != 0;
+                for (v, p) in src.iter().zip(b.index_box().points()) {
+                    cells[l.index_in_block(b.var, p)] = if on { *v } else { default };
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channel::all_channels;
+    use starhalo_mesh::{find_neighbors, Forest, LogicalLocation, RootGrid};
+
+    fn two_level(ndim: usize) -> Forest {
+        let nrb = if ndim == 3 { [2, 2, 2] } else { [2, 2, 1] };
+        let g = RootGrid::new(ndim, nrb, [true, true, ndim == 3]).unwrap();
+        let mut leaves: Vec<_> = Forest::uniform(g, 0).leaves().to_vec();
+        leaves.retain(|l| *l != LogicalLocation::new(0, [0, 0, 0]));
+        leaves.extend(LogicalLocation::new(0, [0, 0, 0]).children(ndim));
+        Forest::from_leaves(g, leaves).unwrap()
+    }
+
+    /// Global cell coordinate (at the level of the array's cells) of point `c` along `d`.
+    fn global(
+        loc: &LogicalLocation,
+        space: Space,
+        shape: &IndexShape,
+        d: usize,
+        c: usize,
+    ) -> (u32, i64) {
+        let (n, g) = (shape.nx()[d] as i64, shape.ghosts(d) as i64);
+        match space {
+            Space::Block => (loc.level(), loc.lx_dir(d) * n + c as i64 - g),
+            Space::Coarse => (
+                loc.level() - 1,
+                loc.lx_dir(d) * (n / 2) + c as i64 - (g / 2 + 1),
+            ),
+        }
+    }
+
+    /// Every sender point and the receiver point it lands on are the same physical cell
+    /// (modulo the periodic domain), at the same level, for all three level cases.
+    #[test]
+    fn sender_and_receiver_boxes_image_the_same_cells_across_levels() {
+        for (ndim, nx, ng) in [(2, [8, 8, 1], 2), (3, [4, 4, 4], 2), (2, [8, 6, 1], 3)] {
+            let f = two_level(ndim);
+            let nb = find_neighbors(&f, &vec![0; f.len()]).unwrap();
+            let shape = IndexShape::new(nx, ng, ndim).unwrap();
+            let cshape = shape.coarse().unwrap();
+            let mut cases = [0usize; 3];
+            for ch in all_channels(&nb, &[0]) {
+                let (sb, ss) = send_box(&ch, &shape).unwrap();
+                let (rb, rs) = recv_box(&ch, &shape).unwrap();
+                assert_eq!(sb.dims(), rb.dims(), "{ch:?}");
+                let arr = |s| {
+                    FieldLayout::of_shape(if s == Space::Coarse { &cshape } else { &shape }, 1).dims
+                };
+                assert!(sb.fits(arr(ss)) && rb.fits(arr(rs)), "{ch:?}");
+                let (sl, rl) = (f.leaves()[ch.key.sender], f.leaves()[ch.key.receiver]);
+                for (ps, pr) in sb.points().zip(rb.points()) {
+                    for d in 0..ndim {
+                        let (ls, xs) = global(&sl, ss, &shape, d, ps[d]);
+                        let (lr, xr) = global(&rl, rs, &shape, d, pr[d]);
+                        assert_eq!(ls, lr);
+                        let period = f.grid().nrb()[d] * nx[d] as i64 * (1 << ls);
+                        assert_eq!(xs.rem_euclid(period), xr.rem_euclid(period), "{ch:?} d{d}");
+                    }
+                }
+                // The receiver's box is ghosts only, and the sender's interior only.
+                let (rn, rg) = if rs == Space::Coarse {
+                    (cshape.nx(), cshape.nghost())
+                } else {
+                    (nx, ng)
+                };
+                assert!(rb
+                    .points()
+                    .all(|p| (0..ndim).any(|d| p[d] < rg || p[d] >= rg + rn[d])));
+                let (sn, sg) = if ss == Space::Coarse {
+                    (cshape.nx(), cshape.nghost())
+                } else {
+                    (nx, ng)
+                };
+                assert!(sb
+                    .points()
+                    .all(|p| (0..ndim).all(|d| p[d] >= sg && p[d] < sg + sn[d])));
+                cases[(ch.level_diff + 1) as usize] += 1;
+            }
+            assert!(cases.iter().all(|&c| c > 0), "{cases:?}");
+        }
+    }
+
+    #[test]
+    fn every_channel_box_is_strided_or_contiguous() {
+        let f = two_level(3);
+        let nb = find_neighbors(&f, &vec![0; f.len()]).unwrap();
+        let shape = IndexShape::new([4, 4, 4], 2, 3).unwrap();
+        let l = FieldLayout::of_shape(&shape, 1);
+        let cl = FieldLayout::of_shape(&shape.coarse().unwrap(), 1);
+        for ch in all_channels(&nb, &[0]) {
+            for (b, s) in [
+                send_box(&ch, &shape).unwrap(),
+                recv_box(&ch, &shape).unwrap(),
+            ] {
+                let dims = if s == Space::Coarse { cl.dims } else { l.dims };
+                let p = b.plan(dims, 7).unwrap();
+                let want: Vec<usize> = b
+                    .points()
+                    .map(|[i, j, k]| 7 + (k * dims[1] + j) * dims[0] + i)
+                    .collect();
+                assert_eq!(p.iter().collect::<Vec<_>>(), want);
+                assert!(!p.duplicates);
+            }
+        }
+    }
+
+    #[test]
+    fn too_small_blocks_and_bad_descriptors_are_errors() {
+        let f = two_level(2);
+        let nb = find_neighbors(&f, &vec![0; f.len()]).unwrap();
+        let shape = IndexShape::new([2, 2, 1], 2, 2).unwrap();
+        let ch = all_channels(&nb, &[0]);
+        assert!(ch.iter().any(|c| send_box(c, &shape).is_err()));
+        let l = FieldLayout {
+            dims: [4, 4, 1],
+            nvar: 1,
+        };
+        let r = |s, e| IndexRange { s, e };
+        let bad = BndInfo::new(0, 0, &IndexBox([r(0, 4), r(0, 0), r(0, 0)]), 0, 0);
+        assert!(BndCache::new(l, 1, vec![bad]).is_err());
+        let ok = BndInfo::new(0, 0, &IndexBox([r(0, 3), r(0, 0), r(0, 0)]), 0, 0);
+        let c = BndCache::new(l, 1, vec![ok]).unwrap();
+        let mut buf = vec![0.0; 3];
+        assert!(matches!(
+            c.pack(Policy::Serial, &[0.0; 16], &mut buf),
+            Err(BoundaryError::Size { .. })
+        ));
+    }
+
+    #[test]
+    fn unallocated_sub_halos_unpack_the_default() {
+        let l = FieldLayout {
+            dims: [3, 1, 1],
+            nvar: 1,
+        };
+        let r = |s, e| IndexRange { s, e };
+        let a = BndInfo::new(
+            0,
+            0,
+            &IndexBox([r(0, 0), r(0, 0), r(0, 0)]),
+            0,
+            FLAG_ALLOCATED,
+        );
+        let b = BndInfo::new(1, 0, &IndexBox([r(2, 2), r(0, 0), r(0, 0)]), 0, 0);
+        let c = BndCache::new(l, 2, vec![a, b]).unwrap();
+        let mut data = vec![0.0; 6];
+        c.unpack(Policy::Threaded, &[5.0, 6.0], &mut data, -1.0)
+            .unwrap();
+        assert_eq!(data, [5.0, 0.0, 0.0, 0.0, 0.0, -1.0]);
+    }
+}
