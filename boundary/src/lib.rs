@@ -19,6 +19,7 @@ pub mod channel;
 pub mod comm_buffer;
 pub mod error;
 pub mod pool;
+pub mod prolong_restrict;
 pub mod tags;
 
 pub use channel::{Channel, ChannelKey, RankChannels};
