@@ -290,7 +290,9 @@ impl FieldLayout {
 }
 
 /// A list of sub-halos prepared for pack-in-one or unpack-in-one over a buffer that holds
-/// them back to back, built once and reused every exchange.
+/// them back to back, built once and reused every exchange (pack and unpack allocate
+/// nothing). One cache addresses one kind of array: build it with the block layout for
+/// [`Space::Block`] boxes, or with the coarse-buffer layout for [`Space::Coarse`] boxes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BndCache {
     layout: FieldLayout,
@@ -300,6 +302,8 @@ pub struct BndCache {
     /// Sub-halos sorted by block, and per block the range into `by_block`.
     by_block: Vec<usize>,
     block_start: Vec<usize>,
+    /// Field storage segment bounds: block `b` is `data[blocks[b]..blocks[b + 1]]`.
+    blocks: Vec<usize>,
     nblocks: usize,
 }
 
@@ -339,6 +343,7 @@ impl BndCache {
             seg,
             by_block,
             block_start,
+            blocks: (0..=nblocks).map(|b| b * layout.block_len()).collect(),
             nblocks,
         })
     }
@@ -399,8 +404,7 @@ impl BndCache {
     ) -> Result<(), BoundaryError> {
         self.check(data.len(), buf.len())?;
         let l = self.layout;
-        let offsets: Vec<usize> = (0..=self.nblocks).map(|b| b * l.block_len()).collect();
-        for_each_segment(policy, data, &offsets, |blk, cells| {
+        for_each_segment(policy, data, &self.blocks, |blk, cells| {
             for &h in &self.by_block[self.block_start[blk]..self.block_start[blk + 1]] {
                 let b = &self.infos[h];
                 let src = &buf[self.seg[h]..self.seg[h + 1]];

@@ -22,6 +22,12 @@ pub mod pool;
 pub mod prolong_restrict;
 pub mod tags;
 
+pub use bnd_info::{BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};
+pub use comm_buffer::{
+    same_rank_pair, Arrival, BufferState, CommBuffer, Role, SameRank, Transport,
+};
 pub use error::BoundaryError;
+pub use pool::{BufferPool, Owned, WeakHandle};
+pub use prolong_restrict::{prolongate, restrict, Prolongation};
 pub use tags::TagMap;

@@ -3,7 +3,12 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use starhalo_boundary::bnd_info::{recv_box, send_box, BndCache, BndInfo, FieldLayout};
+use starhalo_boundary::channel::all_channels;
 use starhalo_boundary::pool::BufferPool;
+use starhalo_exec::Policy;
+use starhalo_mesh::field::IndexShape;
+use starhalo_mesh::{find_neighbors, Forest, RootGrid};
 
 struct Counting;
 
@@ -65,4 +70,42 @@ fn get_after_return_does_not_allocate() {
     let fresh = pool.get(33);
     assert!(count() > b);
     drop(fresh);
+}
+
+#[test]
+fn warm_pack_and_unpack_allocate_nothing() {
+    let grid = RootGrid::new(2, [2, 2, 1], [true, true, false]).unwrap();
+    let forest = Forest::uniform(grid, 0);
+    let nb = find_neighbors(&forest, &[0; 4]).unwrap();
+    let shape = IndexShape::new([4, 4, 1], 2, 2).unwrap();
+    let layout = FieldLayout::of_shape(&shape, 1);
+    let (mut s, mut r) = (Vec::new(), Vec::new());
+    for ch in all_channels(&nb, &[0]) {
+        s.push(BndInfo::new(
+            ch.key.sender,
+            0,
+            &send_box(&ch, &shape).unwrap().0,
+            0,
+            2,
+        ));
+        r.push(BndInfo::new(
+            ch.key.receiver,
+            0,
+            &recv_box(&ch, &shape).unwrap().0,
+            0,
+            2,
+        ));
+    }
+    let send = BndCache::new(layout, 4, s).unwrap();
+    let recv = BndCache::new(layout, 4, r).unwrap();
+    let mut data = vec![1.0; 4 * layout.block_len()];
+    let pool = BufferPool::new();
+    drop(pool.get(send.buffer_len()));
+    let before = count();
+    for _ in 0..5 {
+        let mut buf = pool.get(send.buffer_len());
+        send.pack(Policy::Serial, &data, &mut buf).unwrap();
+        recv.unpack(Policy::Serial, &buf, &mut data, 0.0).unwrap();
+    }
+    assert_eq!(count(), before, "a warm exchange allocated");
 }
