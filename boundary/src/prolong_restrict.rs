@@ -92,7 +92,7 @@ impl Geometry {
             }
             let h = usize::from(halo && d < self.ndim);
             let ok = r.s >= h
-                && r.e + h < self.coarse[d]
+                && r.e < self.coarse[d].saturating_sub(h)
                 && self.first_child(d, r.s).is_some()
                 && self.first_child(d, r.e).is_some();
             if !ok {
