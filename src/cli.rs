@@ -84,6 +84,9 @@ pub struct PingpongArgs {
     /// Largest message in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_bytes: usize,
+    /// Timed rounds per size (alternating raw MPI and the forest); the median is reported.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -12,9 +12,6 @@ use serde::Serialize;
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 use std::time::Instant;
 
-/// Timed rounds per size; the median round is reported.
-const ROUNDS: usize = 15;
-
 #[derive(Serialize)]
 struct Row {
     bytes: usize,
@@ -45,7 +42,7 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     let mut rows = Vec::new();
     let mut bytes = a.min_bytes;
     while bytes <= a.max_bytes {
-        rows.push(measure(world, &comm, bytes)?);
+        rows.push(measure(world, &comm, bytes, a.rounds as usize)?);
         bytes *= 2;
     }
     if world.rank() == 0 {
@@ -58,8 +55,9 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
             println!("{}", serde_json::to_string(&report)?);
         } else {
             println!(
-                "# sf-pingpong, implementation {}: one-way latency (us), median of {ROUNDS} rounds",
-                opts.sf_type.name()
+                "# sf-pingpong, implementation {}: one-way latency (us), median of {} rounds",
+                opts.sf_type.name(),
+                a.rounds
             );
             println!(
                 "{:>10} {:>10} {:>10} {:>12} {:>10}",
@@ -80,7 +78,12 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     Ok(())
 }
 
-fn measure(world: &SimpleCommunicator, comm: &SimpleCommunicator, bytes: usize) -> Result<Row> {
+fn measure(
+    world: &SimpleCommunicator,
+    comm: &SimpleCommunicator,
+    bytes: usize,
+    rounds: usize,
+) -> Result<Row> {
     let rank = world.rank();
     let graph = if rank == 0 {
         Graph::new(bytes, None, Vec::new())
@@ -106,7 +109,7 @@ fn measure(world: &SimpleCommunicator, comm: &SimpleCommunicator, bytes: usize) 
         &mut leaf[..sf.leaf_space()],
         &mut raw[..bytes],
     );
-    let iters = (4_000_000 / (bytes + 512)).clamp(20, 20_000);
+    let iters = (4_000_000 / (bytes + 512)).clamp(60, 20_000);
 
     let peer = comm.process_at_rank(1 - rank);
     let mut raw_pingpong = |n: usize| {
@@ -130,7 +133,7 @@ fn measure(world: &SimpleCommunicator, comm: &SimpleCommunicator, bytes: usize) 
     raw_pingpong(iters / 4 + 1);
     sf_pingpong(iters / 4 + 1)?;
     let (mut t_mpi, mut t_sf) = (Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         for which in [round % 2, 1 - round % 2] {
             comm.barrier();
             let t0 = Instant::now();
