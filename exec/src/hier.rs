@@ -26,12 +26,10 @@ where
     T: Send,
     F: Fn(usize, &mut [T]) + Sync,
 {
-    let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
-        return;
-    };
     if offsets.len() < 2 {
         return; // no group
     }
+    let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
     assert!(
         first <= last && last <= data.len(),
         "segment offsets out of range"

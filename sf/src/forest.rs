@@ -4,7 +4,7 @@ use crate::discovery::{self, Discovery};
 use crate::error::SfError;
 use crate::graph::Graph;
 use crate::link::{self, Kind, Link};
-use crate::plan::Plan;
+use crate::plan::{PackPlan, Plan};
 use crate::raw::{self, RawComm};
 use crate::transport::{Basic, Dir, SfType, Side, Transport};
 use crate::unit::{reducer, Op, Reducer, Unit};
@@ -539,31 +539,24 @@ fn scatter<U: Unit>(dst: &mut [U], dst_plan: &Plan, src: &[U], src_plan: &Plan, 
     let pairs = dst_plan.iter().zip(src_plan.iter());
     match red {
         None => pairs.for_each(|(d, s)| dst[d] = src[s]),
-        Some(f) => {
-            let n = U::LANES;
-            let (dl, sl) = (lanes_mut(dst), lanes(src));
-            for (d, s) in pairs {
-                for l in 0..n {
-                    f(&mut dl[d * n + l], sl[s * n + l]);
-                }
-            }
-        }
+        Some(f) => pairs.for_each(|(d, s)| combine_unit(&mut dst[d], &src[s], f)),
     }
 }
 
-/// `dst[plan[k]] = dst[...] op src[k]`.
+/// `dst[plan[k]] = dst[...] op src[k]`: a scatter from the whole of `src`, with a plain copy
+/// when both sides are contiguous.
 fn unpack<U: Unit>(dst: &mut [U], plan: &Plan, src: &[U], red: Combine<U>) {
     match (red, plan.contiguous_start()) {
         (None, Some(start)) => dst[start..start + src.len()].copy_from_slice(src),
-        (None, None) => plan.iter().zip(src).for_each(|(d, s)| dst[d] = *s),
-        (Some(f), _) => {
-            let n = U::LANES;
-            let (dl, sl) = (lanes_mut(dst), lanes(src));
-            for (k, d) in plan.iter().enumerate() {
-                for l in 0..n {
-                    f(&mut dl[d * n + l], sl[k * n + l]);
-                }
-            }
+        _ => {
+            let whole = Plan {
+                kind: PackPlan::Contiguous {
+                    start: 0,
+                    len: src.len(),
+                },
+                duplicates: false,
+            };
+            scatter(dst, plan, src, &whole, red);
         }
     }
 }
