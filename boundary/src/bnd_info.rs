@@ -289,13 +289,59 @@ impl FieldLayout {
     }
 }
 
+/// How one block's storage is laid out: the block arrays of every variable slot, then (on a
+/// multilevel mesh) the coarse-buffer arrays, so that one block is one contiguous segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockLayout {
+    /// The block arrays.
+    pub fine: FieldLayout,
+    /// The coarse buffers, if the mesh is multilevel.
+    pub coarse: Option<FieldLayout>,
+}
+
+impl From<FieldLayout> for BlockLayout {
+    fn from(fine: FieldLayout) -> Self {
+        Self { fine, coarse: None }
+    }
+}
+
+impl BlockLayout {
+    /// Values per block (both kinds of array).
+    pub fn block_len(&self) -> usize {
+        self.fine.block_len() + self.coarse.map_or(0, |c| c.block_len())
+    }
+
+    /// Where the coarse arrays start within a block.
+    pub fn coarse_start(&self) -> usize {
+        self.fine.block_len()
+    }
+
+    /// The array kind a descriptor indexes.
+    fn of(&self, b: &BndInfo) -> Option<FieldLayout> {
+        if b.flags & FLAG_COARSE != 0 {
+            self.coarse
+        } else {
+            Some(self.fine)
+        }
+    }
+
+    /// Flat index within its block of point `p` of descriptor `b` (checked by `BndCache::new`).
+    fn index(&self, b: &BndInfo, p: [usize; 3]) -> usize {
+        if b.flags & FLAG_COARSE != 0 {
+            let c = self.coarse.unwrap_or(self.fine);
+            self.coarse_start() + c.index_in_block(b.var, p)
+        } else {
+            self.fine.index_in_block(b.var, p)
+        }
+    }
+}
+
 /// A list of sub-halos prepared for pack-in-one or unpack-in-one over a buffer that holds
 /// them back to back, built once and reused every exchange (pack and unpack allocate
-/// nothing). One cache addresses one kind of array: build it with the block layout for
-/// [`Space::Block`] boxes, or with the coarse-buffer layout for [`Space::Coarse`] boxes.
+/// nothing). A descriptor with [`FLAG_COARSE`] indexes its block's coarse buffer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BndCache {
-    layout: FieldLayout,
+    layout: BlockLayout,
     infos: Vec<BndInfo>,
     /// Buffer segment bounds: sub-halo `h` is `buf[seg[h]..seg[h + 1]]`.
     seg: Vec<usize>,
@@ -311,15 +357,19 @@ impl BndCache {
     /// Checks `infos` against `layout` and `nblocks` blocks, lays their buffer segments back
     /// to back in the given order (overwriting `buf_offset`), and groups them by block.
     pub fn new(
-        layout: FieldLayout,
+        layout: impl Into<BlockLayout>,
         nblocks: usize,
         mut infos: Vec<BndInfo>,
     ) -> Result<Self, BoundaryError> {
+        let layout = layout.into();
         let mut seg = Vec::with_capacity(infos.len() + 1);
         let mut off = 0;
         seg.push(0);
         for b in &mut infos {
-            if b.block >= nblocks || b.var >= layout.nvar || !b.index_box().fits(layout.dims) {
+            let fits = layout
+                .of(b)
+                .is_some_and(|l| b.var < l.nvar && b.index_box().fits(l.dims));
+            if b.block >= nblocks || !fits {
                 return Err(BoundaryError::Geometry(format!(
                     "sub-halo {b:?} outside {nblocks} blocks of {layout:?}"
                 )));
@@ -353,6 +403,22 @@ impl BndCache {
         &self.infos
     }
 
+    /// Sets or clears [`FLAG_ALLOCATED`] on descriptors `range` (a channel's sub-halos).
+    pub fn set_allocated(&mut self, range: std::ops::Range<usize>, on: bool) {
+        for b in &mut self.infos[range] {
+            if on {
+                b.flags |= FLAG_ALLOCATED;
+            } else {
+                b.flags &= !FLAG_ALLOCATED;
+            }
+        }
+    }
+
+    /// Buffer range of descriptors `range`.
+    pub fn buffer_range(&self, range: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        self.seg[range.start]..self.seg[range.end]
+    }
+
     /// Total buffer length.
     pub fn buffer_len(&self) -> usize {
         self.seg.last().copied().unwrap_or(0)
@@ -367,7 +433,7 @@ impl BndCache {
                 got: data,
             });
         }
-        if buf != self.buffer_len() {
+        if buf < self.buffer_len() {
             return Err(BoundaryError::Size {
                 what: "communication buffer",
                 expected: self.buffer_len(),
@@ -382,25 +448,26 @@ impl BndCache {
     pub fn pack(&self, policy: Policy, data: &[f64], buf: &mut [f64]) -> Result<(), BoundaryError> {
         self.check(data.len(), buf.len())?;
         let l = self.layout;
+        let buf = &mut buf[..self.buffer_len()];
         for_each_segment(policy, buf, &self.seg, |h, out| {
             let b = &self.infos[h];
             let base = b.block * l.block_len();
             for (v, p) in out.iter_mut().zip(b.index_box().points()) {
-                *v = data[base + l.index_in_block(b.var, p)];
+                *v = data[base + l.index(b, p)];
             }
         });
         Ok(())
     }
 
     /// Unpacks every sub-halo from `buf` into `data` in one dispatch (outer: blocks, inner:
-    /// their sub-halos and cells). A sub-halo without [`FLAG_ALLOCATED`] is filled with
-    /// `default` instead.
+    /// their sub-halos and cells). A sub-halo without [`FLAG_ALLOCATED`] is filled with its
+    /// variable slot's default (`defaults[var]`, 0 where not given) instead.
     pub fn unpack(
         &self,
         policy: Policy,
         buf: &[f64],
         data: &mut [f64],
-        default: f64,
+        defaults: &[f64],
     ) -> Result<(), BoundaryError> {
         self.check(data.len(), buf.len())?;
         let l = self.layout;
@@ -408,9 +475,15 @@ impl BndCache {
             for &h in &self.by_block[self.block_start[blk]..self.block_start[blk + 1]] {
                 let b = &self.infos[h];
                 let src = &buf[self.seg[h]..self.seg[h + 1]];
-                let on = b.flags & FLAG_ALLOCATED != 0;
-                for (v, p) in src.iter().zip(b.index_box().points()) {
-                    cells[l.index_in_block(b.var, p)] = if on { *v } else { default };
+                if b.flags & FLAG_ALLOCATED != 0 {
+                    for (v, p) in src.iter().zip(b.index_box().points()) {
+                        cells[l.index(b, p)] = *v;
+                    }
+                } else {
+                    let d = defaults.get(b.var).copied().unwrap_or(0.0);
+                    for p in b.index_box().points() {
+                        cells[l.index(b, p)] = d;
+                    }
                 }
             }
         });
@@ -566,7 +639,7 @@ mod tests {
         let b = BndInfo::new(1, 0, &IndexBox([r(2, 2), r(0, 0), r(0, 0)]), 0, 0);
         let c = BndCache::new(l, 2, vec![a, b]).unwrap();
         let mut data = vec![0.0; 6];
-        c.unpack(Policy::Threaded, &[5.0, 6.0], &mut data, -1.0)
+        c.unpack(Policy::Threaded, &[5.0, 6.0], &mut data, &[-1.0])
             .unwrap();
         assert_eq!(data, [5.0, 0.0, 0.0, 0.0, 0.0, -1.0]);
     }

@@ -43,6 +43,16 @@ pub enum BoundaryError {
     /// A channel or block geometry that the operation does not support.
     #[error("unsupported geometry: {0}")]
     Geometry(String),
+    /// A message could not be posted (a bug in the exchange's bookkeeping, or a peer that
+    /// sent more than the channel holds).
+    #[error("messaging: {0}")]
+    Messaging(#[from] starhalo_sf::p2p::P2pError),
+    /// Two ranks disagree about what a channel or message carries.
+    #[error("ranks disagree: {0}")]
+    Mismatch(String),
+    /// A boundary type this exchange does not serve.
+    #[error("boundary type `{0}` is not served by this exchange")]
+    Unsupported(&'static str),
     /// An error from the mesh layer.
     #[error(transparent)]
     Mesh(#[from] starhalo_mesh::MeshError),

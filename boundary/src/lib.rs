@@ -15,19 +15,24 @@
 #![warn(missing_docs)]
 
 pub mod bnd_info;
+pub mod bounds;
 pub mod channel;
 pub mod comm_buffer;
 pub mod error;
+pub mod exchange;
 pub mod pool;
 pub mod prolong_restrict;
+pub mod storage;
 pub mod tags;
 
-pub use bnd_info::{BndCache, BndInfo, FieldLayout, IndexBox, Space};
+pub use bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};
 pub use comm_buffer::{
     same_rank_pair, Arrival, BufferState, CommBuffer, Role, SameRank, Transport,
 };
 pub use error::BoundaryError;
+pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};
+pub use storage::BlockData;
 pub use tags::TagMap;

@@ -125,7 +125,7 @@ fn random_periodic_meshes_fill_every_ghost_with_its_image() {
             assert_eq!(rx.state(), BufferState::Received);
             arrived[ri.buf_offset..ri.buf_offset + n].copy_from_slice(rx.data());
         }
-        recv.unpack(policy, &arrived, &mut data, 0.0).unwrap();
+        recv.unpack(policy, &arrived, &mut data, &[]).unwrap();
 
         let mut checked = 0;
         points(&mut |b, v, p| {

@@ -105,7 +105,7 @@ fn warm_pack_and_unpack_allocate_nothing() {
     for _ in 0..5 {
         let mut buf = pool.get(send.buffer_len());
         send.pack(Policy::Serial, &data, &mut buf).unwrap();
-        recv.unpack(Policy::Serial, &buf, &mut data, 0.0).unwrap();
+        recv.unpack(Policy::Serial, &buf, &mut data, &[]).unwrap();
     }
     assert_eq!(count(), before, "a warm exchange allocated");
 }

@@ -17,6 +17,7 @@ mod error;
 mod forest;
 mod graph;
 mod link;
+pub mod p2p;
 mod plan;
 mod raw;
 mod transport;

@@ -295,3 +295,154 @@ impl Ibarrier {
         test(&mut self.req)
     }
 }
+
+/// Non-blocking sends and receives of `f64` slices that complete together.
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    reqs: Vec<ffi::MPI_Request>,
+    recv: Vec<bool>,
+}
+
+impl Requests {
+    pub(crate) fn len(&self) -> usize {
+        self.reqs.len()
+    }
+
+    fn count(data: &[f64]) -> c_int {
+        c_int::try_from(std::mem::size_of_val(data)).expect("message larger than 2 GiB")
+    }
+
+    /// # Safety
+    /// `data` must stay alive and unchanged until [`wait_all`](Self::wait_all) or a
+    /// successful [`test_all`](Self::test_all).
+    pub(crate) unsafe fn isend(&mut self, comm: RawComm, data: &[f64], dest: i32, tag: i32) {
+        let mut req = null_request();
+        // SAFETY: the caller keeps `data` alive until completion; `req` is our own slot.
+        let code = unsafe {
+            ffi::MPI_Isend(
+                data.as_ptr().cast(),
+                Self::count(data),
+                byte_type(),
+                dest,
+                tag,
+                comm,
+                &mut req,
+            )
+        };
+        check(code, "MPI_Isend");
+        self.reqs.push(req);
+        self.recv.push(false);
+    }
+
+    /// # Safety
+    /// `data` must stay alive and untouched by anything else until completion.
+    pub(crate) unsafe fn irecv(&mut self, comm: RawComm, data: &mut [f64], src: i32, tag: i32) {
+        let mut req = null_request();
+        // SAFETY: the caller keeps `data` alive and unaliased until completion.
+        let code = unsafe {
+            ffi::MPI_Irecv(
+                data.as_mut_ptr().cast(),
+                Self::count(data),
+                byte_type(),
+                src,
+                tag,
+                comm,
+                &mut req,
+            )
+        };
+        check(code, "MPI_Irecv");
+        self.reqs.push(req);
+        self.recv.push(true);
+    }
+
+    /// True (and the list emptied) when every request has completed.
+    pub(crate) fn test_all(&mut self) -> bool {
+        if self.reqs.is_empty() {
+            return true;
+        }
+        let mut flag: c_int = 0;
+        // SAFETY: the array holds valid request handles; statuses are ignored.
+        let code = unsafe {
+            ffi::MPI_Testall(
+                self.reqs.len() as c_int,
+                self.reqs.as_mut_ptr(),
+                &mut flag,
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        check(code, "MPI_Testall");
+        if flag != 0 {
+            self.reqs.clear();
+            self.recv.clear();
+        }
+        flag != 0
+    }
+
+    pub(crate) fn wait_all(&mut self) {
+        if self.reqs.is_empty() {
+            return;
+        }
+        // SAFETY: the array holds valid request handles; statuses are ignored.
+        let code = unsafe {
+            ffi::MPI_Waitall(
+                self.reqs.len() as c_int,
+                self.reqs.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        check(code, "MPI_Waitall");
+        self.reqs.clear();
+        self.recv.clear();
+    }
+
+    /// Cancels the receives still in flight (they complete as cancelled at the next wait).
+    pub(crate) fn cancel_receives(&mut self) {
+        for (r, &is_recv) in self.reqs.iter_mut().zip(&self.recv) {
+            if is_recv && !test(r) {
+                // SAFETY: `r` is an active receive request we own.
+                let code = unsafe { ffi::MPI_Cancel(r) };
+                check(code, "MPI_Cancel");
+            }
+        }
+    }
+}
+
+/// Bytes of a pending message from `src` with `tag`, if one has arrived.
+pub(crate) fn iprobe(comm: RawComm, src: i32, tag: i32) -> Option<usize> {
+    let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+    let mut flag: c_int = 0;
+    // SAFETY: `status` and `flag` are out-parameters MPI writes before we read them.
+    let code = unsafe { ffi::MPI_Iprobe(src, tag, comm, &mut flag, status.as_mut_ptr()) };
+    check(code, "MPI_Iprobe");
+    if flag == 0 {
+        return None;
+    }
+    // SAFETY: MPI filled the status because a message was found.
+    let status = unsafe { status.assume_init() };
+    let mut count: c_int = 0;
+    // SAFETY: `status` is a valid status from the probe above.
+    let code = unsafe { ffi::MPI_Get_count(&status, byte_type(), &mut count) };
+    check(code, "MPI_Get_count");
+    Some(count as usize)
+}
+
+/// The communicator's `MPI_TAG_UB` attribute.
+pub(crate) fn tag_ub(comm: RawComm) -> usize {
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI writes a pointer to its own attribute value into `value` when `flag` is set.
+    let code = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm,
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast(),
+            &mut flag,
+        )
+    };
+    check(code, "MPI_Comm_get_attr");
+    if flag == 0 || value.is_null() {
+        return 32767; // the smallest upper bound the standard allows
+    }
+    // SAFETY: MPI_TAG_UB is an int attribute that lives as long as MPI is initialised.
+    usize::try_from(unsafe { *value }).unwrap_or(32767)
+}

@@ -1,0 +1,1053 @@
+//! The ghost exchange over MPI: one [`Exchange`] per rank, built at every remesh, and the task
+//! functions that drive it.
+//!
+//! The path of one exchange, per mesh-data partition and [`BoundaryType`]:
+//!
+//! 1. [`Exchange::start_receive`] posts the receives of dense channels (sparse channels and
+//!    coalesced messages are probed for their size instead).
+//! 2. [`Exchange::send`] restricts interiors that coarser neighbours need, packs every
+//!    sub-halo in one dispatch, decides per channel between data and null (unallocated, or no
+//!    value above the sparse threshold), and sends: one message per channel, or one data and
+//!    one allocation-status message per (peer rank, partition pair) when coalesced.
+//! 3. [`Exchange::receive`] polls; it returns [`TaskStatus::Incomplete`] until every channel
+//!    of the route has arrived (same-rank channels read the sender's buffer directly).
+//! 4. [`Exchange::set_bounds`] unpacks every sub-halo in one dispatch (null channels fill the
+//!    default value) and allocates sparse variables that received data.
+//! 5. [`Exchange::finish`] prolongates from coarser neighbours and applies physical boundary
+//!    conditions, once every type the caller uses has been set.
+//!
+//! Everything a route needs (channel lists, sub-halo caches, buffers, message groups, tags,
+//! posting order) is built once in [`Exchange::new`]; an exchange allocates nothing once warm.
+
+use std::ops::Range;
+use std::str::FromStr;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use starhalo_exec::Policy;
+use starhalo_mesh::field::IndexShape;
+use starhalo_mesh::Mesh;
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::p2p::{self, MsgArena};
+
+use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
+use crate::bounds::BlockFinish;
+use crate::channel::{Channel, RankChannels};
+use crate::comm_buffer::BufferState;
+use crate::error::BoundaryError;
+use crate::prolong_restrict::{restrict, Prolongation};
+use crate::storage::BlockData;
+use crate::tags::TagMap;
+
+/// Which channels an operation serves (Parthenon's ten boundary types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BoundaryType {
+    /// Every ghost channel.
+    Any,
+    /// Ghost channels whose two blocks share a rank.
+    Local,
+    /// Ghost channels between ranks.
+    Nonlocal,
+    /// Flux-correction channels, sending side.
+    FlxcorSend,
+    /// Flux-correction channels, receiving side.
+    FlxcorRecv,
+    /// Multigrid: same level.
+    GmgSame,
+    /// Multigrid: restriction, sending side.
+    GmgRestrictSend,
+    /// Multigrid: restriction, receiving side.
+    GmgRestrictRecv,
+    /// Multigrid: prolongation, sending side.
+    GmgProlongateSend,
+    /// Multigrid: prolongation, receiving side.
+    GmgProlongateRecv,
+}
+
+impl BoundaryType {
+    /// All ten, in Parthenon's order.
+    pub const ALL: [Self; 10] = [
+        Self::Any,
+        Self::Local,
+        Self::Nonlocal,
+        Self::FlxcorSend,
+        Self::FlxcorRecv,
+        Self::GmgSame,
+        Self::GmgRestrictSend,
+        Self::GmgRestrictRecv,
+        Self::GmgProlongateSend,
+        Self::GmgProlongateRecv,
+    ];
+
+    /// Parthenon's lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Any => "any",
+            Self::Local => "local",
+            Self::Nonlocal => "nonlocal",
+            Self::FlxcorSend => "flxcor_send",
+            Self::FlxcorRecv => "flxcor_recv",
+            Self::GmgSame => "gmg_same",
+            Self::GmgRestrictSend => "gmg_restrict_send",
+            Self::GmgRestrictRecv => "gmg_restrict_recv",
+            Self::GmgProlongateSend => "gmg_prolongate_send",
+            Self::GmgProlongateRecv => "gmg_prolongate_recv",
+        }
+    }
+
+    /// The ghost-exchange route index of this type, if it is one.
+    fn ghost_index(self) -> Option<usize> {
+        match self {
+            Self::Any => Some(0),
+            Self::Local => Some(1),
+            Self::Nonlocal => Some(2),
+            _ => None,
+        }
+    }
+
+    fn admits(self, c: &Channel) -> bool {
+        match self {
+            Self::Local => c.is_local(),
+            Self::Nonlocal => !c.is_local(),
+            _ => true,
+        }
+    }
+}
+
+impl FromStr for BoundaryType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown boundary type `{s}`"))
+    }
+}
+
+/// The order in which a route posts its sends and receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Ordering {
+    /// Channel-key order.
+    #[default]
+    Natural,
+    /// A seeded random permutation.
+    Random(u64),
+    /// By receiving block, then key.
+    ByReceiver,
+}
+
+impl FromStr for Ordering {
+    type Err = String;
+    /// `natural`, `by_receiver`, `random` or `random:SEED`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "natural" => Ok(Self::Natural),
+            "by_receiver" => Ok(Self::ByReceiver),
+            "random" => Ok(Self::Random(0)),
+            _ => s
+                .strip_prefix("random:")
+                .and_then(|x| x.parse().ok())
+                .map(Self::Random)
+                .ok_or_else(|| {
+                    format!("unknown ordering `{s}` (natural, by_receiver, random[:SEED])")
+                }),
+        }
+    }
+}
+
+/// How an exchange moves its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangeOptions {
+    /// One data and one status message per (peer rank, partition pair) instead of one
+    /// message per channel (`parthenon/mesh/do_coalesced_comms`, default on).
+    pub coalesced: bool,
+    /// Posting order of sends and receives.
+    pub ordering: Ordering,
+    /// Pack and unpack loops: serial or threaded.
+    pub policy: Policy,
+}
+
+impl Default for ExchangeOptions {
+    fn default() -> Self {
+        Self {
+            coalesced: true,
+            ordering: Ordering::Natural,
+            policy: Policy::Serial,
+        }
+    }
+}
+
+/// What a task function reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskStatus {
+    /// Done.
+    Complete,
+    /// Not yet: call again later.
+    Incomplete,
+}
+
+/// Messages and bytes this rank has sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Traffic {
+    /// MPI messages.
+    pub messages: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+}
+
+/// One end of a channel within a route.
+#[derive(Debug, Clone)]
+struct End {
+    ch: Channel,
+    /// Local index of this rank's block (sender on the send side, receiver on the receive side).
+    block: usize,
+    /// Variable id.
+    var: usize,
+    /// Its sub-halos in the route's cache, and their buffer range.
+    halos: Range<usize>,
+    buf: Range<usize>,
+    /// Peer rank and dense tag on the variable's communicator (remote channels).
+    peer: i32,
+    tag: i32,
+    sparse: bool,
+    state: BufferState,
+    /// A receive is posted for this many values.
+    posted: Option<usize>,
+    /// Same-rank receive: the sender's route and end.
+    source: Option<(usize, usize)>,
+}
+
+/// The channels of one (peer rank, partition pair) in a coalesced route.
+#[derive(Debug, Clone)]
+struct Group {
+    peer: i32,
+    ends: Range<usize>,
+    tag: i32,
+    /// Send side: where the status values go in the send buffer, and the data range.
+    status_at: usize,
+    data: Range<usize>,
+    /// Receive side: state of the two messages.
+    status_in: bool,
+    data_in: bool,
+}
+
+/// Everything one (partition, type) needs.
+#[derive(Debug)]
+struct Route {
+    send: Vec<End>,
+    recv: Vec<End>,
+    send_cache: BndCache,
+    recv_cache: BndCache,
+    send_buf: MsgArena,
+    recv_buf: MsgArena,
+    send_groups: Vec<Group>,
+    recv_groups: Vec<Group>,
+    /// Receive side of coalesced messages: per group a status and a data segment.
+    coal: MsgArena,
+    /// Posting orders: indices into `send`/`recv` (or the groups, when coalesced).
+    send_order: Vec<usize>,
+    recv_order: Vec<usize>,
+    /// (block, variable) pairs whose interior is restricted before sending.
+    restrict: Vec<(usize, usize)>,
+}
+
+/// The ghost exchange of one rank.
+pub struct Exchange {
+    opts: ExchangeOptions,
+    shape: IndexShape,
+    var_comms: Vec<Option<SimpleCommunicator>>,
+    coal_comm: SimpleCommunicator,
+    parts: Vec<Vec<usize>>,
+    routes: Vec<Route>,
+    finish: Vec<Vec<BlockFinish>>,
+    prolongation: Vec<Prolongation>,
+    pending_alloc: Vec<Vec<(usize, usize)>>,
+    traffic: Traffic,
+}
+
+const GHOST_TYPES: [BoundaryType; 3] = [
+    BoundaryType::Any,
+    BoundaryType::Local,
+    BoundaryType::Nonlocal,
+];
+
+fn order<T>(items: &[T], ordering: Ordering, key: impl Fn(&T) -> usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..items.len()).collect();
+    match ordering {
+        Ordering::Natural => {}
+        Ordering::ByReceiver => idx.sort_by_key(|&i| (key(&items[i]), i)),
+        Ordering::Random(seed) => {
+            idx.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        }
+    }
+    idx
+}
+
+fn to_i32(x: usize, what: &str) -> Result<i32, BoundaryError> {
+    i32::try_from(x).map_err(|_| BoundaryError::Geometry(format!("{what} {x} exceeds i32")))
+}
+
+impl Exchange {
+    /// The exchange of this rank of `comm` for the fill-ghost variables of `data` on `mesh`.
+    /// Collective: every rank of `comm` must call it (it duplicates communicators and, when
+    /// coalesced, checks with each peer what each message will hold).
+    pub fn new(
+        comm: &SimpleCommunicator,
+        mesh: &Mesh,
+        data: &BlockData,
+        opts: ExchangeOptions,
+    ) -> Result<Self, BoundaryError> {
+        let rank = comm.rank() as usize;
+        let nranks = comm.size() as usize;
+        let shape = *data.shape();
+        let vars: Vec<usize> = (0..data.vars().len())
+            .filter(|&v| data.vars()[v].fill_ghost)
+            .collect();
+        let var_comms = (0..data.vars().len())
+            .map(|v| vars.contains(&v).then(|| comm.duplicate()))
+            .collect();
+        let coal_comm = comm.duplicate();
+        let tag_ub = p2p::tag_ub(&coal_comm);
+
+        let neighbors = mesh.neighbors()?;
+        let rc = RankChannels::new(&neighbors, &vars, rank);
+        let tags = TagMap::new(&rc, tag_ub)?;
+
+        // Partitions of every rank, so both ends agree on message groups.
+        let all_parts: Vec<Vec<Vec<usize>>> =
+            (0..nranks).map(|r| mesh.pack_partitions(r)).collect();
+        let mut part_of = vec![0; mesh.forest().len()];
+        for parts in &all_parts {
+            for (p, gids) in parts.iter().enumerate() {
+                for &g in gids {
+                    part_of[g] = p;
+                }
+            }
+        }
+        let max_parts = all_parts.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        let parts: Vec<Vec<usize>> = all_parts[rank]
+            .iter()
+            .map(|gids| gids.iter().filter_map(|&g| data.local(g)).collect())
+            .collect();
+        let coal_tag = |src_part: usize, dst_part: usize| -> Result<i32, BoundaryError> {
+            let t = (src_part * max_parts + dst_part) * 2 + 1;
+            if t > tag_ub {
+                return Err(BoundaryError::TagOverflow {
+                    rank,
+                    peer: rank,
+                    tag: t,
+                    channels: max_parts,
+                    tag_ub,
+                });
+            }
+            to_i32(t - 1, "tag")
+        };
+
+        let local = |gid: usize| {
+            data.local(gid).ok_or_else(|| {
+                BoundaryError::Geometry(format!("block {gid} is not on rank {rank}"))
+            })
+        };
+        let mut routes = Vec::with_capacity(parts.len() * 3);
+        for (p, _) in parts.iter().enumerate() {
+            for ty in GHOST_TYPES {
+                // Send ends: sorted by (peer rank, peer partition, key) so that each coalesced
+                // group is one contiguous run of the buffer.
+                let mut send: Vec<&Channel> = rc
+                    .send
+                    .iter()
+                    .filter(|c| ty.admits(c) && part_of[c.key.sender] == p)
+                    .collect();
+                send.sort_by_key(|c| (c.receiver_rank, part_of[c.key.receiver], c.key));
+                let mut recv: Vec<&Channel> = rc
+                    .recv
+                    .iter()
+                    .filter(|c| ty.admits(c) && part_of[c.key.receiver] == p)
+                    .collect();
+                recv.sort_by_key(|c| (c.sender_rank, part_of[c.key.sender], c.key));
+
+                let build = |list: &[&Channel],
+                             sending: bool|
+                 -> Result<(Vec<End>, BndCache), BoundaryError> {
+                    let mut ends = Vec::with_capacity(list.len());
+                    let mut infos = Vec::new();
+                    let mut off = 0;
+                    for c in list {
+                        let (bx, space) = if sending {
+                            send_box(c, &shape)?
+                        } else {
+                            recv_box(c, &shape)?
+                        };
+                        let block = local(if sending {
+                            c.key.sender
+                        } else {
+                            c.key.receiver
+                        })?;
+                        let flags = FLAG_ALLOCATED
+                            | if space == Space::Coarse {
+                                FLAG_COARSE
+                            } else {
+                                0
+                            };
+                        let first = infos.len();
+                        let start = off;
+                        for s in data.vars()[c.key.var].slots.clone() {
+                            infos.push(BndInfo::new(block, s, &bx, off, flags));
+                            off += bx.len();
+                        }
+                        let (peer, tag) = if c.is_local() {
+                            (rank, 0)
+                        } else if sending {
+                            (c.receiver_rank, tags.send_tag(c).unwrap_or(0))
+                        } else {
+                            (c.sender_rank, tags.recv_tag(c).unwrap_or(0))
+                        };
+                        ends.push(End {
+                            ch: **c,
+                            block,
+                            var: c.key.var,
+                            halos: first..infos.len(),
+                            buf: start..off,
+                            peer: to_i32(peer, "rank")?,
+                            tag: to_i32(tag, "tag")?,
+                            sparse: data.vars()[c.key.var].threshold.is_some(),
+                            state: BufferState::Stale,
+                            posted: None,
+                            source: None,
+                        });
+                    }
+                    let cache = BndCache::new(data.layout(), data.gids().len(), infos)?;
+                    Ok((ends, cache))
+                };
+                let (send_ends, send_cache) = build(&send, true)?;
+                let (recv_ends, recv_cache) = build(&recv, false)?;
+
+                // Coalesced groups: runs of remote ends with the same (peer, peer partition).
+                let groups = |ends: &[End],
+                              peer_part: &dyn Fn(&Channel) -> usize,
+                              sending: bool|
+                 -> Result<Vec<Group>, BoundaryError> {
+                    let mut out: Vec<Group> = Vec::new();
+                    for (i, e) in ends.iter().enumerate().filter(|(_, e)| !e.ch.is_local()) {
+                        let pp = peer_part(&e.ch);
+                        let same = out.last().is_some_and(|g| {
+                            g.peer == e.peer
+                                && part_of[ends[g.ends.start].ch.key.sender]
+                                    == part_of[e.ch.key.sender]
+                                && part_of[ends[g.ends.start].ch.key.receiver]
+                                    == part_of[e.ch.key.receiver]
+                        });
+                        if same {
+                            if let Some(g) = out.last_mut() {
+                                g.ends.end = i + 1;
+                            }
+                            continue;
+                        }
+                        let tag = if sending {
+                            coal_tag(p, pp)?
+                        } else {
+                            coal_tag(pp, p)?
+                        };
+                        out.push(Group {
+                            peer: e.peer,
+                            ends: i..i + 1,
+                            tag,
+                            status_at: 0,
+                            data: 0..0,
+                            status_in: false,
+                            data_in: false,
+                        });
+                    }
+                    Ok(out)
+                };
+                let mut send_groups = groups(&send_ends, &|c| part_of[c.key.receiver], true)?;
+                let recv_groups = groups(&recv_ends, &|c| part_of[c.key.sender], false)?;
+
+                // Send buffer: the packed sub-halos, then one status value per channel of each
+                // coalesced group.
+                let mut len = send_cache.buffer_len();
+                for g in &mut send_groups {
+                    g.status_at = len;
+                    len += g.ends.len();
+                }
+                let send_buf = MsgArena::with_len(len);
+                let recv_buf = MsgArena::new(recv_ends.iter().map(|e| e.buf.clone()).collect())?;
+                let coal = MsgArena::new(
+                    recv_groups
+                        .iter()
+                        .scan(0, |at, g| {
+                            let s = *at..*at + g.ends.len();
+                            *at += g.ends.len();
+                            Some([s, *at..*at])
+                        })
+                        .flatten()
+                        .collect(),
+                )?;
+                let coalesced = opts.coalesced;
+                let send_order = if coalesced {
+                    order(&send_groups, opts.ordering, |g| g.ends.start)
+                } else {
+                    order(&send_ends, opts.ordering, |e| e.ch.key.receiver)
+                };
+                let recv_order = if coalesced {
+                    order(&recv_groups, opts.ordering, |g| g.ends.start)
+                } else {
+                    order(&recv_ends, opts.ordering, |e| e.ch.key.receiver)
+                };
+                let mut restrict: Vec<(usize, usize)> = send_ends
+                    .iter()
+                    .filter(|e| e.ch.level_diff < 0)
+                    .map(|e| (e.block, e.var))
+                    .collect();
+                restrict.sort_unstable();
+                restrict.dedup();
+                routes.push(Route {
+                    send: send_ends,
+                    recv: recv_ends,
+                    send_cache,
+                    recv_cache,
+                    send_buf,
+                    recv_buf,
+                    send_groups,
+                    recv_groups,
+                    coal,
+                    send_order,
+                    recv_order,
+                    restrict,
+                });
+            }
+        }
+
+        // Same-rank receives read the sender's end in the sender's route of the same type.
+        for r in 0..routes.len() {
+            let ty = r % 3;
+            for i in 0..routes[r].recv.len() {
+                let ch = routes[r].recv[i].ch;
+                if !ch.is_local() {
+                    continue;
+                }
+                let sr = part_of[ch.key.sender] * 3 + ty;
+                let j = routes[sr]
+                    .send
+                    .iter()
+                    .position(|e| e.ch.key == ch.key)
+                    .ok_or_else(|| {
+                        BoundaryError::Mismatch(format!("no sender for {:?}", ch.key))
+                    })?;
+                routes[r].recv[i].source = Some((sr, j));
+            }
+        }
+
+        // Post-unpack work per block, from every channel it receives on.
+        let mut finish = Vec::with_capacity(parts.len());
+        for blocks in &parts {
+            let mut list = Vec::with_capacity(blocks.len());
+            for &b in blocks {
+                let gid = data.gids()[b];
+                let recv: Vec<Channel> = rc
+                    .recv
+                    .iter()
+                    .filter(|c| {
+                        c.key.receiver == gid && c.key.var == vars.first().copied().unwrap_or(0)
+                    })
+                    .copied()
+                    .collect();
+                let mut faces = [[None; 2]; 3];
+                for (d, f) in faces.iter_mut().enumerate() {
+                    for (s, x) in f.iter_mut().enumerate() {
+                        *x = mesh.face_boundary(gid, d, s);
+                    }
+                }
+                list.push(BlockFinish::new(b, &recv, &shape, faces)?);
+            }
+            finish.push(list);
+        }
+
+        let mut ex = Self {
+            opts,
+            shape,
+            var_comms,
+            coal_comm,
+            pending_alloc: vec![Vec::new(); parts.len()],
+            parts,
+            routes,
+            finish,
+            prolongation: vec![Prolongation::default(); data.vars().len()],
+            traffic: Traffic::default(),
+        };
+        if opts.coalesced {
+            ex.agree_on_groups(comm)?;
+        }
+        Ok(ex)
+    }
+
+    /// The number of mesh-data partitions of this rank.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> ExchangeOptions {
+        self.opts
+    }
+
+    /// Registers the prolongation operator of variable `var` (default: minmod-limited linear).
+    pub fn set_prolongation(&mut self, var: usize, op: Prolongation) {
+        if let Some(p) = self.prolongation.get_mut(var) {
+            *p = op;
+        }
+    }
+
+    /// Messages and bytes sent so far.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+
+    /// Sender and receiver of each coalesced message check that they list the same channels:
+    /// each sends the count and a hash of its channel keys to the other.
+    fn agree_on_groups(&mut self, comm: &SimpleCommunicator) -> Result<(), BoundaryError> {
+        let digest = |ends: &[End]| -> [f64; 3] {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for e in ends {
+                let k = e.ch.key;
+                for x in [k.sender, k.receiver, k.var, k.element.index()] {
+                    h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
+                }
+            }
+            [
+                ends.len() as f64,
+                (h >> 32) as f64,
+                (h & 0xffff_ffff) as f64,
+            ]
+        };
+        let mut out = Vec::new();
+        let mut want = Vec::new();
+        for r in self.routes.iter().step_by(3) {
+            for g in &r.send_groups {
+                out.push((g.peer, g.tag, digest(&r.send[g.ends.clone()])));
+            }
+            for g in &r.recv_groups {
+                want.push((g.peer, g.tag, digest(&r.recv[g.ends.clone()])));
+            }
+        }
+        let mut sends = MsgArena::with_len(out.len() * 3);
+        for (i, (_, _, d)) in out.iter().enumerate() {
+            sends.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
+        }
+        let mut recvs = MsgArena::new((0..want.len()).map(|i| i * 3..i * 3 + 3).collect())?;
+        for (i, (peer, tag, _)) in want.iter().enumerate() {
+            recvs.recv(&self.coal_comm, i, 3, *peer, *tag)?;
+        }
+        for (i, (peer, tag, _)) in out.iter().enumerate() {
+            sends.send(&self.coal_comm, i * 3..i * 3 + 3, *peer, *tag)?;
+        }
+        recvs.wait();
+        sends.wait();
+        let got = recvs.buf()?;
+        let mut bad = None;
+        for (i, (peer, _, d)) in want.iter().enumerate() {
+            if got[i * 3..i * 3 + 3] != d[..] {
+                bad = Some(format!(
+                    "rank {} expects {} channels from rank {peer} in one coalesced message, \
+                     which lists {}",
+                    comm.rank(),
+                    d[0],
+                    got[i * 3]
+                ));
+            }
+        }
+        match bad {
+            Some(m) => Err(BoundaryError::Mismatch(m)),
+            None => Ok(()),
+        }
+    }
+
+    fn route_index(&self, part: usize, ty: BoundaryType) -> Result<usize, BoundaryError> {
+        let t = ty
+            .ghost_index()
+            .ok_or(BoundaryError::Unsupported(ty.name()))?;
+        if part >= self.parts.len() {
+            return Err(BoundaryError::Geometry(format!(
+                "partition {part} of {}",
+                self.parts.len()
+            )));
+        }
+        Ok(part * 3 + t)
+    }
+
+    /// Posts the receives of partition `part`'s channels of type `ty`.
+    pub fn start_receive(
+        &mut self,
+        part: usize,
+        ty: BoundaryType,
+    ) -> Result<TaskStatus, BoundaryError> {
+        let ri = self.route_index(part, ty)?;
+        if self.opts.coalesced {
+            return Ok(TaskStatus::Complete);
+        }
+        let r = &mut self.routes[ri];
+        for k in 0..r.recv_order.len() {
+            let i = r.recv_order[k];
+            let e = &mut r.recv[i];
+            if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+                continue;
+            }
+            let comm = self.var_comms[e.var]
+                .as_ref()
+                .ok_or(BoundaryError::Unsupported("variable without ghosts"))?;
+            r.recv_buf.recv(comm, i, e.buf.len(), e.peer, e.tag)?;
+            e.posted = Some(e.buf.len());
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// Restricts, packs and sends partition `part`'s channels of type `ty`.
+    pub fn send(
+        &mut self,
+        part: usize,
+        ty: BoundaryType,
+        data: &mut BlockData,
+    ) -> Result<TaskStatus, BoundaryError> {
+        let ri = self.route_index(part, ty)?;
+        let r = &mut self.routes[ri];
+        // Same-rank receivers must have consumed the last exchange.
+        if r.send
+            .iter()
+            .any(|e| e.ch.is_local() && e.state != BufferState::Stale)
+        {
+            return Ok(TaskStatus::Incomplete);
+        }
+        r.send_buf.wait();
+        for e in r.send.iter_mut().filter(|e| !e.ch.is_local()) {
+            e.state = BufferState::Stale;
+        }
+        for &(b, v) in &r.restrict {
+            if !data.is_allocated(b, v) {
+                continue;
+            }
+            let Some(cs) = data.coarse_shape().copied() else {
+                continue;
+            };
+            let interior = crate::bounds::coarse_interior(&cs);
+            for s in data.vars()[v].slots.clone() {
+                let (f, c) = data.fine_and_coarse_mut(b, s);
+                restrict(&self.shape, f, c, &interior)?;
+            }
+        }
+        let buf = r.send_buf.buf_mut()?;
+        r.send_cache.pack(self.opts.policy, data.data(), buf)?;
+        for e in &mut r.send {
+            let vs = &data.vars()[e.var];
+            let live = data.is_allocated(e.block, e.var)
+                && vs
+                    .threshold
+                    .is_none_or(|t| buf[e.buf.clone()].iter().any(|x| x.abs() > t));
+            e.state = if live {
+                BufferState::Sending
+            } else {
+                BufferState::SendingNull
+            };
+        }
+        if self.opts.coalesced {
+            // Status values, and the live channels moved together (a no-op when all are live).
+            for g in &mut r.send_groups {
+                let start = r.send[g.ends.start].buf.start;
+                let mut at = start;
+                for (k, e) in r.send[g.ends.clone()].iter().enumerate() {
+                    let live = e.state == BufferState::Sending;
+                    buf[g.status_at + k] = f64::from(u8::from(live));
+                    if live {
+                        if e.buf.start != at {
+                            buf.copy_within(e.buf.clone(), at);
+                        }
+                        at += e.buf.len();
+                    }
+                }
+                g.data = start..at;
+            }
+            for &gi in &r.send_order {
+                let g = &r.send_groups[gi];
+                let n = g.ends.len();
+                r.send_buf
+                    .send(&self.coal_comm, g.status_at..g.status_at + n, g.peer, g.tag)?;
+                r.send_buf
+                    .send(&self.coal_comm, g.data.clone(), g.peer, g.tag + 1)?;
+                self.traffic.messages += 2;
+                self.traffic.bytes += ((n + g.data.len()) * 8) as u64;
+            }
+        } else {
+            for &i in &r.send_order {
+                let e = &r.send[i];
+                if e.ch.is_local() {
+                    continue;
+                }
+                let range = if e.state == BufferState::Sending {
+                    e.buf.clone()
+                } else {
+                    e.buf.start..e.buf.start
+                };
+                let comm = self.var_comms[e.var]
+                    .as_ref()
+                    .ok_or(BoundaryError::Unsupported("variable without ghosts"))?;
+                self.traffic.messages += 1;
+                self.traffic.bytes += (range.len() * 8) as u64;
+                r.send_buf.send(comm, range, e.peer, e.tag)?;
+            }
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// Polls partition `part`'s channels of type `ty`: `Incomplete` until all have arrived.
+    pub fn receive(&mut self, part: usize, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
+        let ri = self.route_index(part, ty)?;
+        self.start_receive(part, ty)?;
+        // Same-rank channels: the receiver reads the sender's packed values.
+        for i in 0..self.routes[ri].recv.len() {
+            let e = &self.routes[ri].recv[i];
+            let (Some((sr, j)), BufferState::Stale) = (e.source, e.state) else {
+                continue;
+            };
+            let src = &self.routes[sr].send[j];
+            let (state, range) = (src.state, src.buf.clone());
+            let arrived = match state {
+                BufferState::Sending => {
+                    if sr == ri {
+                        let r = &mut self.routes[ri];
+                        let from = &r.send_buf.buf()?[range];
+                        r.recv_buf.segment_mut(i)?.copy_from_slice(from);
+                    } else {
+                        let (a, b) = pair_mut(&mut self.routes, ri, sr);
+                        a.recv_buf
+                            .segment_mut(i)?
+                            .copy_from_slice(&b.send_buf.buf()?[range]);
+                    }
+                    BufferState::Received
+                }
+                BufferState::SendingNull => BufferState::ReceivedNull,
+                _ => continue,
+            };
+            self.routes[ri].recv[i].state = arrived;
+        }
+        let r = &mut self.routes[ri];
+        if self.opts.coalesced {
+            for k in 0..r.recv_order.len() {
+                let gi = r.recv_order[k];
+                let g = &mut r.recv_groups[gi];
+                if !g.status_in {
+                    let Some(n) = p2p::probe(&self.coal_comm, g.peer, g.tag) else {
+                        continue;
+                    };
+                    if n != g.ends.len() {
+                        return Err(BoundaryError::Mismatch(format!(
+                            "rank {} sent a status of {n} channels, expected {}",
+                            g.peer,
+                            g.ends.len()
+                        )));
+                    }
+                    r.coal.recv(&self.coal_comm, 2 * gi, n, g.peer, g.tag)?;
+                    r.coal.wait();
+                    g.status_in = true;
+                }
+                if g.data_in {
+                    continue;
+                }
+                let Some(n) = p2p::probe(&self.coal_comm, g.peer, g.tag + 1) else {
+                    continue;
+                };
+                r.coal.grow(2 * gi + 1, n)?;
+                r.coal
+                    .recv(&self.coal_comm, 2 * gi + 1, n, g.peer, g.tag + 1)?;
+                r.coal.wait();
+                g.data_in = true;
+                // Live channels lie back to back in the message, in group order.
+                let (st, msg) = (
+                    r.coal.segment(2 * gi).unwrap_or(0..0),
+                    r.coal.segment(2 * gi + 1).unwrap_or(0..0),
+                );
+                let all = r.coal.buf()?;
+                let (status, payload) = (&all[st], &all[msg][..n]);
+                let mut at = 0;
+                for (k, i) in g.ends.clone().enumerate() {
+                    let e = &mut r.recv[i];
+                    e.state = if status[k] != 0.0 {
+                        let len = e.buf.len();
+                        let Some(src) = payload.get(at..at + len) else {
+                            return Err(BoundaryError::Mismatch(format!(
+                                "rank {} sent {n} values, fewer than its status announces",
+                                g.peer
+                            )));
+                        };
+                        r.recv_buf.segment_mut(i)?.copy_from_slice(src);
+                        at += len;
+                        BufferState::Received
+                    } else {
+                        BufferState::ReceivedNull
+                    };
+                }
+            }
+        } else {
+            for k in 0..r.recv_order.len() {
+                let i = r.recv_order[k];
+                let e = &mut r.recv[i];
+                if e.ch.is_local()
+                    || !e.sparse
+                    || e.posted.is_some()
+                    || e.state != BufferState::Stale
+                {
+                    continue;
+                }
+                let comm = self.var_comms[e.var]
+                    .as_ref()
+                    .ok_or(BoundaryError::Unsupported("variable without ghosts"))?;
+                // Sparse: the size tells data (full) from null (empty) before receiving.
+                if let Some(n) = p2p::probe(comm, e.peer, e.tag) {
+                    r.recv_buf.recv(comm, i, n, e.peer, e.tag)?;
+                    e.posted = Some(n);
+                }
+            }
+            if r.recv_buf.test() {
+                for e in r.recv.iter_mut() {
+                    if let Some(n) = e.posted.take() {
+                        e.state = if n > 0 {
+                            BufferState::Received
+                        } else {
+                            BufferState::ReceivedNull
+                        };
+                    }
+                }
+            }
+        }
+        let done = r
+            .recv
+            .iter()
+            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull));
+        Ok(if done {
+            TaskStatus::Complete
+        } else {
+            TaskStatus::Incomplete
+        })
+    }
+
+    /// Unpacks partition `part`'s channels of type `ty` in one dispatch; `Incomplete` while
+    /// some have not arrived.
+    pub fn set_bounds(
+        &mut self,
+        part: usize,
+        ty: BoundaryType,
+        data: &mut BlockData,
+    ) -> Result<TaskStatus, BoundaryError> {
+        let ri = self.route_index(part, ty)?;
+        let r = &mut self.routes[ri];
+        if r.recv
+            .iter()
+            .any(|e| !matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+        {
+            return Ok(TaskStatus::Incomplete);
+        }
+        for e in &r.recv {
+            let live = e.state == BufferState::Received;
+            r.recv_cache.set_allocated(e.halos.clone(), live);
+            if live && !data.is_allocated(e.block, e.var) {
+                self.pending_alloc[part].push((e.block, e.var));
+            }
+        }
+        let defaults = data.slot_defaults().to_vec();
+        r.recv_cache.unpack(
+            self.opts.policy,
+            r.recv_buf.buf()?,
+            data.data_mut(),
+            &defaults,
+        )?;
+        for g in &mut r.recv_groups {
+            g.status_in = false;
+            g.data_in = false;
+        }
+        for i in 0..self.routes[ri].recv.len() {
+            self.routes[ri].recv[i].state = BufferState::Stale;
+            if let Some((sr, j)) = self.routes[ri].recv[i].source {
+                self.routes[sr].send[j].state = BufferState::Stale;
+            }
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// Allocates what arrived for unallocated sparse variables, prolongates from coarser
+    /// neighbours and applies physical boundaries on partition `part`: after `set_bounds` of
+    /// every type used.
+    pub fn finish(
+        &mut self,
+        part: usize,
+        data: &mut BlockData,
+    ) -> Result<TaskStatus, BoundaryError> {
+        let Some(list) = self.finish.get(part) else {
+            return Err(BoundaryError::Geometry(format!(
+                "partition {part} of {}",
+                self.parts.len()
+            )));
+        };
+        for (b, v) in self.pending_alloc[part].drain(..) {
+            data.mark_allocated(b, v);
+        }
+        for f in list {
+            for v in 0..data.vars().len() {
+                if !data.vars()[v].fill_ghost || !data.is_allocated(f.block, v) {
+                    continue;
+                }
+                for s in data.vars()[v].slots.clone() {
+                    let (fine, coarse) = data.fine_and_coarse_mut(f.block, s);
+                    f.apply(self.prolongation[v], &self.shape, fine, coarse)?;
+                }
+            }
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// One whole ghost fill of every partition with type `any`, polling until done.
+    pub fn fill_ghosts(&mut self, data: &mut BlockData) -> Result<(), BoundaryError> {
+        self.fill_ghosts_as(&[BoundaryType::Any], data)
+    }
+
+    /// One whole ghost fill running the given types one after the other (`[Any]`, or
+    /// `[Local, Nonlocal]`), polling until done.
+    pub fn fill_ghosts_as(
+        &mut self,
+        types: &[BoundaryType],
+        data: &mut BlockData,
+    ) -> Result<(), BoundaryError> {
+        let n = self.parts.len();
+        for &ty in types {
+            for p in 0..n {
+                self.start_receive(p, ty)?;
+            }
+            for p in 0..n {
+                while self.send(p, ty, data)? == TaskStatus::Incomplete {
+                    std::hint::spin_loop();
+                }
+            }
+            let mut done = vec![false; n];
+            while done.iter().any(|d| !d) {
+                for (p, d) in done.iter_mut().enumerate() {
+                    if !*d && self.receive(p, ty)? == TaskStatus::Complete {
+                        self.set_bounds(p, ty, data)?;
+                        *d = true;
+                    }
+                }
+            }
+        }
+        for p in 0..n {
+            self.finish(p, data)?;
+        }
+        Ok(())
+    }
+}
+
+/// Mutable `a` and shared `b` of one slice (`a != b`).
+fn pair_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &T) {
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&mut x[a], &y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&mut y[0], &x[b])
+    }
+}

@@ -1,0 +1,535 @@
+//! The ghost exchange over MPI on seeded random AMR meshes (2-D and 3-D, up to 3 levels,
+//! periodic and outflow boundaries, a sparse variable allocated at random), on 1, 2, 3, 4
+//! and 8 ranks, coalesced and per channel, in every posting order, as `any` and as `local`
+//! then `nonlocal`. Checked:
+//!
+//! - same-level ghosts hold exactly the neighbour's interior value (each cell holds a code of
+//!   its global index, so any misplaced value is caught);
+//! - ghosts of a linear field are exact to 1e-12 through restriction and prolongation,
+//!   wherever their stencils stay clear of the domain edges and periodic wraps;
+//! - a sparse receiver of real data becomes allocated, null channels fill the default;
+//! - every mode gives bit-identical blocks, equal to the reference path (a plain star-forest
+//!   bcast over the same cells), and the digest printed per mesh is the same on every rank
+//!   count (the parent process compares them).
+
+mod common;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use starhalo_boundary::bnd_info::{recv_box, send_box, Space};
+use starhalo_boundary::channel::RankChannels;
+use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions, Ordering};
+use starhalo_exec::Policy;
+use starhalo_mesh::config::{BoundaryCondition, RefinementKind};
+use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
+use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
+use starhalo_sf::mpi::datatype::PartitionMut;
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::mpi::traits::Root;
+use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
+use std::collections::BTreeMap;
+
+const MESHES: u64 = 6;
+const LIN: usize = 0;
+const CODE: usize = 1;
+const SPARSE: usize = 2;
+
+fn main() {
+    if std::env::var_os(common::CHILD_ENV).is_some() {
+        child();
+        return;
+    }
+    eprintln!("exchange_random: ghost fill on random AMR meshes, all modes");
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut digests: Option<(usize, String)> = None;
+    for n in [1, 2, 3, 4, 8] {
+        let t0 = std::time::Instant::now();
+        let out = common::mpirun(n, 300, &exe, &[], &[(common::CHILD_ENV, "1")]);
+        common::assert_ok(&format!("exchange_random on {n} ranks"), &out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let d: String = text
+            .lines()
+            .filter(|l| l.starts_with("DIGEST"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(d.lines().count() as u64, MESHES, "{text}");
+        match &digests {
+            None => digests = Some((n, d)),
+            Some((m, first)) => assert_eq!(&d, first, "blocks on {n} ranks differ from {m} ranks"),
+        }
+        eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
+    }
+}
+
+/// The linear field.
+fn linear(x: [f64; 3]) -> f64 {
+    0.5 + 1.25 * x[0] - 0.75 * x[1] + 0.375 * x[2]
+}
+
+/// A value that names its cell: level, global index (wrapped), component.
+fn code(level: u32, g: [i64; 3], comp: usize) -> f64 {
+    ((((level as i64 * 64 + g[0]) * 64 + g[1]) * 64 + g[2]) * 2 + comp as i64) as f64
+}
+
+/// Whether gid's sparse variable is allocated, and whether its values are above threshold.
+fn sparse_state(seed: u64, gid: usize) -> (bool, bool) {
+    let mut r = ChaCha8Rng::seed_from_u64(seed * 1000 + gid as u64);
+    (r.gen_bool(0.6), r.gen_bool(0.8))
+}
+
+fn random_mesh(seed: u64, nranks: usize) -> Mesh {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let ndim = if seed % 2 == 0 { 2 } else { 3 };
+    let (nx, bnx) = if ndim == 2 {
+        ([16, 16, 1], [4, 4, 1])
+    } else {
+        ([8, 8, 8], [4, 4, 4])
+    };
+    let mut c = MeshConfig::new(nx, bnx);
+    c.xmin = [-1.0, -0.5, 0.0];
+    c.xmax = [1.0, 0.5, 1.0];
+    for d in 0..ndim {
+        let bc = if rng.gen_bool(0.5) {
+            BoundaryCondition::Periodic
+        } else {
+            BoundaryCondition::Outflow
+        };
+        c.bc[d] = [bc, bc];
+    }
+    c.refinement = RefinementKind::Adaptive;
+    c.numlevel = 3;
+    c.pack_size = if rng.gen_bool(0.5) { None } else { Some(3) };
+    c.validate().expect("test mesh configuration");
+    let mut mesh = Mesh::new(c, nranks).expect("test mesh");
+    for round in 0..2 {
+        let p = if round == 0 { 0.4 } else { 0.25 };
+        let flags: Vec<RefinementFlag> = (0..mesh.forest().len())
+            .map(|_| {
+                if rng.gen_bool(p) {
+                    RefinementFlag::Refine
+                } else {
+                    RefinementFlag::Same
+                }
+            })
+            .collect();
+        mesh.remesh(&flags, None).expect("remesh");
+    }
+    mesh
+}
+
+fn fields() -> Fields {
+    let mut f = Fields::default();
+    let cell = || Metadata::new(Centering::Cell).fill_ghost();
+    f.add("lin", cell()).unwrap();
+    f.add("code", cell().components(2)).unwrap();
+    f.add("sparse", cell().sparse(SparseThresholds::default()))
+        .unwrap();
+    f
+}
+
+/// Cell geometry of local block `b`.
+struct Geo {
+    lo: [f64; 3],
+    dx: [f64; 3],
+    g: usize,
+    n: [usize; 3],
+    ndim: usize,
+}
+
+impl Geo {
+    fn new(mesh: &Mesh, gid: usize) -> Self {
+        let (lo, hi) = mesh.bounds(gid).unwrap();
+        let c = mesh.config();
+        let ndim = mesh.ndim();
+        let n = c.block_nx;
+        let dx = [0, 1, 2].map(|d| {
+            if d < ndim {
+                (hi[d] - lo[d]) / n[d] as f64
+            } else {
+                1.0
+            }
+        });
+        Self {
+            lo,
+            dx,
+            g: c.nghost,
+            n,
+            ndim,
+        }
+    }
+    fn center(&self, p: [usize; 3]) -> [f64; 3] {
+        [0, 1, 2].map(|d| {
+            if d < self.ndim {
+                self.lo[d] + (p[d] as f64 - self.g as f64 + 0.5) * self.dx[d]
+            } else {
+                0.0
+            }
+        })
+    }
+    fn dims(&self) -> [usize; 3] {
+        [0, 1, 2].map(|d| {
+            if d < self.ndim {
+                self.n[d] + 2 * self.g
+            } else {
+                1
+            }
+        })
+    }
+    fn interior(&self, p: [usize; 3]) -> bool {
+        (0..self.ndim).all(|d| p[d] >= self.g && p[d] < self.g + self.n[d])
+    }
+}
+
+fn points(dims: [usize; 3]) -> impl Iterator<Item = [usize; 3]> {
+    (0..dims[2])
+        .flat_map(move |k| (0..dims[1]).flat_map(move |j| (0..dims[0]).map(move |i| [i, j, k])))
+}
+
+fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
+    (p[2] * dims[1] + p[1]) * dims[0] + p[0]
+}
+
+/// Global index (at the block's level) of point `p` of block `gid`, wrapped on periodic axes.
+fn global(mesh: &Mesh, gid: usize, p: [usize; 3]) -> (u32, [i64; 3]) {
+    let loc = mesh.forest().loc(gid).unwrap();
+    let c = mesh.config();
+    let ext = mesh.forest().grid().extent(loc.level());
+    let mut g = [0i64; 3];
+    for d in 0..mesh.ndim() {
+        let n = c.block_nx[d] as i64;
+        let x = loc.lx_dir(d) * n + p[d] as i64 - c.nghost as i64;
+        g[d] = if c.periodic()[d] {
+            x.rem_euclid(ext[d] * n)
+        } else {
+            x
+        };
+    }
+    (loc.level(), g)
+}
+
+fn initial(mesh: &Mesh, f: &Fields, rank: usize, seed: u64) -> BlockData {
+    let mut data = BlockData::new(mesh, f, rank).unwrap();
+    let gids = data.gids().to_vec();
+    for (b, &gid) in gids.iter().enumerate() {
+        let geo = Geo::new(mesh, gid);
+        let dims = geo.dims();
+        let (on, big) = sparse_state(seed, gid);
+        data.set_allocated(b, SPARSE, on);
+        for p in points(dims).filter(|&p| geo.interior(p)) {
+            let (lvl, g) = global(mesh, gid, p);
+            data.fine_mut(b, 0)[at(dims, p)] = linear(geo.center(p));
+            data.fine_mut(b, 1)[at(dims, p)] = code(lvl, g, 0);
+            data.fine_mut(b, 2)[at(dims, p)] = code(lvl, g, 1);
+            if on {
+                data.fine_mut(b, 3)[at(dims, p)] = if big { 1.0 + code(lvl, g, 0) } else { 1e-20 };
+            }
+        }
+    }
+    data
+}
+
+/// FNV-1a over `words`.
+fn fnv(words: impl IntoIterator<Item = u64>) -> u64 {
+    words.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, x| {
+        (h ^ x).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// One hash per local block: its gid, allocation flags and every value's bits.
+fn block_digests(data: &BlockData) -> Vec<u64> {
+    let n = data.layout().fine.block_len();
+    let values = data.fine_values();
+    (0..data.gids().len())
+        .map(|b| {
+            let flags = (0..data.vars().len()).map(|v| u64::from(data.is_allocated(b, v)));
+            let bits = values[b * n..(b + 1) * n].iter().map(|x| x.to_bits());
+            fnv(std::iter::once(data.gids()[b] as u64)
+                .chain(flags)
+                .chain(bits))
+        })
+        .collect()
+}
+
+fn digest(data: &BlockData) -> u64 {
+    fnv(block_digests(data))
+}
+
+/// The hash of every block's hash in gid order, on rank 0: independent of the partition.
+fn global_digest(world: &SimpleCommunicator, mesh: &Mesh, data: &BlockData) -> u64 {
+    let mine = block_digests(data);
+    let root = world.process_at_rank(0);
+    if world.rank() == 0 {
+        let p = mesh.partition();
+        let counts: Vec<i32> = (0..world.size() as usize)
+            .map(|r| p.blocks_of(r).len() as i32)
+            .collect();
+        let displs: Vec<i32> = (0..world.size() as usize)
+            .map(|r| p.blocks_of(r).start as i32)
+            .collect();
+        let mut all = vec![0u64; mesh.forest().len()];
+        let mut part = PartitionMut::new(&mut all[..], counts, displs);
+        root.gather_varcount_into_root(&mine[..], &mut part);
+        fnv(all)
+    } else {
+        root.gather_varcount_into(&mine[..]);
+        0
+    }
+}
+
+/// The reference path: restrict every interior into its coarse buffer, bcast every dense
+/// channel's cells over a star forest built from the same boxes, then the same post-unpack
+/// work. Sparse slots are left as they are.
+fn reference(
+    world: &SimpleCommunicator,
+    mesh: &Mesh,
+    f: &Fields,
+    data: &mut BlockData,
+    ex: &mut Exchange,
+) {
+    let rank = world.rank() as usize;
+    let shape = *data.shape();
+    let layout = data.layout();
+    if let Some(cs) = data.coarse_shape().copied() {
+        let interior = starhalo_boundary::bounds::coarse_interior(&cs);
+        for b in 0..data.gids().len() {
+            for s in 0..3 {
+                let (fi, co) = data.fine_and_coarse_mut(b, s);
+                starhalo_boundary::prolong_restrict::restrict(&shape, fi, co, &interior).unwrap();
+            }
+        }
+    }
+    let nb = mesh.neighbors().unwrap();
+    let rc = RankChannels::new(&nb, &[LIN, CODE], rank);
+    let index = |block: usize, slot: usize, space: Space, p: [usize; 3]| {
+        let l = if space == Space::Coarse {
+            layout.coarse.unwrap()
+        } else {
+            layout.fine
+        };
+        let base = if space == Space::Coarse {
+            layout.coarse_start()
+        } else {
+            0
+        };
+        block * layout.block_len() + base + l.index_in_block(slot, p)
+    };
+    let mut edges: BTreeMap<usize, RootRef> = BTreeMap::new();
+    for c in &rc.recv {
+        let (rb, rs) = recv_box(c, &shape).unwrap();
+        let (sb, ss) = send_box(c, &shape).unwrap();
+        let rblock = data.local(c.key.receiver).unwrap();
+        let sblock = c.key.sender - mesh.partition().blocks_of(c.sender_rank).start;
+        for slot in data.vars()[c.key.var].slots.clone() {
+            for (pr, ps) in rb.points().zip(sb.points()) {
+                edges.entry(index(rblock, slot, rs, pr)).or_insert(RootRef {
+                    rank: c.sender_rank as i64,
+                    offset: index(sblock, slot, ss, ps) as u64,
+                });
+            }
+        }
+    }
+    let graph = Graph {
+        nroots: data.data().len(),
+        ilocal: Some(edges.keys().copied().collect()),
+        iremote: edges.values().copied().collect(),
+    };
+    let sf = StarForest::new(world, &graph, SfOptions::default()).unwrap();
+    let roots = data.data().to_vec();
+    sf.bcast(&roots, data.data_mut(), Op::Replace).unwrap();
+    drop(sf);
+    let _ = f;
+    for p in 0..ex.partitions() {
+        ex.finish(p, data).unwrap();
+    }
+}
+
+fn child() {
+    let universe = starhalo_sf::mpi::initialize().unwrap();
+    let world = universe.world();
+    let rank = world.rank() as usize;
+    let nranks = world.size() as usize;
+    let f = fields();
+    for seed in 0..MESHES {
+        let mesh = random_mesh(seed, nranks);
+        let mut results = Vec::new();
+        let mut orderings = vec![
+            Ordering::Natural,
+            Ordering::Random(seed + 7),
+            Ordering::ByReceiver,
+        ];
+        if seed % 2 == 1 {
+            orderings.truncate(2);
+        }
+        for coalesced in [true, false] {
+            for &ordering in &orderings {
+                for types in [
+                    &[BoundaryType::Any][..],
+                    &[BoundaryType::Local, BoundaryType::Nonlocal],
+                ] {
+                    let policy = if ordering == Ordering::ByReceiver {
+                        Policy::Threaded
+                    } else {
+                        Policy::Serial
+                    };
+                    let opts = ExchangeOptions {
+                        coalesced,
+                        ordering,
+                        policy,
+                    };
+                    let mut data = initial(&mesh, &f, rank, seed);
+                    let mut ex = Exchange::new(&world, &mesh, &data, opts).unwrap();
+                    // Twice: the second exchange runs on warm routes and must agree.
+                    ex.fill_ghosts_as(types, &mut data).unwrap();
+                    let once = digest(&data);
+                    ex.fill_ghosts_as(types, &mut data).unwrap();
+                    assert_eq!(
+                        once,
+                        digest(&data),
+                        "seed {seed}: second exchange differs in {opts:?} {types:?}"
+                    );
+                    results.push((format!("{opts:?} {types:?}"), data));
+                }
+            }
+        }
+        let (_, first) = &results[0];
+        check(&mesh, first, seed);
+        for (name, d) in &results[1..] {
+            assert!(
+                d.data() == first.data(),
+                "seed {seed}: mode {name} differs from {}",
+                results[0].0
+            );
+        }
+        // Reference path: dense slots equal, bit for bit.
+        let mut refd = initial(&mesh, &f, rank, seed);
+        let mut ex = Exchange::new(&world, &mesh, &refd, ExchangeOptions::default()).unwrap();
+        reference(&world, &mesh, &f, &mut refd, &mut ex);
+        for b in 0..refd.gids().len() {
+            for s in 0..3 {
+                assert!(
+                    refd.fine(b, s) == first.fine(b, s),
+                    "seed {seed}: reference differs on block {} slot {s}",
+                    refd.gids()[b]
+                );
+            }
+        }
+        let d = global_digest(&world, &mesh, first);
+        if rank == 0 {
+            println!("DIGEST {seed} {d:016x}");
+        }
+    }
+}
+
+/// Checks the values of one filled state on this rank's blocks.
+fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
+    let rank = data
+        .gids()
+        .first()
+        .and_then(|&g| mesh.partition().rank_of(g))
+        .unwrap_or(0);
+    let shape = *data.shape();
+    let nb = mesh.neighbors().unwrap();
+    let rc = RankChannels::new(&nb, &[LIN, CODE, SPARSE], rank);
+    let c = mesh.config();
+    let (mut same, mut multi) = (0usize, 0usize);
+    for ch in &rc.recv {
+        let b = data.local(ch.key.receiver).unwrap();
+        let gid = ch.key.receiver;
+        let geo = Geo::new(mesh, gid);
+        let dims = geo.dims();
+        let (rb, rs) = recv_box(ch, &shape).unwrap();
+        if ch.key.var == CODE && ch.level_diff == 0 {
+            for p in rb.points() {
+                let (lvl, g) = global(mesh, gid, p);
+                for comp in 0..2 {
+                    assert_eq!(
+                        data.fine(b, 1 + comp)[at(dims, p)],
+                        code(lvl, g, comp),
+                        "seed {seed} {ch:?} {p:?}"
+                    );
+                }
+                same += 1;
+            }
+        }
+        if ch.key.var == SPARSE {
+            let (on, big) = sparse_state(seed, ch.key.sender);
+            if on && big {
+                assert!(
+                    data.is_allocated(b, SPARSE),
+                    "seed {seed}: block {gid} received data but is unallocated"
+                );
+            }
+            if ch.level_diff == 0 && data.is_allocated(b, SPARSE) {
+                for p in rb.points() {
+                    let (lvl, g) = global(mesh, gid, p);
+                    let want = if on && big {
+                        1.0 + code(lvl, g, 0)
+                    } else {
+                        0.0
+                    };
+                    assert_eq!(
+                        data.fine(b, 3)[at(dims, p)],
+                        want,
+                        "seed {seed} sparse {ch:?} {p:?}"
+                    );
+                }
+            }
+        }
+        if ch.key.var == LIN && ch.level_diff != 0 {
+            // The fine ghosts this channel fills (the coarse-buffer box maps to its children).
+            let fine_pts: Vec<[usize; 3]> = if rs == Space::Coarse {
+                let cg = shape.nghost() / 2 + 1;
+                let g = shape.nghost();
+                rb.points()
+                    .flat_map(|q| {
+                        let mut out = Vec::new();
+                        for k in 0..if geo.ndim == 3 { 2 } else { 1 } {
+                            for j in 0..2 {
+                                for i in 0..2 {
+                                    let o = [i, j, k];
+                                    let f: Vec<i64> = (0..3)
+                                        .map(|d| {
+                                            if d < geo.ndim {
+                                                g as i64
+                                                    + 2 * (q[d] as i64 - cg as i64)
+                                                    + o[d] as i64
+                                            } else {
+                                                0
+                                            }
+                                        })
+                                        .collect();
+                                    if (0..3).all(|d| f[d] >= 0 && (f[d] as usize) < dims[d]) {
+                                        out.push([f[0] as usize, f[1] as usize, f[2] as usize]);
+                                    }
+                                }
+                            }
+                        }
+                        out
+                    })
+                    .filter(|&p| !geo.interior(p))
+                    .collect()
+            } else {
+                rb.points().collect()
+            };
+            for p in fine_pts {
+                let x = geo.center(p);
+                // Clear of the domain edges by three coarse cells: no wrap, no boundary fill.
+                let clear = (0..geo.ndim).all(|d| {
+                    let w = 6.0 * geo.dx[d].max(2.0 * geo.dx[d] * 0.5);
+                    x[d] > c.xmin[d] + w && x[d] < c.xmax[d] - w
+                });
+                if !clear {
+                    continue;
+                }
+                let got = data.fine(b, 0)[at(dims, p)];
+                let want = linear(x);
+                assert!(
+                    (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+                    "seed {seed}: linear ghost {p:?} of block {gid} ({ch:?}): {got} vs {want}"
+                );
+                multi += 1;
+            }
+        }
+    }
+    let _ = (same, multi);
+}
