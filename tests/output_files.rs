@@ -54,6 +54,7 @@ fn main() {
             check_xdmf(&dir.join(format!("{case}.out0.00000.phdf.xdmf")));
             check_xdmf(&dir.join(format!("{case}.out1.00000.phdf.xdmf")));
             check_hst(case, &dir);
+            check_single(case, &dir);
             check_png(case, &dir);
         }
         for file in [
@@ -223,6 +224,10 @@ fn child() {
         b1.ghost_zones = true;
         b1.variables = Some(vec!["vel".into(), "scal".into()]);
         write(&b1).unwrap();
+        let mut b7 = OutputBlock::new(7, FileType::Hdf5);
+        b7.single_precision = true;
+        b7.variables = Some(vec!["rho".into()]);
+        write(&b7).unwrap();
         let rst = write(&OutputBlock::new(2, FileType::Restart)).unwrap();
         let hst = OutputBlock::new(3, FileType::History);
         write(&hst).unwrap();
@@ -657,6 +662,26 @@ fn check_xdmf(path: &Path) {
         n_grids > 0 && n_hdf >= 3 * n_grids,
         "{n_grids} grids, {n_hdf} items"
     );
+}
+
+/// `single_precision_output`: float32 values, the nearest to the double ones, and an XDMF
+/// that says so.
+fn check_single(case: &str, dir: &Path) {
+    let path = dir.join(format!("{case}.out7.00000.phdf"));
+    check_xdmf(&dir.join(format!("{case}.out7.00000.phdf.xdmf")));
+    let xml = std::fs::read_to_string(dir.join(format!("{case}.out7.00000.phdf.xdmf"))).unwrap();
+    assert!(xml.contains("Name=\"rho\" NumberType=\"Float\" Precision=\"4\""));
+    let f32s = hdf5::File::open(&path).unwrap().dataset("rho").unwrap();
+    assert_eq!(
+        f32s.dtype().unwrap().to_descriptor().unwrap().to_string(),
+        "float32"
+    );
+    let f64s = hdf5::File::open(dir.join(format!("{case}.out0.00000.phdf")))
+        .unwrap()
+        .dataset("rho")
+        .unwrap();
+    let (a, b): (Vec<f32>, Vec<f64>) = (f32s.read_raw().unwrap(), f64s.read_raw().unwrap());
+    assert!(a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| *x == *y as f32));
 }
 
 fn check_hst(case: &str, dir: &Path) {

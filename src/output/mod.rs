@@ -11,6 +11,7 @@
 //! - [`phdf`]: the HDF5 writer shared by `.phdf` and `.rhdf` files;
 //! - [`xdmf`]: the XDMF index of a `.phdf` file;
 //! - [`restart`]: restart files and their reader;
+//! - [`schedule`]: when an output block writes and its file numbers;
 //! - [`hst`]: the history file;
 //! - [`png`]: slices rendered to PNG.
 
@@ -24,12 +25,14 @@ pub mod hst;
 pub mod phdf;
 pub mod png;
 pub mod restart;
+pub mod schedule;
 pub mod select;
 pub mod xdmf;
 
 pub use config::{file_name, FileNumber, FileType, OutputBlock};
 pub use error::OutputError;
 pub use restart::{read_restart, RestartData};
+pub use schedule::Schedule;
 
 use mpi::topology::Communicator;
 use starhalo_boundary::FieldLayout;
