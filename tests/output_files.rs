@@ -253,6 +253,7 @@ fn child() {
             (42, 0.125, 1.0 / 3.0, 2.5)
         );
         assert_eq!(r.deck, DECK);
+        assert_eq!(r.params, params.iter().cloned().collect());
         assert_eq!(r.locations, m.forest().leaves());
         assert_eq!(
             r.owners(),
@@ -268,6 +269,38 @@ fn child() {
             "restart data differ on rank {rank}"
         );
         assert_eq!(alloc, l.allocated);
+        // A file without ghosts reads back too: interior cells equal, ghosts zero.
+        let p0 = dir.join(format!("{case}.out0.00000.phdf"));
+        let r0 = output::read_restart(&p0).unwrap();
+        assert!(!r0.includes_ghost);
+        let (d0, a0) = r0.block_data(&fields, &l.gids).unwrap();
+        assert_eq!((d0.len(), &a0), (l.data.len(), &l.allocated));
+        let g = m.config().nghost;
+        let [n0, n1, n2] = l.layout.dims;
+        for b in 0..l.gids.len() {
+            for s in 0..NSLOTS {
+                for k in 0..n2 {
+                    for j in 0..n1 {
+                        for i in 0..n0 {
+                            let ghost = [i, j, k]
+                                .iter()
+                                .zip(l.layout.dims)
+                                .any(|(&q, n)| n > 1 && (q < g || q >= n - g));
+                            let at =
+                                b * l.layout.block_len() + l.layout.index_in_block(s, [i, j, k]);
+                            let want = if s == 4 && !scal_allocated(l.gids[b]) {
+                                SPARSE_DEFAULT // unallocated: the default everywhere
+                            } else if ghost {
+                                0.0
+                            } else {
+                                l.data[at]
+                            };
+                            assert_eq!(d0[at], want, "block {b} slot {s} [{i},{j},{k}]");
+                        }
+                    }
+                }
+            }
+        }
         // Another partition's blocks come back too (a restart on a different rank count).
         let all: Vec<usize> = (0..m.forest().len()).collect();
         let (every, _) = r.block_data(&fields, &all).unwrap();

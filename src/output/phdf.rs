@@ -120,7 +120,10 @@ fn write_contents(
 
     let info = file.create_group("Info")?;
     attr_scalar(&info, "OutputFormatVersion", &OUTPUT_FORMAT_VERSION)?;
-    attr_scalar(&info, "NCycle", &(snap.cycle as i32))?;
+    // The format fixes NCycle as int32; a wrapped cycle would corrupt a restart.
+    let ncycle = i32::try_from(snap.cycle)
+        .map_err(|_| hdf5::Error::from(format!("cycle {} exceeds int32", snap.cycle).as_str()))?;
+    attr_scalar(&info, "NCycle", &ncycle)?;
     attr_scalar(&info, "Time", &snap.time)?;
     attr_scalar(&info, "dt", &snap.dt)?;
     attr_scalar(&info, "WallTime", &snap.wall_time)?;

@@ -9,7 +9,7 @@ use super::error::OutputError;
 use super::gather::on_root;
 use super::phdf::write_file;
 use super::select::{cell_vars, Extent};
-use super::Snapshot;
+use super::{ParamValue, Snapshot};
 use hdf5::types::VarLenUnicode;
 use hdf5::H5Type;
 use mpi::topology::Communicator;
@@ -69,6 +69,9 @@ pub struct RestartData {
     pub variables: BTreeMap<String, (usize, Vec<f64>)>,
     /// Sparse variables by name: allocation flag of each block.
     pub sparse: BTreeMap<String, Vec<bool>>,
+    /// The `/Params` attributes (what the writing run passed in [`Snapshot::params`]), by
+    /// name; attributes of other types are skipped.
+    pub params: BTreeMap<String, ParamValue>,
 }
 
 impl RestartData {
@@ -279,6 +282,7 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
             );
         }
     }
+    let params = read_params(&file).map_err(|e| bad(format!("Params: {e}")))?;
     Ok(RestartData {
         path: path.to_path_buf(),
         deck,
@@ -294,5 +298,37 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         blocks_per_rank,
         variables,
         sparse,
+        params,
     })
+}
+
+/// The attributes of `/Params` that have a [`ParamValue`] type.
+fn read_params(file: &hdf5::File) -> hdf5::Result<BTreeMap<String, ParamValue>> {
+    use hdf5::types::TypeDescriptor as T;
+    let mut out = BTreeMap::new();
+    let Ok(group) = file.group("Params") else {
+        return Ok(out);
+    };
+    for name in group.attr_names()? {
+        let a = group.attr(&name)?;
+        if !a.is_scalar() {
+            continue;
+        }
+        let v = match a.dtype()?.to_descriptor()? {
+            T::Integer(_) | T::Unsigned(_) => ParamValue::Int(a.read_scalar::<i64>()?),
+            T::Float(_) => ParamValue::Real(a.read_scalar::<f64>()?),
+            T::Boolean => ParamValue::Bool(a.read_scalar::<bool>()?),
+            T::VarLenUnicode => {
+                ParamValue::Str(a.read_scalar::<VarLenUnicode>()?.as_str().to_string())
+            }
+            T::VarLenAscii => ParamValue::Str(
+                a.read_scalar::<hdf5::types::VarLenAscii>()?
+                    .as_str()
+                    .to_string(),
+            ),
+            _ => continue,
+        };
+        out.insert(name, v);
+    }
+    Ok(out)
 }
