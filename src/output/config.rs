@@ -1,0 +1,273 @@
+//! An output block of the deck (`parthenon/outputN`) and the names of the files it writes.
+
+use super::error::OutputError;
+use std::collections::BTreeMap;
+
+/// What an output block writes (`file_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileType {
+    /// `hdf5`: a `.phdf` file and its `.xdmf` index.
+    Hdf5,
+    /// `rst`: a `.rhdf` restart file.
+    Restart,
+    /// `hst`: one line per output appended to the history file.
+    History,
+    /// `png`: a slice of one variable.
+    Png,
+}
+
+/// The number part of a file name: the output count, or `final` for the last output of a run
+/// stopped by its wall-time limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileNumber {
+    /// Zero-padded to five digits.
+    Step(u32),
+    /// `final`.
+    Final,
+}
+
+/// One `parthenon/outputN` block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputBlock {
+    /// The deck block, `parthenon/output<N>`, for error messages.
+    pub block: String,
+    /// `id`, default `out<N>`: the middle part of the file names.
+    pub id: String,
+    /// `file_type`.
+    pub file_type: FileType,
+    /// `dt`: simulation time between outputs (`None`: not time-driven).
+    pub dt: Option<f64>,
+    /// `dn`: cycles between outputs (`None`: not cycle-driven).
+    pub dn: Option<u64>,
+    /// `variables`: the variables to write; `None` writes every cell-centred variable.
+    pub variables: Option<Vec<String>>,
+    /// `ghost_zones`: write ghost cells too (default false, which yt needs).
+    pub ghost_zones: bool,
+    /// `single_precision_output`: write variables as float32.
+    pub single_precision: bool,
+    /// PNG: `variable` (a variable name, or a component name such as `vel_1`).
+    pub png_variable: Option<String>,
+    /// PNG: the x3 position of the slice of a 3-D mesh (`x3`, or `slice`: a cell index of the
+    /// root grid along x3). Default: the middle of the domain.
+    pub png_x3: Option<PngSlice>,
+    /// PNG: image size in pixels (`width`, `height`; default 512 wide, height by aspect).
+    pub png_size: (Option<u32>, Option<u32>),
+    /// PNG: colour range (`range_min`, `range_max`; default the data's range).
+    pub png_range: (Option<f64>, Option<f64>),
+}
+
+/// Where a PNG slices a 3-D mesh.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PngSlice {
+    /// A physical x3 position.
+    Position(f64),
+    /// A cell index along x3 on the root grid.
+    RootIndex(usize),
+}
+
+/// The file name `<problem_id>.<id>.<NNNNN>.<ext>` (or `.final.`), as Parthenon names them:
+/// its tools find outputs by this pattern.
+pub fn file_name(problem_id: &str, id: &str, number: FileNumber, ext: &str) -> String {
+    match number {
+        FileNumber::Step(n) => format!("{problem_id}.{id}.{n:05}.{ext}"),
+        FileNumber::Final => format!("{problem_id}.{id}.final.{ext}"),
+    }
+}
+
+impl OutputBlock {
+    /// A block of `file_type` named `out<n>` with every other key at its default.
+    pub fn new(n: usize, file_type: FileType) -> Self {
+        Self {
+            block: format!("parthenon/output{n}"),
+            id: format!("out{n}"),
+            file_type,
+            dt: None,
+            dn: None,
+            variables: None,
+            ghost_zones: false,
+            single_precision: false,
+            png_variable: None,
+            png_x3: None,
+            png_size: (None, None),
+            png_range: (None, None),
+        }
+    }
+
+    /// Reads `parthenon/output<n>/*` from a deck flattened to `block/key` → value strings (the
+    /// form `MeshConfig::from_map` takes). Lists may be written `a, b` or `[a, b]`.
+    pub fn from_map(map: &BTreeMap<String, String>, n: usize) -> Result<Self, OutputError> {
+        let prefix = format!("parthenon/output{n}/");
+        let get = |k: &str| map.get(&format!("{prefix}{k}")).map(|v| v.trim());
+        let bad = |k: &str, v: &str, why: &str| OutputError::Invalid {
+            key: format!("{prefix}{k}"),
+            value: v.to_string(),
+            reason: why.to_string(),
+        };
+        let file_type = match get("file_type") {
+            None => return Err(bad("file_type", "", "missing (hdf5, rst, hst or png)")),
+            Some("hdf5") => FileType::Hdf5,
+            Some("rst") => FileType::Restart,
+            Some("hst") => FileType::History,
+            Some("png") => FileType::Png,
+            Some(v) => return Err(bad("file_type", v, "expected hdf5, rst, hst or png")),
+        };
+        let mut b = Self::new(n, file_type);
+        if let Some(v) = get("id") {
+            if v.is_empty() || v.contains(['/', '\\']) || v.chars().any(char::is_whitespace) {
+                return Err(bad(
+                    "id",
+                    v,
+                    "must be a non-empty name without `/` or spaces",
+                ));
+            }
+            b.id = v.to_string();
+        }
+        let real = |k: &str| -> Result<Option<f64>, OutputError> {
+            get(k)
+                .map(|v| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite())
+                        .ok_or_else(|| bad(k, v, "expected a finite number"))
+                })
+                .transpose()
+        };
+        let flag = |k: &str| -> Result<bool, OutputError> {
+            match get(k) {
+                None | Some("false") => Ok(false),
+                Some("true") => Ok(true),
+                Some(v) => Err(bad(k, v, "expected true or false")),
+            }
+        };
+        let size = |k: &str| -> Result<Option<u32>, OutputError> {
+            get(k)
+                .map(|v| {
+                    v.parse::<u32>()
+                        .ok()
+                        .filter(|&p| (8..=16384).contains(&p))
+                        .ok_or_else(|| bad(k, v, "expected a pixel count in 8..=16384"))
+                })
+                .transpose()
+        };
+        b.dt = real("dt")?;
+        // Parthenon disables an output with a negative dt or dn.
+        if b.dt.is_some_and(|t| t <= 0.0) {
+            b.dt = None;
+        }
+        b.dn = match get("dn") {
+            None => None,
+            Some(v) => match v.parse::<i64>() {
+                Ok(d) if d > 0 => Some(d as u64),
+                Ok(_) => None,
+                Err(_) => return Err(bad("dn", v, "expected an integer")),
+            },
+        };
+        if let Some(v) = get("variables") {
+            let names: Vec<String> = v
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(',')
+                .map(|s| s.trim().trim_matches(['"', '\'']).to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            if names.is_empty() {
+                return Err(bad("variables", v, "an empty list"));
+            }
+            b.variables = Some(names);
+        }
+        b.ghost_zones = flag("ghost_zones")?;
+        b.single_precision = flag("single_precision_output")?;
+        b.png_variable = get("variable").map(str::to_string);
+        if b.file_type == FileType::Png && b.png_variable.is_none() {
+            return Err(bad(
+                "variable",
+                "",
+                "a png output needs the variable to plot",
+            ));
+        }
+        b.png_x3 = match (real("x3")?, get("slice")) {
+            (Some(x), None) => Some(PngSlice::Position(x)),
+            (None, Some(v)) => {
+                Some(PngSlice::RootIndex(v.parse().map_err(|_| {
+                    bad("slice", v, "expected a cell index (0, 1, ...)")
+                })?))
+            }
+            (None, None) => None,
+            (Some(_), Some(v)) => return Err(bad("slice", v, "give either x3 or slice, not both")),
+        };
+        b.png_size = (size("width")?, size("height")?);
+        b.png_range = (real("range_min")?, real("range_max")?);
+        if let (Some(lo), Some(hi)) = b.png_range {
+            if lo >= hi {
+                return Err(bad("range_max", &hi.to_string(), "must exceed range_min"));
+            }
+        }
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deck(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("parthenon/output3/{k}"), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_keys_and_names_files() {
+        let b = OutputBlock::from_map(
+            &deck(&[
+                ("file_type", "hdf5"),
+                ("dt", "0.5"),
+                ("dn", "-1"),
+                ("variables", "[rho, \"vel\"]"),
+                ("ghost_zones", "true"),
+            ]),
+            3,
+        )
+        .unwrap();
+        assert_eq!(b.id, "out3");
+        assert_eq!(b.dt, Some(0.5));
+        assert_eq!(b.dn, None);
+        assert_eq!(b.variables, Some(vec!["rho".into(), "vel".into()]));
+        assert!(b.ghost_zones && !b.single_precision);
+        assert_eq!(
+            file_name("blast", &b.id, FileNumber::Step(12), "phdf"),
+            "blast.out3.00012.phdf"
+        );
+        assert_eq!(
+            file_name("blast", "chk", FileNumber::Final, "rhdf"),
+            "blast.chk.final.rhdf"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (pairs, key) in [
+            (vec![("file_type", "vtk")], "file_type"),
+            (vec![("file_type", "hdf5"), ("dt", "soon")], "dt"),
+            (
+                vec![("file_type", "hdf5"), ("ghost_zones", "yes")],
+                "ghost_zones",
+            ),
+            (vec![("file_type", "png")], "variable"),
+            (vec![("file_type", "hdf5"), ("id", "a/b")], "id"),
+            (
+                vec![("file_type", "png"), ("variable", "rho"), ("width", "0")],
+                "width",
+            ),
+        ] {
+            let e = OutputBlock::from_map(&deck(&pairs), 3).unwrap_err();
+            assert!(e.is_bad_input());
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("parthenon/output3/{key}")),
+                "{e}"
+            );
+        }
+    }
+}

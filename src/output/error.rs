@@ -1,0 +1,70 @@
+//! Errors of the output writers and the restart reader.
+
+use std::path::PathBuf;
+
+/// Why an output could not be written or a restart file read.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// A key of an output block has a bad value (bad input: the driver exits with code 2).
+    #[error("{key}: `{value}`: {reason}")]
+    Invalid {
+        /// The deck key, e.g. `parthenon/output1/file_type`.
+        key: String,
+        /// The value found.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The snapshot handed to a writer is inconsistent (a driver bug, not user input).
+    #[error("inconsistent snapshot: {0}")]
+    Snapshot(String),
+    /// Another rank failed (its own error is reported there); this rank stops too.
+    #[error("output abandoned: {0}")]
+    Peer(String),
+    /// The HDF5 library refused an operation.
+    #[error("{path}: HDF5: {message}")]
+    Hdf5 {
+        /// The file.
+        path: PathBuf,
+        /// The library's message.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A restart file lacks something the reader needs or holds something inconsistent.
+    #[error("{path}: not a usable restart file: {reason}")]
+    BadRestart {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Rendering a PNG failed.
+    #[error("{path}: PNG: {message}")]
+    Png {
+        /// The file.
+        path: PathBuf,
+        /// The renderer's message.
+        message: String,
+    },
+}
+
+impl OutputError {
+    /// True for errors in user input (the output block or a restart file named by the user).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, Self::Invalid { .. } | Self::BadRestart { .. })
+    }
+
+    pub(crate) fn hdf5(path: &std::path::Path, e: hdf5::Error) -> Self {
+        Self::Hdf5 {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+}

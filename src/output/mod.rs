@@ -1,0 +1,129 @@
+//! Outputs: Parthenon-compatible `.phdf` files with an `.xdmf` beside each, restart files
+//! (`.rhdf`), a history file (`.hst`) and PNG slices.
+//!
+//! Every writer is collective: each rank calls it with its own [`Snapshot`]; the block data are
+//! gathered to rank 0 ([`gather`]), rank 0 writes, and its verdict is broadcast so that an I/O
+//! error on rank 0 is an error on every rank and no rank is left waiting.
+//!
+//! - [`config`]: an output block (`parthenon/outputN`) and the file names;
+//! - [`gather`]: the collective part (agreement on errors, block data to rank 0);
+//! - [`select`]: which variables an output holds and how their values are read from a block;
+//! - [`phdf`]: the HDF5 writer shared by `.phdf` and `.rhdf` files;
+//! - [`xdmf`]: the XDMF index of a `.phdf` file;
+//! - [`restart`]: restart files and their reader;
+//! - [`schedule`]: when an output block writes and its file numbers;
+//! - [`hst`]: the history file;
+//! - [`png`]: slices rendered to PNG.
+
+// Geometry code indexes several per-direction arrays with one direction index.
+#![allow(clippy::needless_range_loop)]
+
+pub mod config;
+pub mod error;
+pub mod gather;
+pub mod hst;
+pub mod phdf;
+pub mod png;
+pub mod restart;
+pub mod schedule;
+pub mod select;
+pub mod xdmf;
+
+pub use config::{file_name, FileNumber, FileType, OutputBlock};
+pub use error::OutputError;
+pub use restart::{read_restart, RestartData};
+pub use schedule::Schedule;
+
+use mpi::topology::Communicator;
+use starhalo_boundary::FieldLayout;
+use starhalo_mesh::field::Fields;
+use starhalo_mesh::Mesh;
+use std::path::{Path, PathBuf};
+
+/// The value of a problem parameter, written under `/Params` as `<package>/<key>`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    /// An integer (written as int64).
+    Int(i64),
+    /// A real (written as float64).
+    Real(f64),
+    /// A flag (written as HDF5's boolean enum, which h5py reads as `numpy.bool_`).
+    Bool(bool),
+    /// A string (variable-length).
+    Str(String),
+}
+
+/// One rank's view of the simulation state at an output step.
+///
+/// Only cell-centred variables are stored in `data`; variables of other centrings are skipped
+/// by every writer.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// The global mesh (every rank holds all of it).
+    pub mesh: &'a Mesh,
+    /// Registered variables, in registration order.
+    pub fields: &'a Fields,
+    /// Per block: `nvar` slots (the sum of `ncomp` over the cell-centred variables, in
+    /// registration order), each a row-major `[k][j][i]` array of `dims` points including
+    /// `nghost` ghost layers along active directions.
+    pub layout: FieldLayout,
+    /// Ghost layers along active directions.
+    pub nghost: usize,
+    /// This rank's blocks, ascending gid; data block `b` belongs to `gids[b]`.
+    pub gids: &'a [usize],
+    /// `gids.len() * layout.block_len()` values.
+    pub data: &'a [f64],
+    /// `gids.len() * fields.iter().count()`: entry `b * nvars + v` says whether variable `v`
+    /// (registration order, all centrings) is allocated on block `b`; an unallocated variable
+    /// reads as its default value.
+    pub allocated: &'a [bool],
+    /// Cycle number.
+    pub cycle: u64,
+    /// Simulation time.
+    pub time: f64,
+    /// Time step.
+    pub dt: f64,
+    /// Wall-clock seconds since the run started.
+    pub wall_time: f64,
+    /// The resolved input deck text.
+    pub deck: &'a str,
+    /// Problem parameters written under `/Params` (may be empty).
+    pub params: &'a [(String, ParamValue)],
+}
+
+/// Writes what `block` asks for at output number `number` into `dir`, collectively, and
+/// returns the path of the main file written (the same on every rank).
+///
+/// `problem_id` is `parthenon/job/problem_id`. A history output appends one line to its file
+/// and ignores `number`.
+pub fn write_output<C: Communicator>(
+    comm: &C,
+    snap: &Snapshot,
+    block: &OutputBlock,
+    problem_id: &str,
+    dir: &Path,
+    number: FileNumber,
+) -> Result<PathBuf, OutputError> {
+    match block.file_type {
+        FileType::Hdf5 => {
+            let path = dir.join(file_name(problem_id, &block.id, number, "phdf"));
+            phdf::write_phdf(comm, snap, block, &path)?;
+            Ok(path)
+        }
+        FileType::Restart => {
+            let path = dir.join(file_name(problem_id, &block.id, number, "rhdf"));
+            restart::write_restart(comm, snap, &path)?;
+            Ok(path)
+        }
+        FileType::History => {
+            let path = dir.join(format!("{problem_id}.{}.hst", block.id));
+            hst::write_history(comm, snap, &path)?;
+            Ok(path)
+        }
+        FileType::Png => {
+            let path = dir.join(file_name(problem_id, &block.id, number, "png"));
+            png::write_png(comm, snap, block, &path)?;
+            Ok(path)
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The HDF5 writer of `.phdf` (and, through [`write_file`], `.rhdf`) files, in Parthenon's
+//! layout (output format version 4), so that Parthenon's `phdf.py`, yt's `parthenon` frontend
+//! and ParaView/VisIt (through the `.xdmf` beside it) read them.
+
+use super::config::OutputBlock;
+use super::error::OutputError;
+use super::gather::{on_root, Gathered};
+use super::select::{append_var, select, Extent, OutVar};
+use super::{ParamValue, Snapshot};
+use hdf5::types::VarLenUnicode;
+use hdf5::{H5Type, Location};
+use mpi::topology::Communicator;
+use starhalo_mesh::BoundaryCondition;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Parthenon's output format version.
+pub const OUTPUT_FORMAT_VERSION: i32 = 4;
+
+/// Writes `snap` as a `.phdf` file at `path` and its `.xdmf` at `path` + `.xdmf`,
+/// collectively (see [`super::gather`]).
+pub fn write_phdf<C: Communicator>(
+    comm: &C,
+    snap: &Snapshot,
+    block: &OutputBlock,
+    path: &Path,
+) -> Result<(), OutputError> {
+    // The selection depends only on the fields, the same on every rank: no agreement needed.
+    let vars = select(
+        snap.fields,
+        block.variables.as_deref(),
+        &format!("{}/variables", block.block),
+    )?;
+    let ext = Extent::new(snap.mesh, snap.nghost, block.ghost_zones);
+    let len = snap.layout.block_len();
+    on_root(
+        comm,
+        snap,
+        len,
+        |b| snap.data[b * len..(b + 1) * len].to_vec(),
+        |g| {
+            write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
+            let xml = super::xdmf::xdmf(path, snap, &vars, &ext, block.single_precision);
+            let xpath = xdmf_path(path);
+            std::fs::write(&xpath, xml).map_err(|source| OutputError::Io {
+                path: xpath,
+                source,
+            })
+        },
+    )?;
+    Ok(())
+}
+
+/// The `.xdmf` file beside a `.phdf` file: its name with `.xdmf` appended.
+pub fn xdmf_path(phdf: &Path) -> PathBuf {
+    let mut s = phdf.as_os_str().to_owned();
+    s.push(".xdmf");
+    PathBuf::from(s)
+}
+
+/// Writes the gathered blocks `g` to `path` (through a temporary file renamed at the end, so
+/// a failed write never leaves a truncated file under the final name).
+pub fn write_file(
+    path: &Path,
+    snap: &Snapshot,
+    g: &Gathered,
+    vars: &[OutVar],
+    ext: &Extent,
+    single: bool,
+) -> Result<(), OutputError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let h = |e: hdf5::Error| OutputError::hdf5(path, e);
+    {
+        let file = hdf5::File::create(&tmp).map_err(|e| OutputError::hdf5(&tmp, e))?;
+        write_contents(&file, snap, g, vars, ext, single).map_err(h)?;
+        file.close().map_err(h)?;
+    }
+    std::fs::rename(&tmp, path).map_err(|source| OutputError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Parthenon's root level: the tree levels above the root grid (`2^RootLevel` covers the
+/// largest root-grid direction).
+pub fn root_level(nrb: [i64; 3]) -> u32 {
+    let m = nrb.iter().copied().max().unwrap_or(1).max(1) as u64;
+    m.next_power_of_two().trailing_zeros()
+}
+
+fn bc_name(bc: BoundaryCondition) -> &'static str {
+    match bc {
+        BoundaryCondition::Periodic => "periodic",
+        BoundaryCondition::Outflow => "outflow",
+        BoundaryCondition::Reflecting => "reflecting",
+        BoundaryCondition::User => "user",
+    }
+}
+
+fn write_contents(
+    file: &hdf5::File,
+    snap: &Snapshot,
+    g: &Gathered,
+    vars: &[OutVar],
+    ext: &Extent,
+    single: bool,
+) -> hdf5::Result<()> {
+    let mesh = snap.mesh;
+    let cfg = mesh.config();
+    let forest = mesh.forest();
+    let nb = g.nblocks;
+    let ndim = ext.ndim;
+    let nvars = snap.fields.iter().count();
+    let rl = root_level(cfg.nrb());
+
+    let input = file.create_group("Input")?;
+    attr_str(&input, "File", snap.deck)?;
+
+    let info = file.create_group("Info")?;
+    attr_scalar(&info, "OutputFormatVersion", &OUTPUT_FORMAT_VERSION)?;
+    // The format fixes NCycle as int32; a wrapped cycle would corrupt a restart.
+    let ncycle = i32::try_from(snap.cycle)
+        .map_err(|_| hdf5::Error::from(format!("cycle {} exceeds int32", snap.cycle).as_str()))?;
+    attr_scalar(&info, "NCycle", &ncycle)?;
+    attr_scalar(&info, "Time", &snap.time)?;
+    attr_scalar(&info, "dt", &snap.dt)?;
+    attr_scalar(&info, "WallTime", &snap.wall_time)?;
+    attr_scalar(&info, "NumDims", &(ndim as i32))?;
+    attr_scalar(&info, "NumMeshBlocks", &(nb as i32))?;
+    attr_scalar(&info, "MaxLevel", &(forest.max_level() as i32))?;
+    attr_scalar(&info, "IncludesGhost", &i32::from(ext.ghosts > 0))?;
+    attr_scalar(&info, "NGhost", &(snap.nghost as i32))?;
+    attr_str(&info, "Coordinates", "UniformCartesian")?;
+    attr_scalar(&info, "NBNew", &0i32)?;
+    attr_scalar(&info, "NBDel", &0i32)?;
+    attr_scalar(&info, "RootLevel", &(rl as i32))?;
+    let adaptive = cfg.refinement == starhalo_mesh::RefinementKind::Adaptive;
+    attr_scalar(&info, "Refine", &i32::from(adaptive))?;
+    attr_scalar(&info, "Multilevel", &i32::from(cfg.is_multilevel()))?;
+    let per_pe: Vec<i32> = g.blocks_per_rank.iter().map(|&n| n as i32).collect();
+    attr_vec(&info, "BlocksPerPE", &per_pe, false)?;
+    let mbs: Vec<i32> = ext.n.iter().map(|&n| n as i32).collect();
+    attr_vec(&info, "MeshBlockSize", &mbs, false)?;
+    let mut domain = Vec::with_capacity(9);
+    for d in 0..3 {
+        domain.extend([cfg.xmin[d], cfg.xmax[d], 1.0]);
+    }
+    attr_vec(&info, "RootGridDomain", &domain, false)?;
+    let rgs: Vec<i32> = cfg.nx.iter().map(|&n| n as i32).collect();
+    attr_vec(&info, "RootGridSize", &rgs, false)?;
+    let bcs: Vec<String> = cfg
+        .bc
+        .iter()
+        .flat_map(|pair| pair.iter().map(|&b| bc_name(b).to_string()))
+        .collect();
+    attr_strs(&info, "BoundaryConditions", &bcs, false)?;
+    let ncomp: Vec<u64> = vars.iter().map(|v| v.ncomp as u64).collect();
+    attr_vec(&info, "NumComponents", &ncomp, true)?;
+    let comp_names: Vec<String> = vars.iter().flat_map(|v| v.component_names()).collect();
+    attr_strs(&info, "ComponentNames", &comp_names, true)?;
+    let names: Vec<String> = vars.iter().map(|v| v.name.clone()).collect();
+    attr_strs(&info, "OutputDatasetNames", &names, true)?;
+
+    let params = file.create_group("Params")?;
+    for (name, value) in snap.params {
+        match value {
+            ParamValue::Int(v) => attr_scalar(&params, name, v)?,
+            ParamValue::Real(v) => attr_scalar(&params, name, v)?,
+            ParamValue::Bool(v) => attr_scalar(&params, name, v)?,
+            ParamValue::Str(v) => attr_str(&params, name, v)?,
+        }
+    }
+
+    // Per-block geometry, in gid order.
+    let locs = forest.leaves();
+    let mut xmin = Vec::with_capacity(nb * ndim);
+    let mut lx123 = Vec::with_capacity(nb * 3);
+    let mut lvl5 = Vec::with_capacity(nb * 5);
+    let mut levels = Vec::with_capacity(nb);
+    let mut faces: [Vec<f64>; 3] = Default::default();
+    let mut centres: [Vec<f64>; 3] = Default::default();
+    let cnghost = (snap.nghost / 2 + 1) as i32;
+    for gid in 0..nb {
+        let (lo, hi) = mesh
+            .bounds(gid)
+            .ok_or_else(|| hdf5::Error::from(format!("no block {gid} in the mesh").as_str()))?;
+        let l = locs[gid];
+        xmin.extend_from_slice(&lo[..ndim]);
+        lx123.extend(l.lx());
+        let lid = mesh.partition().lid_of(gid).unwrap_or(0);
+        lvl5.extend([(l.level() + rl) as i32, gid as i32, lid as i32, cnghost, 0]);
+        levels.push(i64::from(l.level()));
+        for d in 0..3 {
+            faces[d].extend(ext.faces(d, lo[d], hi[d], cfg.block_nx[d]));
+            centres[d].extend(ext.centres(d, lo[d], hi[d], cfg.block_nx[d]));
+        }
+    }
+    let blocks = file.create_group("Blocks")?;
+    dataset(&blocks, "xmin", &[nb, ndim], &xmin)?;
+    dataset(&blocks, "loc.lx123", &[nb, 3], &lx123)?;
+    dataset(&blocks, "loc.level-gid-lid-cnghost-gflag", &[nb, 5], &lvl5)?;
+    dataset(&blocks, "derefinement_count", &[nb, 1], &vec![0i32; nb])?;
+
+    let axes = ["x", "y", "z"];
+    let locations = file.create_group("Locations")?;
+    let volume = file.create_group("VolumeLocations")?;
+    for d in 0..3 {
+        dataset(&locations, axes[d], &[nb, ext.n[d] + 1], &faces[d])?;
+        dataset(&volume, axes[d], &[nb, ext.n[d]], &centres[d])?;
+    }
+    dataset(file, "Levels", &[nb], &levels)?;
+    dataset(file, "LogicalLocations", &[nb, 3], &lx123)?;
+
+    // Variables: (NB, ncomp, n3, n2, n1), always 5-D.
+    let mut buf = Vec::new();
+    for v in vars {
+        buf.clear();
+        append_var(&mut buf, g, &snap.layout, nvars, v, ext);
+        let shape = [nb, v.ncomp, ext.n[2], ext.n[1], ext.n[0]];
+        let ds = if single {
+            let f: Vec<f32> = buf.iter().map(|&x| x as f32).collect();
+            dataset(file, &v.name, &shape, &f)?
+        } else {
+            dataset(file, &v.name, &shape, &buf)?
+        };
+        attr_str(&ds, "TopologicalLocation", "Cell")?;
+    }
+
+    let sparse: Vec<&OutVar> = vars.iter().filter(|v| v.sparse).collect();
+    if !sparse.is_empty() {
+        let ns = sparse.len();
+        let mut info = Vec::with_capacity(nb * ns);
+        for gid in 0..nb {
+            info.extend(sparse.iter().map(|v| v.allocated(g, nvars, gid)));
+        }
+        let ds = dataset(file, "SparseInfo", &[nb, ns], &info)?;
+        let names: Vec<String> = sparse.iter().map(|v| v.name.clone()).collect();
+        attr_strs(&ds, "SparseFields", &names, false)?;
+        dataset(file, "SparseDeallocCount", &[nb, ns], &vec![0i32; nb * ns])?;
+    }
+    Ok(())
+}
+
+/// A dataset of `shape` holding `data` in row-major order.
+pub fn dataset<T: H5Type>(
+    at: &hdf5::Group,
+    name: &str,
+    shape: &[usize],
+    data: &[T],
+) -> hdf5::Result<hdf5::Dataset> {
+    let ds = at.new_dataset::<T>().shape(shape.to_vec()).create(name)?;
+    ds.write_raw(data)?;
+    Ok(ds)
+}
+
+/// A scalar attribute.
+pub fn attr_scalar<T: H5Type>(at: &Location, name: &str, v: &T) -> hdf5::Result<()> {
+    at.new_attr::<T>().shape(()).create(name)?.write_scalar(v)
+}
+
+/// A 1-D attribute; one value makes a scalar unless `always_1d` (the yt traps).
+pub fn attr_vec<T: H5Type>(
+    at: &Location,
+    name: &str,
+    v: &[T],
+    always_1d: bool,
+) -> hdf5::Result<()> {
+    if v.len() == 1 && !always_1d {
+        return attr_scalar(at, name, &v[0]);
+    }
+    at.new_attr::<T>().shape(v.len()).create(name)?.write_raw(v)
+}
+
+fn varlen(s: &str) -> hdf5::Result<VarLenUnicode> {
+    VarLenUnicode::from_str(s).map_err(|e| hdf5::Error::from(format!("string {s:?}: {e}").as_str()))
+}
+
+/// A variable-length string attribute (h5py reads fixed-length strings as bytes, which
+/// breaks yt).
+pub fn attr_str(at: &Location, name: &str, s: &str) -> hdf5::Result<()> {
+    attr_scalar(at, name, &varlen(s)?)
+}
+
+/// A 1-D attribute of variable-length strings (scalar for one unless `always_1d`).
+pub fn attr_strs(at: &Location, name: &str, v: &[String], always_1d: bool) -> hdf5::Result<()> {
+    let s: Vec<VarLenUnicode> = v.iter().map(|s| varlen(s)).collect::<Result<_, _>>()?;
+    attr_vec(at, name, &s, always_1d)
+}

@@ -1,0 +1,334 @@
+//! Restart files (`.rhdf`): the `.phdf` layout holding every cell-centred variable with its
+//! ghost cells in double precision, so that a run continues bit for bit; and their reader.
+//!
+//! A restarted driver reads the file on every rank ([`read_restart`]), rebuilds the forest
+//! from [`RestartData::locations`], partitions it, and takes its own blocks with
+//! [`RestartData::block_data`] in the layout of a [`Snapshot`].
+
+use super::error::OutputError;
+use super::gather::on_root;
+use super::phdf::write_file;
+use super::select::{cell_vars, Extent};
+use super::{ParamValue, Snapshot};
+use hdf5::types::VarLenUnicode;
+use hdf5::H5Type;
+use mpi::topology::Communicator;
+use starhalo_mesh::field::Fields;
+use starhalo_mesh::LogicalLocation;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Writes a restart file of `snap` at `path`, collectively.
+pub fn write_restart<C: Communicator>(
+    comm: &C,
+    snap: &Snapshot,
+    path: &Path,
+) -> Result<(), OutputError> {
+    let mut vars = cell_vars(snap.fields);
+    vars.sort_by(|a, b| a.name.cmp(&b.name));
+    let ext = Extent::new(snap.mesh, snap.nghost, true);
+    let len = snap.layout.block_len();
+    on_root(
+        comm,
+        snap,
+        len,
+        |b| snap.data[b * len..(b + 1) * len].to_vec(),
+        |g| write_file(path, snap, &g, &vars, &ext, false),
+    )?;
+    Ok(())
+}
+
+/// Everything a restart file holds, read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartData {
+    /// The file read.
+    pub path: PathBuf,
+    /// The resolved input deck of the run that wrote it.
+    pub deck: String,
+    /// Cycle, time, time step and wall time at the output.
+    pub cycle: u64,
+    /// Simulation time.
+    pub time: f64,
+    /// Time step.
+    pub dt: f64,
+    /// Wall-clock seconds of the writing run.
+    pub wall_time: f64,
+    /// Number of dimensions.
+    pub ndim: usize,
+    /// Ghost layers of the simulation.
+    pub nghost: usize,
+    /// Whether the variables hold ghost cells (always for files written here).
+    pub includes_ghost: bool,
+    /// Points per block and component as stored (n1, n2, n3).
+    pub stored: [usize; 3],
+    /// Every block's location (levels from the root grid), in gid order.
+    pub locations: Vec<LogicalLocation>,
+    /// Blocks per rank of the writing run (its owners: contiguous gid ranges).
+    pub blocks_per_rank: Vec<usize>,
+    /// Variables by name: components and values `(NB, ncomp, n3, n2, n1)`.
+    pub variables: BTreeMap<String, (usize, Vec<f64>)>,
+    /// Sparse variables by name: allocation flag of each block.
+    pub sparse: BTreeMap<String, Vec<bool>>,
+    /// The `/Params` attributes (what the writing run passed in [`Snapshot::params`]), by
+    /// name; attributes of other types are skipped.
+    pub params: BTreeMap<String, ParamValue>,
+}
+
+impl RestartData {
+    /// Number of blocks.
+    pub fn nblocks(&self) -> usize {
+        self.locations.len()
+    }
+
+    /// The rank that held each block in the writing run.
+    pub fn owners(&self) -> Vec<usize> {
+        self.blocks_per_rank
+            .iter()
+            .enumerate()
+            .flat_map(|(r, &n)| std::iter::repeat_n(r, n))
+            .collect()
+    }
+
+    /// The blocks `gids` in the layout of a [`Snapshot`] of `fields` with this file's ghost
+    /// width: the data (`gids.len() * layout.block_len()`; ghosts zero when the file has none;
+    /// unallocated variables at their default value) and the allocation flags
+    /// (`gids.len() * nvars`; dense and non-cell variables true).
+    pub fn block_data(
+        &self,
+        fields: &Fields,
+        gids: &[usize],
+    ) -> Result<(Vec<f64>, Vec<bool>), OutputError> {
+        let bad = |reason: String| OutputError::BadRestart {
+            path: self.path.clone(),
+            reason,
+        };
+        let vars = cell_vars(fields);
+        let nvars = fields.iter().count();
+        let g = if self.includes_ghost { 0 } else { self.nghost };
+        let dims: [usize; 3] =
+            std::array::from_fn(|d| self.stored[d] + if d < self.ndim { 2 * g } else { 0 });
+        let var_len: usize = dims.iter().product();
+        let stored_len: usize = self.stored.iter().product();
+        let slots: usize = vars.iter().map(|v| v.ncomp).sum();
+        let mut data = vec![0.0; gids.len() * slots * var_len];
+        let mut alloc = vec![true; gids.len() * nvars];
+        for v in &vars {
+            let Some((ncomp, values)) = self.variables.get(&v.name) else {
+                return Err(bad(format!("no variable `{}`", v.name)));
+            };
+            if *ncomp != v.ncomp {
+                return Err(bad(format!(
+                    "`{}` has {ncomp} components, the simulation registers {}",
+                    v.name, v.ncomp
+                )));
+            }
+            let flags = self.sparse.get(&v.name);
+            for (b, &gid) in gids.iter().enumerate() {
+                if gid >= self.nblocks() {
+                    return Err(bad(format!(
+                        "no block {gid} (the file has {})",
+                        self.nblocks()
+                    )));
+                }
+                if let Some(f) = flags {
+                    alloc[b * nvars + v.index] = f[gid];
+                }
+                if !alloc[b * nvars + v.index] {
+                    // The file holds 0 there; the simulation reads the default value.
+                    for c in 0..v.ncomp {
+                        data[(b * slots + v.slot + c) * var_len..][..var_len].fill(v.default);
+                    }
+                    continue;
+                }
+                for c in 0..v.ncomp {
+                    let src = &values[(gid * v.ncomp + c) * stored_len..][..stored_len];
+                    let dst = &mut data[(b * slots + v.slot + c) * var_len..][..var_len];
+                    let off = |d: usize| if d < self.ndim { g } else { 0 };
+                    for k in 0..self.stored[2] {
+                        for j in 0..self.stored[1] {
+                            let s = (k * self.stored[1] + j) * self.stored[0];
+                            let t = ((k + off(2)) * dims[1] + j + off(1)) * dims[0] + off(0);
+                            dst[t..t + self.stored[0]].copy_from_slice(&src[s..s + self.stored[0]]);
+                        }
+                    }
+                }
+            }
+        }
+        Ok((data, alloc))
+    }
+}
+
+/// Reads a restart (or `.phdf`) file. Every rank may call it at once: the file is opened
+/// read-only.
+pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
+    let bad = |reason: String| OutputError::BadRestart {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let h = |e: hdf5::Error| bad(e.to_string());
+    let file = hdf5::File::open(path).map_err(h)?;
+    let info = file.group("Info").map_err(h)?;
+    let scalar_i64 = |name: &str| -> Result<i64, OutputError> {
+        info.attr(name)
+            .and_then(|a| a.read_scalar::<i64>())
+            .map_err(|e| bad(format!("Info/{name}: {e}")))
+    };
+    let scalar_f64 = |name: &str| -> Result<f64, OutputError> {
+        info.attr(name)
+            .and_then(|a| a.read_scalar::<f64>())
+            .map_err(|e| bad(format!("Info/{name}: {e}")))
+    };
+    let count = |name: &str, v: i64| -> Result<usize, OutputError> {
+        usize::try_from(v).map_err(|_| bad(format!("Info/{name} = {v}")))
+    };
+    let nb = count("NumMeshBlocks", scalar_i64("NumMeshBlocks")?)?;
+    let ndim = count("NumDims", scalar_i64("NumDims")?)?;
+    if !(1..=3).contains(&ndim) {
+        return Err(bad(format!("Info/NumDims = {ndim}")));
+    }
+    let nghost = count("NGhost", scalar_i64("NGhost")?)?;
+    let includes_ghost = scalar_i64("IncludesGhost")? != 0;
+    let cycle = u64::try_from(scalar_i64("NCycle")?).map_err(|_| bad("Info/NCycle < 0".into()))?;
+    let mbs: Vec<i64> = info
+        .attr("MeshBlockSize")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/MeshBlockSize: {e}")))?;
+    if mbs.len() != 3 || mbs.iter().any(|&n| n < 1) {
+        return Err(bad(format!("Info/MeshBlockSize = {mbs:?}")));
+    }
+    let stored = [mbs[0] as usize, mbs[1] as usize, mbs[2] as usize];
+    let per_pe: Vec<i64> = info
+        .attr("BlocksPerPE")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/BlocksPerPE: {e}")))?;
+    let blocks_per_rank: Vec<usize> = per_pe
+        .iter()
+        .map(|&n| count("BlocksPerPE", n))
+        .collect::<Result<_, _>>()?;
+    if blocks_per_rank.iter().sum::<usize>() != nb {
+        return Err(bad(format!("BlocksPerPE {per_pe:?} do not sum to {nb}")));
+    }
+    let deck = file
+        .group("Input")
+        .and_then(|g| g.attr("File"))
+        .and_then(|a| a.read_scalar::<VarLenUnicode>())
+        .map_err(|e| bad(format!("Input/File: {e}")))?
+        .as_str()
+        .to_string();
+
+    let read = |name: &str, shape: &[usize]| -> Result<hdf5::Dataset, OutputError> {
+        let ds = file
+            .dataset(name)
+            .map_err(|e| bad(format!("{name}: {e}")))?;
+        if ds.shape() != shape {
+            return Err(bad(format!(
+                "{name} has shape {:?}, expected {shape:?}",
+                ds.shape()
+            )));
+        }
+        Ok(ds)
+    };
+    fn raw<T: H5Type>(ds: &hdf5::Dataset, path: &Path) -> Result<Vec<T>, OutputError> {
+        ds.read_raw().map_err(|e| OutputError::BadRestart {
+            path: path.to_path_buf(),
+            reason: format!("{}: {e}", ds.name()),
+        })
+    }
+    let levels: Vec<i64> = raw(&read("Levels", &[nb])?, path)?;
+    let lx: Vec<i64> = raw(&read("LogicalLocations", &[nb, 3])?, path)?;
+    let mut locations = Vec::with_capacity(nb);
+    for b in 0..nb {
+        let level = u32::try_from(levels[b]).map_err(|_| bad(format!("Levels[{b}]")))?;
+        locations.push(LogicalLocation::new(
+            level,
+            [lx[3 * b], lx[3 * b + 1], lx[3 * b + 2]],
+        ));
+    }
+
+    let names: Vec<VarLenUnicode> = info
+        .attr("OutputDatasetNames")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/OutputDatasetNames: {e}")))?;
+    let ncomps: Vec<u64> = info
+        .attr("NumComponents")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/NumComponents: {e}")))?;
+    if names.len() != ncomps.len() {
+        return Err(bad(
+            "OutputDatasetNames and NumComponents differ in length".into()
+        ));
+    }
+    let mut variables = BTreeMap::new();
+    for (name, &nc) in names.iter().zip(&ncomps) {
+        let nc = nc as usize;
+        let ds = read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
+        variables.insert(name.as_str().to_string(), (nc, raw::<f64>(&ds, path)?));
+    }
+    let mut sparse = BTreeMap::new();
+    if let Ok(ds) = file.dataset("SparseInfo") {
+        let fields: Vec<VarLenUnicode> = ds
+            .attr("SparseFields")
+            .and_then(|a| a.read_raw())
+            .map_err(|e| bad(format!("SparseInfo/SparseFields: {e}")))?;
+        let ns = fields.len();
+        if ds.shape() != [nb, ns] {
+            return Err(bad(format!("SparseInfo has shape {:?}", ds.shape())));
+        }
+        let flags: Vec<bool> = raw(&ds, path)?;
+        for (s, f) in fields.iter().enumerate() {
+            sparse.insert(
+                f.as_str().to_string(),
+                (0..nb).map(|b| flags[b * ns + s]).collect(),
+            );
+        }
+    }
+    let params = read_params(&file).map_err(|e| bad(format!("Params: {e}")))?;
+    Ok(RestartData {
+        path: path.to_path_buf(),
+        deck,
+        cycle,
+        time: scalar_f64("Time")?,
+        dt: scalar_f64("dt")?,
+        wall_time: scalar_f64("WallTime")?,
+        ndim,
+        nghost,
+        includes_ghost,
+        stored,
+        locations,
+        blocks_per_rank,
+        variables,
+        sparse,
+        params,
+    })
+}
+
+/// The attributes of `/Params` that have a [`ParamValue`] type.
+fn read_params(file: &hdf5::File) -> hdf5::Result<BTreeMap<String, ParamValue>> {
+    use hdf5::types::TypeDescriptor as T;
+    let mut out = BTreeMap::new();
+    let Ok(group) = file.group("Params") else {
+        return Ok(out);
+    };
+    for name in group.attr_names()? {
+        let a = group.attr(&name)?;
+        if !a.is_scalar() {
+            continue;
+        }
+        let v = match a.dtype()?.to_descriptor()? {
+            T::Integer(_) | T::Unsigned(_) => ParamValue::Int(a.read_scalar::<i64>()?),
+            T::Float(_) => ParamValue::Real(a.read_scalar::<f64>()?),
+            T::Boolean => ParamValue::Bool(a.read_scalar::<bool>()?),
+            T::VarLenUnicode => {
+                ParamValue::Str(a.read_scalar::<VarLenUnicode>()?.as_str().to_string())
+            }
+            T::VarLenAscii => ParamValue::Str(
+                a.read_scalar::<hdf5::types::VarLenAscii>()?
+                    .as_str()
+                    .to_string(),
+            ),
+            _ => continue,
+        };
+        out.insert(name, v);
+    }
+    Ok(out)
+}

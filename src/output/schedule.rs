@@ -1,0 +1,65 @@
+//! When an output block writes, and the number of its next file.
+//!
+//! Parthenon's rules: a `dt` output writes at the first step and then whenever the time
+//! reaches its next output time, which then advances past the current time in steps of `dt`;
+//! a `dn` output writes every `dn` cycles. The driver adds the final output of a run.
+
+use super::config::{FileNumber, OutputBlock};
+
+/// The state of one output block across a run (restored from a restart by the driver).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// The time at which a `dt` output writes next.
+    pub next_time: f64,
+    /// The number of the next file.
+    pub next_number: u32,
+}
+
+impl Schedule {
+    /// A schedule whose first `dt` output is due at `start_time`, numbering files from 0.
+    pub fn new(start_time: f64) -> Self {
+        Self {
+            next_time: start_time,
+            next_number: 0,
+        }
+    }
+
+    /// Whether `block` writes at this `time` and `cycle`.
+    pub fn due(&self, block: &OutputBlock, time: f64, cycle: u64) -> bool {
+        block.dt.is_some() && time >= self.next_time || block.dn.is_some_and(|n| cycle % n == 0)
+    }
+
+    /// Records an output of `block` at `time` and returns its file number.
+    pub fn wrote(&mut self, block: &OutputBlock, time: f64) -> FileNumber {
+        let n = self.next_number;
+        self.next_number = self.next_number.saturating_add(1);
+        if let Some(dt) = block.dt.filter(|&d| d > 0.0) {
+            // Skip every output time already passed (a step longer than dt writes once).
+            let behind = ((time - self.next_time) / dt).floor().max(0.0);
+            self.next_time += (behind + 1.0) * dt;
+        }
+        FileNumber::Step(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::FileType;
+    use super::*;
+
+    #[test]
+    fn dt_outputs_skip_passed_times_and_dn_outputs_count_cycles() {
+        let mut b = OutputBlock::new(0, FileType::Hdf5);
+        b.dt = Some(0.1);
+        let mut s = Schedule::new(0.0);
+        assert!(s.due(&b, 0.0, 0));
+        assert_eq!(s.wrote(&b, 0.0), FileNumber::Step(0));
+        assert!(!s.due(&b, 0.05, 1));
+        assert!(s.due(&b, 0.35, 2));
+        assert_eq!(s.wrote(&b, 0.35), FileNumber::Step(1));
+        assert!((s.next_time - 0.4).abs() < 1e-12);
+        let mut c = OutputBlock::new(1, FileType::History);
+        c.dn = Some(3);
+        assert!(s.due(&c, 0.0, 6) && !s.due(&c, 0.0, 7));
+    }
+}
