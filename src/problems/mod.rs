@@ -10,6 +10,7 @@
 //! [`PROBLEMS`].
 
 pub mod heat2d;
+pub mod spmv;
 
 use crate::deck::Deck;
 use crate::run::stats::Summary;
@@ -39,7 +40,7 @@ pub struct ProblemInfo {
 }
 
 /// Every problem the driver knows.
-pub const PROBLEMS: &[ProblemInfo] = &[heat2d::INFO];
+pub const PROBLEMS: &[ProblemInfo] = &[heat2d::INFO, spmv::INFO];
 
 /// The problem called `name`.
 pub fn find(name: &str) -> Option<&'static ProblemInfo> {

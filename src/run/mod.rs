@@ -63,7 +63,9 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     agree(world, make_out_dir(world, &ctx))?;
 
     let t0 = Instant::now();
-    let summary = problem.run(&ctx)?;
+    // Problems fail collectively; a failure seen by one rank at the very end (rank 0's
+    // result file) still stops every rank with the same code.
+    let summary = agree(world, problem.run(&ctx))?;
     summary.print(world, name, t0.elapsed());
     Ok(())
 }

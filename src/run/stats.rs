@@ -67,10 +67,11 @@ impl Summary {
             Stop::WallTime => "wall-time limit reached",
         };
         println!(
-            "summary: {problem} on {} rank{}: {} cycles ({why}), wall {:.3} s, {:.3e} {}/s, communication {:.1}% of wall time",
+            "summary: {problem} on {} rank{}: {} cycle{} ({why}), wall {:.3} s, {:.3e} {}/s, communication {:.1}% of wall time",
             world.size(),
             if world.size() == 1 { "" } else { "s" },
             self.cycles,
+            if self.cycles == 1 { "" } else { "s" },
             wall.as_secs_f64(),
             self.work / wall_s,
             self.work_unit,
