@@ -6,8 +6,6 @@
 mod bench;
 mod cli;
 mod comm;
-#[allow(dead_code)]
-// the deck API is wider than its first readers; the advection driver uses the rest
 mod deck;
 mod exit;
 mod graph_file;

@@ -43,12 +43,6 @@ pub struct UnknownKey {
 /// A deck error; every variant is bad input (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum DeckError {
-    /// The file could not be read.
-    #[error("cannot read deck {file}: {source}")]
-    Read {
-        file: String,
-        source: std::io::Error,
-    },
     /// The text is not a deck: malformed YAML or `.in`, a value that is not a block, a key
     /// given twice.
     #[error("{file}:{line}: {msg}")]
@@ -66,10 +60,11 @@ pub enum DeckError {
         found: String,
     },
     /// A value of the right type that its reader refuses (out of range, unknown name).
-    #[error("{path} at {origin}: {msg}")]
+    /// `origin` is `None` when the value is the reader's default.
+    #[error("{path} {}: {msg}", match .origin { Some(o) => format!("at {o}"), None => "(default value)".into() })]
     Invalid {
         path: String,
-        origin: Origin,
+        origin: Option<Origin>,
         msg: String,
     },
     /// A required key is absent.

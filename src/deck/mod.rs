@@ -24,7 +24,6 @@ pub use value::Value;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// One key of a block.
 #[derive(Debug)]
@@ -67,18 +66,8 @@ impl Deck {
         }
     }
 
-    /// Reads a deck file: `.in` files in Parthenon's format, anything else as YAML unless its
-    /// first meaningful line opens a `<block>`.
-    pub fn read(path: &Path) -> Result<Self, DeckError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| DeckError::Read {
-            file: name.clone(),
-            source,
-        })?;
-        Self::from_str_auto(&text, &name)
-    }
-
-    /// Parses deck text whose format is decided as [`Deck::read`] decides it for `file`.
+    /// Parses deck text: Parthenon's `.in` format when `file` ends in `.in` or the first
+    /// meaningful line opens a `<block>`, YAML otherwise. `file` names the text in messages.
     pub fn from_str_auto(text: &str, file: &str) -> Result<Self, DeckError> {
         let is_in = Path::new(file).extension().is_some_and(|e| e == "in")
             || text
@@ -91,11 +80,6 @@ impl Deck {
         } else {
             yaml::parse(text, file)
         }
-    }
-
-    /// Parses YAML deck text; `file` names it in messages.
-    pub fn from_yaml_str(text: &str, file: &str) -> Result<Self, DeckError> {
-        yaml::parse(text, file)
     }
 
     /// The file the deck was read from.
@@ -210,6 +194,7 @@ impl Deck {
     /// Marks keys as read by a reader that takes the deck another way (for instance
     /// [`Deck::flat_map`] handed to `MeshConfig::from_map`), so [`Deck::check_unread`]
     /// accepts them.
+    #[allow(dead_code)] // for readers that take a flat map (the mesh configuration)
     pub fn mark_read(&self, block: &str, keys: &[&str]) {
         if let Some(b) = self.block(block) {
             for e in b.entries.iter().filter(|e| keys.contains(&e.key.as_str())) {
@@ -220,6 +205,7 @@ impl Deck {
 
     /// Every key as `block/key -> text` (lists comma-separated), the form
     /// `starhalo_mesh::MeshConfig::from_map` takes. Marks nothing as read.
+    #[allow(dead_code)] // `MeshConfig::from_map` takes this form
     pub fn flat_map(&self) -> BTreeMap<String, String> {
         self.blocks
             .iter()
@@ -256,14 +242,12 @@ impl Deck {
             .ok_or_else(|| self.missing(block, key))
     }
 
-    /// An error for a value its reader refuses, naming where it was given.
+    /// An error for a value its reader refuses, naming where it was given (or that it is the
+    /// reader's default).
     pub fn invalid(&self, block: &str, key: &str, msg: impl Into<String>) -> DeckError {
         DeckError::Invalid {
             path: format!("{block}/{key}"),
-            origin: self.origin(block, key).cloned().unwrap_or(Origin::File {
-                file: Arc::from(self.file.as_str()),
-                line: 0,
-            }),
+            origin: self.origin(block, key).cloned(),
             msg: msg.into(),
         }
     }
@@ -358,6 +342,7 @@ fn to_str(v: &Value) -> Option<String> {
     }
 }
 
+#[allow(dead_code)] // used by `get_list`, kept for output variable lists
 fn to_list(v: &Value) -> Option<Vec<String>> {
     Some(match v {
         Value::List(items) => items.iter().map(Value::text).collect(),
@@ -392,6 +377,9 @@ macro_rules! getters {
     )*};
 }
 
+// Every type has both forms so that the problems to come (advection, outputs) find what
+// they need; the first problems use only some of them.
+#[allow(dead_code)]
 impl Deck {
     getters! {
         get_i64, get_i64_or, i64, i64, to_i64, "an integer";

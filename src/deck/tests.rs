@@ -29,7 +29,7 @@ on = true
 ";
 
 fn yaml() -> Deck {
-    Deck::from_yaml_str(YAML, "d.yaml").unwrap()
+    Deck::from_str_auto(YAML, "d.yaml").unwrap()
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn yaml_values_keep_their_types_and_lines() {
 
 #[test]
 fn nested_yaml_mappings_are_sub_blocks() {
-    let d = Deck::from_yaml_str(
+    let d = Deck::from_str_auto(
         "parthenon:\n  mesh:\n    nx1: 8\n  job: {problem: heat2d}\nempty:\n",
         "n.yaml",
     )
@@ -148,7 +148,7 @@ fn defaults_apply_only_when_absent() {
 
 #[test]
 fn type_errors_name_key_file_and_line() {
-    let d = Deck::from_yaml_str(
+    let d = Deck::from_str_auto(
         "parthenon/job: {x: 1}\nparthenon/mesh: {nx1: abc, f: [1, 2], b: maybe, n: -3}\n",
         "deck.yaml",
     )
@@ -210,6 +210,8 @@ fn invalid_values_name_their_origin() {
         .invalid("parthenon/mesh", "nx1", "must be even")
         .to_string();
     assert_eq!(e, "parthenon/mesh/nx1 at d.yaml:3: must be even");
+    let e = d.invalid("parthenon/mesh", "nx3", "too small").to_string();
+    assert_eq!(e, "parthenon/mesh/nx3 (default value): too small");
 }
 
 #[test]
@@ -240,7 +242,7 @@ fn unread_keys_in_known_blocks_are_reported() {
 #[test]
 fn malformed_yaml_names_the_line() {
     let bad = "parthenon/job: {problem: heat2d}\nheat2d:\n  nx: 8\n   ny: [1, 2\n";
-    let e = Deck::from_yaml_str(bad, "bad.yaml").unwrap_err();
+    let e = Deck::from_str_auto(bad, "bad.yaml").unwrap_err();
     let DeckError::Syntax { line, .. } = &e else {
         panic!("{e}")
     };
@@ -254,7 +256,7 @@ fn malformed_yaml_names_the_line() {
         ("b:\n  k: [{x: 1}]\n", 2, "a list may not hold mappings"),
         ("b//c: {k: 1}\n", 1, "not a block name"),
     ] {
-        let e = Deck::from_yaml_str(text, "t.yaml").unwrap_err();
+        let e = Deck::from_str_auto(text, "t.yaml").unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains(needle), "{text:?}: {msg}");
         match e {
@@ -302,7 +304,7 @@ fn printed_yaml_reads_back_identically() {
         let text = d.to_yaml();
         assert!(text.contains("nx1: 32"), "{text}");
         assert!(text.contains("3 command-line overrides applied"), "{text}");
-        let back = Deck::from_yaml_str(&text, "back.yaml").unwrap();
+        let back = Deck::from_str_auto(&text, "back.yaml").unwrap();
         for (b1, b2) in d.blocks().iter().zip(back.blocks()) {
             assert_eq!(b1.name, b2.name);
             let v1: Vec<_> = b1.entries.iter().map(|e| (&e.key, &e.value)).collect();
@@ -316,7 +318,7 @@ fn printed_yaml_reads_back_identically() {
 #[test]
 fn paths_are_relative_to_the_deck_that_names_them() {
     let mut d =
-        Deck::from_yaml_str("spmv: {matrix: m/a.mtx, abs: /x/b.mtx}\n", "inputs/s.yaml").unwrap();
+        Deck::from_str_auto("spmv: {matrix: m/a.mtx, abs: /x/b.mtx}\n", "inputs/s.yaml").unwrap();
     assert_eq!(
         d.get_path("spmv", "matrix").unwrap(),
         Some(PathBuf::from("inputs/m/a.mtx"))
