@@ -29,7 +29,7 @@ pub enum Command {
 /// also names the output files).
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Input deck: YAML, or Parthenon's format when it ends in .in.
+    /// Input deck: YAML, or Parthenon's format when it ends in .in or opens with a <block> line.
     pub deck: PathBuf,
     /// Overrides `block/path/key=value`, applied in order after the deck is read.
     pub overrides: Vec<String>,
