@@ -13,12 +13,38 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run a simulation from an input deck (YAML, or Parthenon's .in format).
+    Run(RunArgs),
     /// Star-forest tools: run one operation on a graph file, or show how a graph is set up.
     #[command(subcommand)]
     Sf(SfCommand),
     /// Benchmarks that print a table, or JSON with --json.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+/// `starhalo run DECK [block/key=value ...]`.
+///
+/// The problem is `parthenon/job/problem` (or, when absent, `parthenon/job/problem_id`, which
+/// also names the output files).
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Input deck: YAML, or Parthenon's format when it ends in .in or opens with a <block> line.
+    pub deck: PathBuf,
+    /// Overrides `block/path/key=value`, applied in order after the deck is read.
+    pub overrides: Vec<String>,
+    /// Output directory (created if needed).
+    #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Restart from this file (only for problems that support restarts).
+    #[arg(short = 'r', long = "restart", value_name = "FILE")]
+    pub restart: Option<PathBuf>,
+    /// Print the resolved deck (overrides applied) as YAML and run nothing.
+    #[arg(short = 'n', long = "dry-run")]
+    pub dry_run: bool,
+    /// Wall-time limit HH:MM:SS: stop cleanly, with final output, once it is reached.
+    #[arg(short = 't', long = "wall-time", value_name = "HH:MM:SS")]
+    pub wall_time: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -6,12 +6,16 @@
 mod bench;
 mod cli;
 mod comm;
+mod deck;
 mod exit;
 mod graph_file;
-// Outputs are called by the run driver; until it lands, nothing in the binary uses them.
+// Outputs are called by the advection driver; until it lands, nothing in the binary uses them.
 #[allow(dead_code, unused_imports)]
 mod output;
+mod problems;
+mod run;
 mod sf_cmd;
+mod tasks;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -24,6 +28,7 @@ fn main() -> ExitCode {
     };
     let world = universe.world();
     let result = match args.command {
+        cli::Command::Run(a) => return run::report(&world, run::main(&world, &a)),
         cli::Command::Sf(cli::SfCommand::Run(a)) => sf_cmd::run(&world, &a),
         cli::Command::Sf(cli::SfCommand::View(a)) => sf_cmd::view(&world, &a),
         cli::Command::Bench(cli::BenchCommand::SfPingpong(a)) => {

@@ -1,0 +1,336 @@
+use super::*;
+
+const YAML: &str = "\
+# a deck
+parthenon/job: {problem_id: advection}
+parthenon/mesh: {nx1: 64, nx2: 64, x1min: -0.5, ix1_bc: periodic, refinement: adaptive}
+parthenon/time:
+  tlim: 1.0
+  nlim: -1
+  integrator: rk2
+parthenon/output0: {file_type: hdf5, dt: 0.1, variables: [advected, one]}
+advection: {vx: 1.0, profile: wave, on: true}
+";
+
+const IN: &str = "\
+# the same in Parthenon's format
+<parthenon/job>
+problem_id = advection   # trailing comment
+
+<parthenon/mesh>
+nx1 = 64
+x1min = -0.5
+ix1_bc = periodic
+<parthenon/output0>
+variables = advected, one
+<advection>
+vx = 1.0
+on = true
+";
+
+fn yaml() -> Deck {
+    Deck::from_str_auto(YAML, "d.yaml").unwrap()
+}
+
+#[test]
+fn yaml_values_keep_their_types_and_lines() {
+    let d = yaml();
+    assert_eq!(
+        d.get_str("parthenon/job", "problem_id").unwrap(),
+        "advection"
+    );
+    assert_eq!(d.get_i64("parthenon/mesh", "nx1").unwrap(), 64);
+    assert_eq!(d.get_f64("parthenon/mesh", "x1min").unwrap(), -0.5);
+    assert_eq!(d.get_i64("parthenon/time", "nlim").unwrap(), -1);
+    assert!(d.get_bool("advection", "on").unwrap());
+    assert_eq!(
+        d.get_list("parthenon/output0", "variables").unwrap(),
+        ["advected", "one"]
+    );
+    let line = |b, k| match d.origin(b, k) {
+        Some(Origin::File { line, .. }) => *line,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(line("parthenon/mesh", "ix1_bc"), 3);
+    assert_eq!(line("parthenon/time", "integrator"), 7);
+    assert_eq!(line("advection", "vx"), 9);
+    let names: Vec<_> = d.blocks().iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "parthenon/job",
+            "parthenon/mesh",
+            "parthenon/time",
+            "parthenon/output0",
+            "advection"
+        ]
+    );
+}
+
+#[test]
+fn nested_yaml_mappings_are_sub_blocks() {
+    let d = Deck::from_str_auto(
+        "parthenon:\n  mesh:\n    nx1: 8\n  job: {problem: heat2d}\nempty:\n",
+        "n.yaml",
+    )
+    .unwrap();
+    assert_eq!(d.get_i64("parthenon/mesh", "nx1").unwrap(), 8);
+    assert_eq!(d.get_str("parthenon/job", "problem").unwrap(), "heat2d");
+    assert!(d.block("empty").is_some_and(|b| b.entries.is_empty()));
+}
+
+#[test]
+fn in_format_reads_into_the_same_tree() {
+    let d = Deck::from_str_auto(IN, "d.in").unwrap();
+    assert_eq!(
+        d.get_str("parthenon/job", "problem_id").unwrap(),
+        "advection"
+    );
+    assert_eq!(d.get_i64("parthenon/mesh", "nx1").unwrap(), 64);
+    assert_eq!(d.get_f64("parthenon/mesh", "x1min").unwrap(), -0.5);
+    assert_eq!(d.get_str("parthenon/mesh", "ix1_bc").unwrap(), "periodic");
+    assert_eq!(
+        d.get_list("parthenon/output0", "variables").unwrap(),
+        ["advected", "one"]
+    );
+    assert!(d.get_bool("advection", "on").unwrap());
+    assert_eq!(
+        d.origin("parthenon/mesh", "x1min"),
+        Some(&Origin::File {
+            file: "d.in".into(),
+            line: 7
+        })
+    );
+    // The format is recognised from the content when the name does not say.
+    let sniffed = Deck::from_str_auto(IN, "deck.txt").unwrap();
+    assert_eq!(sniffed.flat_map(), d.flat_map());
+}
+
+#[test]
+fn overrides_replace_and_create_keys() {
+    let mut d = yaml();
+    d.apply_override("parthenon/mesh/nx1=32").unwrap();
+    d.apply_override("advection/vx=2").unwrap();
+    d.apply_override("parthenon/meshblock/nx1=16").unwrap();
+    d.apply_override("advection/profile = [a, b]").unwrap();
+    assert_eq!(d.get_i64("parthenon/mesh", "nx1").unwrap(), 32);
+    assert_eq!(d.get_f64("advection", "vx").unwrap(), 2.0);
+    assert_eq!(d.get_i64("parthenon/meshblock", "nx1").unwrap(), 16);
+    assert_eq!(d.get_list("advection", "profile").unwrap(), ["a", "b"]);
+    assert_eq!(d.origin("advection", "vx"), Some(&Origin::CommandLine));
+    for bad in [
+        "nx1=3",
+        "parthenon/mesh/nx1",
+        "/nx1=3",
+        "parthenon//nx1=3",
+        "parthenon/mesh/=3",
+    ] {
+        let e = d.apply_override(bad).unwrap_err();
+        assert!(matches!(e, DeckError::BadOverride { .. }), "{bad}: {e}");
+        assert!(e.to_string().contains(bad), "{e}");
+    }
+}
+
+#[test]
+fn defaults_apply_only_when_absent() {
+    let d = yaml();
+    assert_eq!(d.get_i64_or("parthenon/mesh", "nx3", 1).unwrap(), 1);
+    assert_eq!(d.get_i64_or("parthenon/mesh", "nx1", 1).unwrap(), 64);
+    assert_eq!(d.get_usize_or("nosuch", "n", 7).unwrap(), 7);
+    assert_eq!(d.get_str_or("advection", "x", "dflt").unwrap(), "dflt");
+    assert!(d.get_bool_or("advection", "off", false).is_ok_and(|b| !b));
+    assert_eq!(
+        d.get_list_or("advection", "l", vec![]).unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(d.get_f64_or("advection", "vy", 0.5).unwrap(), 0.5);
+}
+
+#[test]
+fn type_errors_name_key_file_and_line() {
+    let d = Deck::from_str_auto(
+        "parthenon/job: {x: 1}\nparthenon/mesh: {nx1: abc, f: [1, 2], b: maybe, n: -3}\n",
+        "deck.yaml",
+    )
+    .unwrap();
+    let e = d.get_i64("parthenon/mesh", "nx1").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "parthenon/mesh/nx1 at deck.yaml:2: expected an integer, found 'abc'"
+    );
+    let e = d.get_f64("parthenon/mesh", "f").unwrap_err().to_string();
+    assert!(e.contains("expected a number, found '1, 2'"), "{e}");
+    let e = d
+        .get_bool_or("parthenon/mesh", "b", true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("parthenon/mesh/b at deck.yaml:2: expected true or false"),
+        "{e}"
+    );
+    let e = d.get_usize("parthenon/mesh", "n").unwrap_err().to_string();
+    assert!(
+        e.contains("expected a non-negative integer, found '-3'"),
+        "{e}"
+    );
+    let e = d.get_str("parthenon/mesh", "f").unwrap_err().to_string();
+    assert!(e.contains("expected a single value"), "{e}");
+    // In .in decks every value is text; a type error names the .in line.
+    let d = Deck::from_str_auto("<heat2d>\n\nnx = 1.5\n", "h.in").unwrap();
+    let e = d.get_i64("heat2d", "nx").unwrap_err().to_string();
+    assert_eq!(e, "heat2d/nx at h.in:3: expected an integer, found '1.5'");
+    let mut d = d;
+    d.apply_override("heat2d/nx=many").unwrap();
+    let e = d.get_i64("heat2d", "nx").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "heat2d/nx at the command line: expected an integer, found 'many'"
+    );
+}
+
+#[test]
+fn missing_keys_are_named() {
+    let d = yaml();
+    let e = d.get_f64("advection", "vy").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "missing required key advection/vy (block advection at d.yaml:9 has no key vy)"
+    );
+    let e = d.get_i64("heat2d", "nx").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "missing required key heat2d/nx (d.yaml has no block heat2d)"
+    );
+}
+
+#[test]
+fn invalid_values_name_their_origin() {
+    let d = yaml();
+    let e = d
+        .invalid("parthenon/mesh", "nx1", "must be even")
+        .to_string();
+    assert_eq!(e, "parthenon/mesh/nx1 at d.yaml:3: must be even");
+    let e = d.invalid("parthenon/mesh", "nx3", "too small").to_string();
+    assert_eq!(e, "parthenon/mesh/nx3 (default value): too small");
+}
+
+#[test]
+fn unread_keys_in_known_blocks_are_reported() {
+    let d = yaml();
+    d.get_str("parthenon/job", "problem_id").unwrap();
+    d.mark_read("parthenon/mesh", &["nx1", "nx2", "x1min", "ix1_bc"]);
+    let known =
+        |b: &str| b.starts_with("parthenon/") && b != "parthenon/time" && b != "parthenon/output0";
+    let e = d.check_unread(known, "problem x").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown key (not read by problem x): parthenon/mesh/refinement at d.yaml:3"
+    );
+    d.get_str("parthenon/mesh", "refinement").unwrap();
+    d.check_unread(known, "problem x").unwrap();
+    // `advection` was not selected, and nothing read it: an error once it is.
+    let e = d
+        .check_unread(|b| b == "advection", "p")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("unknown keys (not read by p): advection/vx at d.yaml:9;"),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_yaml_names_the_line() {
+    let bad = "parthenon/job: {problem: heat2d}\nheat2d:\n  nx: 8\n   ny: [1, 2\n";
+    let e = Deck::from_str_auto(bad, "bad.yaml").unwrap_err();
+    let DeckError::Syntax { line, .. } = &e else {
+        panic!("{e}")
+    };
+    assert!(*line >= 3, "{e}");
+    assert!(e.to_string().starts_with("bad.yaml:"), "{e}");
+    for (text, line, needle) in [
+        ("a: 1\n", 1, "top-level key 'a' must be a block"),
+        ("- 1\n- 2\n", 1, "a deck is a mapping"),
+        ("b:\n  k: 1\n  k: 2\n", 3, "duplicate mapping key: k"),
+        ("b:\n  k:\n", 2, "b/k: has no value"),
+        ("b:\n  k: [{x: 1}]\n", 2, "a list may not hold mappings"),
+        ("b//c: {k: 1}\n", 1, "not a block name"),
+    ] {
+        let e = Deck::from_str_auto(text, "t.yaml").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(needle), "{text:?}: {msg}");
+        match e {
+            DeckError::Syntax { line: l, .. } if l == line => {}
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn malformed_in_files_name_the_line() {
+    for (text, line, needle) in [
+        ("nx = 1\n", 1, "key 'nx' comes before any <block> header"),
+        (
+            "<a>\nnx 1\n",
+            2,
+            "expected '<block>' or 'key = value', found 'nx 1'",
+        ),
+        ("<a\n", 1, "lacks its closing '>'"),
+        ("<a>\n\n= 3\n", 3, "'' is not a key name"),
+        ("<a>\nx =   # empty\n", 2, "key 'x' has no value"),
+        (
+            "<a>\nx = 1\n<b>\n<a>\nx = 2\n",
+            5,
+            "a/x is given twice (first at t.in:2)",
+        ),
+        ("<a//b>\n", 1, "not a block name"),
+    ] {
+        match Deck::from_str_auto(text, "t.in") {
+            Err(e @ DeckError::Syntax { line: l, .. }) if l == line => {
+                assert!(e.to_string().contains(needle), "{text:?}: {e}");
+                assert!(e.to_string().starts_with(&format!("t.in:{line}: ")), "{e}");
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn printed_yaml_reads_back_identically() {
+    for mut d in [yaml(), Deck::from_str_auto(IN, "d.in").unwrap()] {
+        d.apply_override("parthenon/mesh/nx1=32").unwrap();
+        d.apply_override("extra/s=007x").unwrap();
+        d.apply_override("extra/q='quoted'").unwrap();
+        let text = d.to_yaml();
+        assert!(text.contains("nx1: 32"), "{text}");
+        assert!(text.contains("3 command-line overrides applied"), "{text}");
+        let back = Deck::from_str_auto(&text, "back.yaml").unwrap();
+        for (b1, b2) in d.blocks().iter().zip(back.blocks()) {
+            assert_eq!(b1.name, b2.name);
+            let v1: Vec<_> = b1.entries.iter().map(|e| (&e.key, &e.value)).collect();
+            let v2: Vec<_> = b2.entries.iter().map(|e| (&e.key, &e.value)).collect();
+            assert_eq!(v1, v2, "{text}");
+        }
+        assert_eq!(d.blocks().len(), back.blocks().len());
+    }
+}
+
+#[test]
+fn paths_are_relative_to_the_deck_that_names_them() {
+    let mut d =
+        Deck::from_str_auto("spmv: {matrix: m/a.mtx, abs: /x/b.mtx}\n", "inputs/s.yaml").unwrap();
+    assert_eq!(
+        d.get_path("spmv", "matrix").unwrap(),
+        Some(PathBuf::from("inputs/m/a.mtx"))
+    );
+    assert_eq!(
+        d.get_path("spmv", "abs").unwrap(),
+        Some(PathBuf::from("/x/b.mtx"))
+    );
+    assert_eq!(d.get_path("spmv", "none").unwrap(), None);
+    d.apply_override("spmv/matrix=c.mtx").unwrap();
+    assert_eq!(
+        d.get_path("spmv", "matrix").unwrap(),
+        Some(PathBuf::from("c.mtx"))
+    );
+}

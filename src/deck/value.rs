@@ -1,0 +1,152 @@
+//! Deck values: what a YAML scalar or list, a `.in` value or a command-line override holds.
+
+use std::fmt;
+
+/// One value of a deck key.
+///
+/// YAML decks keep the type YAML gave the scalar; `.in` decks and command-line overrides are
+/// text, typed by [`Value::infer`] so that `-n` prints them the way a YAML deck would. The
+/// typed getters of [`Deck`](super::Deck) accept text for any type (Parthenon stores every
+/// value as a string), so the inference never decides whether a key is accepted.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `true` or `false`.
+    Bool(bool),
+    /// An integer that fits `i64`.
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// Any other scalar.
+    Str(String),
+    /// A sequence (`[a, b]` in YAML).
+    List(Vec<Value>),
+}
+
+impl Value {
+    /// Types untyped text: `true`/`false`, then an integer, then a number with at least one
+    /// digit, then `[a, b, ...]` as a list; anything else stays a string. Surrounding white
+    /// space is dropped.
+    pub fn infer(text: &str) -> Value {
+        let t = text.trim();
+        if let Some(inner) = t.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            let inner = inner.trim();
+            if inner.is_empty() {
+                return Value::List(Vec::new());
+            }
+            return Value::List(inner.split(',').map(Value::infer).collect());
+        }
+        match t {
+            "true" => return Value::Bool(true),
+            "false" => return Value::Bool(false),
+            _ => {}
+        }
+        if let Ok(i) = t.parse::<i64>() {
+            return Value::Int(i);
+        }
+        if t.bytes().any(|b| b.is_ascii_digit()) {
+            if let Ok(f) = t.parse::<f64>() {
+                return Value::Float(f);
+            }
+        }
+        Value::Str(t.to_string())
+    }
+
+    /// The value as plain text, the way a `.in` deck would write it (lists comma-separated).
+    pub fn text(&self) -> String {
+        match self {
+            Value::Bool(b) => b.to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(f) => float_text(*f),
+            Value::Str(s) => s.clone(),
+            Value::List(items) => items.iter().map(Value::text).collect::<Vec<_>>().join(", "),
+        }
+    }
+
+    /// The value as a YAML flow scalar or flow sequence that reads back as the same value.
+    pub fn yaml(&self) -> String {
+        match self {
+            Value::Float(f) if f.is_nan() => ".nan".into(),
+            Value::Float(f) if f.is_infinite() => if *f > 0.0 { ".inf" } else { "-.inf" }.into(),
+            Value::Str(s) => yaml_string(s),
+            Value::List(items) => format!(
+                "[{}]",
+                items.iter().map(Value::yaml).collect::<Vec<_>>().join(", ")
+            ),
+            other => other.text(),
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// Shortest text that parses back to the same `f64`, always with a `.` or an exponent so
+/// that it reads back as a float and not an integer.
+fn float_text(f: f64) -> String {
+    let s = format!("{f:?}");
+    if s.contains(['.', 'e', 'E']) || !f.is_finite() {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// A string as YAML: plain when it cannot be mistaken for anything else, single-quoted
+/// otherwise (YAML doubles a quote inside single quotes).
+fn yaml_string(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '+'))
+        && !s.starts_with(['-', '.', '+'])
+        && matches!(Value::infer(s), Value::Str(_))
+        && !is_yaml_keyword(s);
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "''"))
+    }
+}
+
+/// Words that YAML 1.1 readers take for booleans or null.
+fn is_yaml_keyword(s: &str) -> bool {
+    const WORDS: [&str; 12] = [
+        "true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf", "infinity",
+    ];
+    WORDS.iter().any(|w| w.eq_ignore_ascii_case(s)) || s == "~"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infer_types_text() {
+        assert_eq!(Value::infer(" 64 "), Value::Int(64));
+        assert_eq!(Value::infer("-3"), Value::Int(-3));
+        assert_eq!(Value::infer("0.4"), Value::Float(0.4));
+        assert_eq!(Value::infer("1e-8"), Value::Float(1e-8));
+        assert_eq!(Value::infer("true"), Value::Bool(true));
+        assert_eq!(Value::infer("periodic"), Value::Str("periodic".into()));
+        assert_eq!(Value::infer("inf"), Value::Str("inf".into()));
+        assert_eq!(
+            Value::infer("[a, 2]"),
+            Value::List(vec![Value::Str("a".into()), Value::Int(2)])
+        );
+        assert_eq!(Value::infer("[]"), Value::List(vec![]));
+    }
+
+    #[test]
+    fn yaml_text_reads_back_as_the_same_type() {
+        assert_eq!(Value::Float(1.0).yaml(), "1.0");
+        assert_eq!(Value::Float(1e-8).yaml(), "1e-8");
+        assert_eq!(Value::Str("64".into()).yaml(), "'64'");
+        assert_eq!(Value::Str("yes".into()).yaml(), "'yes'");
+        assert_eq!(Value::Str("it's".into()).yaml(), "'it''s'");
+        assert_eq!(Value::Str("advected".into()).yaml(), "advected");
+        assert_eq!(Value::Str("matrices/a.mtx".into()).yaml(), "matrices/a.mtx");
+        assert_eq!(Value::Float(f64::NEG_INFINITY).yaml(), "-.inf");
+    }
+}

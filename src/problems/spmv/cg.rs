@@ -1,0 +1,103 @@
+//! Conjugate gradients (unpreconditioned) on a [`DistMatrix`], dot products by allreduce.
+
+use super::dist::DistMatrix;
+use crate::run::stats::{CommTimer, Stop};
+use crate::run::RunContext;
+use anyhow::{bail, Result};
+use mpi::collective::SystemOperation;
+use mpi::traits::CommunicatorCollectives;
+
+/// How the solve ended.
+pub struct CgResult {
+    /// Iterations done.
+    pub iterations: u64,
+    /// `||b - A x|| / ||b||` of the recursively updated residual.
+    pub relative_residual: f64,
+    /// Why it stopped.
+    pub stop: Stop,
+}
+
+/// Sums `parts` over the ranks in one reduction.
+fn allreduce_sum<const N: usize>(ctx: &RunContext, comm: &CommTimer, parts: [f64; N]) -> [f64; N] {
+    let mut out = [0.0; N];
+    comm.time(|| {
+        ctx.world
+            .all_reduce_into(&parts[..], &mut out[..], SystemOperation::sum())
+    });
+    out
+}
+
+fn local_dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Solves `A x = b` from `x = 0` until `||r|| <= tol ||b||`, `max_iters`, or the wall-time
+/// limit (checked in the same reduction as `r.r`, so every rank stops together).
+pub fn solve(
+    ctx: &RunContext,
+    a: &DistMatrix,
+    b: &[f64],
+    x: &mut [f64],
+    tol: f64,
+    max_iters: u64,
+    comm: &CommTimer,
+) -> Result<CgResult> {
+    let n = b.len();
+    let mut ghost = vec![0.0; a.nghosts()];
+    x.fill(0.0);
+    let mut r = b.to_vec();
+    let mut p = r.clone();
+    let mut ap = vec![0.0; n];
+    let [bb] = allreduce_sum(ctx, comm, [local_dot(b, b)]);
+    let bnorm = bb.sqrt();
+    let mut rr = bb;
+    let mut iterations = 0;
+    let mut stop = Stop::CycleLimit;
+    let rel = |rr: f64| {
+        if bnorm > 0.0 {
+            rr.sqrt() / bnorm
+        } else {
+            rr.sqrt()
+        }
+    };
+    if rel(rr) <= tol {
+        stop = Stop::Converged;
+    }
+    while stop == Stop::CycleLimit && iterations < max_iters {
+        a.matvec(&p, &mut ap, &mut ghost, comm)?;
+        let [pap] = allreduce_sum(ctx, comm, [local_dot(&p, &ap)]);
+        if !(pap > 0.0 && pap.is_finite()) {
+            // Decided on a reduced value: every rank fails here together.
+            bail!(
+                "CG broke down at iteration {}: p.Ap = {pap:e} (the matrix is not symmetric positive definite)",
+                iterations + 1
+            );
+        }
+        let alpha = rr / pap;
+        for i in 0..n {
+            x[i] += alpha * p[i];
+            r[i] -= alpha * ap[i];
+        }
+        let expired = f64::from(u8::from(ctx.deadline.expired()));
+        let [rr_new, any_expired] = allreduce_sum(ctx, comm, [local_dot(&r, &r), expired]);
+        iterations += 1;
+        ctx.progress(iterations, || {
+            format!("relative_residual={:.6e}", rel(rr_new))
+        });
+        if rel(rr_new) <= tol {
+            stop = Stop::Converged;
+        } else if any_expired > 0.0 {
+            stop = Stop::WallTime;
+        }
+        let beta = rr_new / rr;
+        rr = rr_new;
+        for i in 0..n {
+            p[i] = r[i] + beta * p[i];
+        }
+    }
+    Ok(CgResult {
+        iterations,
+        relative_residual: rel(rr),
+        stop,
+    })
+}

@@ -1,0 +1,102 @@
+//! Agreement between ranks: every rank reaches the same verdict, one rank speaks.
+
+use crate::exit::{self, BadInput};
+use anyhow::Result;
+use mpi::collective::SystemOperation;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::{CommunicatorCollectives, Root};
+use std::process::ExitCode;
+
+/// The error of a rank that stops because another rank failed: it exits with the agreed
+/// code and prints nothing, since the failing rank has said what went wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("rank {rank} failed")]
+pub struct Quiet {
+    /// The lowest rank that failed (the one that reports).
+    pub rank: i32,
+    /// The agreed exit code.
+    pub code: u8,
+}
+
+fn code_of(e: &anyhow::Error) -> i32 {
+    if e.chain()
+        .any(|c| c.is::<BadInput>() || c.is::<crate::deck::DeckError>())
+    {
+        2
+    } else {
+        1
+    }
+}
+
+/// Collective: if any rank failed, every rank returns an error. The lowest failing rank
+/// keeps its own error (it reports); the others get [`Quiet`]. The exit code is the highest
+/// any rank asked for (bad input, 2, wins over a run-time failure, 1).
+pub fn agree<T>(world: &SimpleCommunicator, mine: Result<T>) -> Result<T> {
+    let rank = world.rank();
+    let code = mine.as_ref().err().map_or(0, code_of);
+    // One reduction: the highest code and, negated, the lowest failing rank.
+    let send = [code, if code > 0 { -rank } else { i32::MIN }];
+    let mut got = [0i32; 2];
+    world.all_reduce_into(&send[..], &mut got[..], SystemOperation::max());
+    let agreed = got[0];
+    if agreed == 0 {
+        return mine;
+    }
+    let reporter = -got[1];
+    match mine {
+        Err(e) if rank == reporter => {
+            if agreed == 2 && code == 1 {
+                Err(e.context(BadInput("another rank rejected its input".into())))
+            } else {
+                Err(e)
+            }
+        }
+        _ => Err(anyhow::Error::new(Quiet {
+            rank: reporter,
+            code: agreed as u8,
+        })),
+    }
+}
+
+/// Rank 0's bytes on every rank.
+pub fn broadcast_bytes(world: &SimpleCommunicator, mine: Vec<u8>) -> Vec<u8> {
+    let root = world.process_at_rank(0);
+    let mut len = mine.len() as u64;
+    root.broadcast_into(&mut len);
+    let mut buf = if world.rank() == 0 {
+        mine
+    } else {
+        vec![0u8; len as usize]
+    };
+    root.broadcast_into(&mut buf[..]);
+    buf
+}
+
+/// Sum over ranks.
+pub fn sum_f64(world: &SimpleCommunicator, x: f64) -> f64 {
+    let mut out = 0.0;
+    world.all_reduce_into(&x, &mut out, SystemOperation::sum());
+    out
+}
+
+/// Maximum over ranks.
+pub fn max_f64(world: &SimpleCommunicator, x: f64) -> f64 {
+    let mut out = 0.0;
+    world.all_reduce_into(&x, &mut out, SystemOperation::max());
+    out
+}
+
+/// Exit code and message for `starhalo run`: [`Quiet`] ranks exit silently with the agreed
+/// code; everything else is reported as by [`exit::report`], deck errors as bad input.
+pub fn report(world: &SimpleCommunicator, result: Result<()>) -> ExitCode {
+    match result {
+        Err(e) => match e.downcast_ref::<Quiet>() {
+            Some(q) => ExitCode::from(q.code),
+            None if code_of(&e) == 2 && !e.chain().any(|c| c.is::<BadInput>()) => {
+                exit::report(world, Err(anyhow::Error::new(BadInput(format!("{e:#}")))))
+            }
+            None => exit::report(world, Err(e)),
+        },
+        ok => exit::report(world, ok),
+    }
+}

@@ -1,0 +1,47 @@
+//! What the driver hands a problem: the communicator, the output place, the limits.
+
+use super::clock::Deadline;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The run's settings, decided by the driver from the command line and `parthenon/*`.
+pub struct RunContext<'a> {
+    /// All ranks of the job.
+    pub world: &'a SimpleCommunicator,
+    /// `parthenon/job/problem_id`: the base name of output files.
+    pub problem_id: String,
+    /// The `-d` directory (exists once the problem runs).
+    pub out_dir: PathBuf,
+    /// The `-t` limit.
+    pub deadline: Deadline,
+    /// `parthenon/time/ncycle_out`: a progress line every this many cycles (0: none).
+    pub ncycle_out: u64,
+    /// `parthenon/time/recv_bdry_buf_timeout_sec`: how long a task may stay incomplete.
+    pub recv_timeout: Duration,
+    /// The `-r` file, for problems that restart.
+    pub restart: Option<PathBuf>,
+}
+
+impl RunContext<'_> {
+    /// True on the rank that speaks.
+    pub fn is_root(&self) -> bool {
+        self.world.rank() == 0
+    }
+
+    /// Prints a progress line on rank 0 when `cycle` is a multiple of `ncycle_out`.
+    pub fn progress(&self, cycle: u64, line: impl FnOnce() -> String) {
+        if self.is_root() && self.ncycle_out > 0 && cycle % self.ncycle_out == 0 {
+            println!(
+                "cycle={cycle} {} wall={:.3}s",
+                line(),
+                self.deadline.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    /// `<out_dir>/<problem_id>-<suffix>`.
+    pub fn out_file(&self, suffix: &str) -> PathBuf {
+        self.out_dir.join(format!("{}-{suffix}", self.problem_id))
+    }
+}

@@ -1,0 +1,188 @@
+//! `starhalo run`: read the deck, apply overrides, pick the problem, run it.
+//!
+//! Every step that can reject input ends in a collective agreement ([`collective::agree`]),
+//! so bad input stops every rank with exit code 2 and only the first failing rank speaks.
+//! Rank 0 reads the deck file and broadcasts it: every rank then parses the same text and
+//! reads the same keys, so they fail (or not) together.
+
+pub mod clock;
+pub mod collective;
+pub mod context;
+pub mod stats;
+
+pub use collective::report;
+pub use context::RunContext;
+
+use crate::cli::RunArgs;
+use crate::deck::Deck;
+use crate::exit::bad_input;
+use crate::problems::{self, Problem};
+use anyhow::{Context as _, Result};
+use collective::{agree, broadcast_bytes};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::time::{Duration, Instant};
+
+/// The driver's own block for job settings.
+const JOB: &str = "parthenon/job";
+/// The driver's own block for time-stepping settings.
+const TIME: &str = "parthenon/time";
+
+/// Runs `starhalo run` on every rank.
+pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
+    let start = Instant::now();
+    init_logging(world.rank() == 0);
+
+    let limit = agree(
+        world,
+        a.wall_time
+            .as_deref()
+            .map(clock::parse_wall_time)
+            .transpose(),
+    )?;
+    let text = agree(world, read_on_root(world, a))?;
+    // Rank 0 checked that the file is UTF-8; the bytes arrive unchanged.
+    let text = String::from_utf8_lossy(&broadcast_bytes(world, text.into_bytes())).into_owned();
+    let deck = agree(world, parse(&text, a))?;
+    if a.dry_run {
+        if world.rank() == 0 {
+            print!("{}", deck.to_yaml());
+        }
+        return Ok(());
+    }
+
+    let mut ctx = RunContext {
+        world,
+        problem_id: String::new(),
+        out_dir: a.dir.clone(),
+        deadline: clock::Deadline::new(start, limit),
+        ncycle_out: 1,
+        recv_timeout: Duration::from_secs(60),
+        restart: a.restart.clone(),
+    };
+    let (name, mut problem) = agree(world, set_up(&deck, &mut ctx))?;
+    agree(world, make_out_dir(world, &ctx))?;
+
+    let t0 = Instant::now();
+    // Problems fail collectively; a failure seen by one rank at the very end (rank 0's
+    // result file) still stops every rank with the same code.
+    let summary = agree(world, problem.run(&ctx))?;
+    summary.print(world, name, t0.elapsed());
+    Ok(())
+}
+
+/// Logs go to standard error; rank 0 reports progress and warnings, the others only errors.
+fn init_logging(speaker: bool) {
+    let level = if speaker {
+        tracing::Level::INFO
+    } else {
+        tracing::Level::ERROR
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// Rank 0 reads the deck file; the other ranks wait for its text.
+fn read_on_root(world: &SimpleCommunicator, a: &RunArgs) -> Result<String> {
+    if world.rank() != 0 {
+        return Ok(String::new());
+    }
+    std::fs::read_to_string(&a.deck)
+        .map_err(|e| bad_input!("cannot read deck {}: {e}", a.deck.display()))
+}
+
+fn parse(text: &str, a: &RunArgs) -> Result<Deck> {
+    let mut deck = Deck::from_str_auto(text, &a.deck.display().to_string())?;
+    for o in &a.overrides {
+        deck.apply_override(o)?;
+    }
+    Ok(deck)
+}
+
+/// Reads the driver's keys, finds the problem and lets it read its own; then any key left
+/// unread in `parthenon/*` or the problem's block is an error. Nothing here communicates.
+fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Problem>)> {
+    let name = if deck.has(JOB, "problem") {
+        deck.get_str(JOB, "problem")?
+    } else {
+        deck.get_str(JOB, "problem_id")?
+    };
+    ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
+    if ctx.problem_id.is_empty() || ctx.problem_id.contains(['/', '\\']) {
+        return Err(deck
+            .invalid(JOB, "problem_id", "must be a plain file-name prefix")
+            .into());
+    }
+    let key = if deck.has(JOB, "problem") {
+        "problem"
+    } else {
+        "problem_id"
+    };
+    let info = problems::find(&name).ok_or_else(|| {
+        deck.invalid(
+            JOB,
+            key,
+            format!("unknown problem '{name}' (known: {})", problems::names()),
+        )
+    })?;
+    let ncycle_out = deck.get_i64_or(TIME, "ncycle_out", 1)?;
+    ctx.ncycle_out = u64::try_from(ncycle_out).map_err(|_| {
+        deck.invalid(
+            TIME,
+            "ncycle_out",
+            "must be 0 (no progress lines) or positive",
+        )
+    })?;
+    let timeout = deck.get_f64_or(TIME, "recv_bdry_buf_timeout_sec", 60.0)?;
+    ctx.recv_timeout = Duration::try_from_secs_f64(timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            deck.invalid(
+                TIME,
+                "recv_bdry_buf_timeout_sec",
+                "must be a positive number of seconds",
+            )
+        })?;
+    if let (Some(r), false) = (&ctx.restart, info.restarts) {
+        return Err(bad_input!(
+            "-r {}: problem '{}' does not support restarts",
+            r.display(),
+            info.name
+        ));
+    }
+    let problem = (info.setup)(deck, ctx)?;
+    deck.check_unread(
+        |b| b.starts_with("parthenon/") || b == info.block,
+        &format!("the driver or problem {}", info.name),
+    )?;
+    for b in deck.blocks() {
+        if !b.name.starts_with("parthenon/") && b.name != info.block && ctx.is_root() {
+            tracing::warn!(
+                "block {} (at {}) is not used by problem {}",
+                b.name,
+                b.origin,
+                info.name
+            );
+        }
+    }
+    Ok((info.name, problem))
+}
+
+/// Rank 0 creates the output directory.
+fn make_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
+    if world.rank() == 0 {
+        std::fs::create_dir_all(&ctx.out_dir)
+            .with_context(|| {
+                format!(
+                    "-d {}: cannot create the output directory",
+                    ctx.out_dir.display()
+                )
+            })
+            .map_err(|e| bad_input!("{e:#}"))?;
+    }
+    Ok(())
+}

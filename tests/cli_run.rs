@@ -1,0 +1,468 @@
+//! `starhalo run`: decks, overrides, problems and bad input, on real MPI jobs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
+const LIMIT_S: u64 = 120;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("starhalo-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn run(ranks: usize, args: &[&str]) -> Output {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    common::mpirun(ranks, LIMIT_S, Path::new(EXE), &all, &[])
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A result file: `key value` lines, and the value lines after each `# ...` section header.
+struct Dat {
+    keys: BTreeMap<String, String>,
+    sections: Vec<Vec<f64>>,
+}
+
+fn read_dat(path: &Path) -> Dat {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut d = Dat {
+        keys: BTreeMap::new(),
+        sections: Vec::new(),
+    };
+    for line in text.lines() {
+        if line.starts_with('#') {
+            d.sections.push(Vec::new());
+            continue;
+        }
+        let nums: Option<Vec<f64>> = line.split_whitespace().map(|w| w.parse().ok()).collect();
+        match (nums, d.sections.len() > 1) {
+            (Some(v), true) => d.sections.last_mut().unwrap().extend(v),
+            _ => {
+                let (k, v) = line.split_once(' ').unwrap();
+                d.keys.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    d
+}
+
+impl Dat {
+    fn f64(&self, k: &str) -> f64 {
+        self.keys[k].parse().unwrap()
+    }
+}
+
+const HEAT: &str = "\
+parthenon/job: {problem: heat2d, problem_id: h}
+parthenon/time: {ncycle_out: 50}
+heat2d:
+  nx: 12
+  ny: 12
+  tol: 1.0e-9
+  max_iters: 4000
+  check_every: 5
+";
+
+const HEAT_IN: &str = "\
+# the same deck in Parthenon's format
+<parthenon/job>
+problem = heat2d
+problem_id = h      # output prefix
+
+<parthenon/time>
+ncycle_out = 50
+<heat2d>
+nx = 12
+ny = 12
+tol = 1.0e-9
+max_iters = 4000
+check_every = 5
+";
+
+#[test]
+fn heat2d_is_bit_identical_on_1_2_4_ranks_and_reaches_the_exact_state() {
+    let dir = scratch("heat");
+    let deck = write(&dir, "heat.yaml", HEAT);
+    let mut files = Vec::new();
+    for n in [1, 2, 4] {
+        let out_dir = dir.join(format!("out{n}"));
+        let o = run(n, &[&deck, "-d", out_dir.to_str().unwrap()]);
+        common::assert_ok(&format!("heat2d on {n} ranks"), &o);
+        let s = stdout(&o);
+        assert!(s.contains("cycle=50 residual="), "progress line:\n{s}");
+        assert!(
+            s.contains("(converged)") && s.contains("communication"),
+            "summary:\n{s}"
+        );
+        files.push(std::fs::read(out_dir.join("h-heat2d.dat")).unwrap());
+        if n == 1 {
+            let d = read_dat(&out_dir.join("h-heat2d.dat"));
+            assert_eq!(d.keys["stop"], "converged");
+            assert!(d.f64("residual") <= 1e-9);
+            assert!(d.f64("max_error") < 1e-7, "{}", d.keys["max_error"]);
+            // The field itself against T = x^2 - y^2.
+            let field = &d.sections[1];
+            assert_eq!(field.len(), 144);
+            for (k, v) in field.iter().enumerate() {
+                let (x, y) = ((k % 12 + 1) as f64 / 13.0, (k / 12 + 1) as f64 / 13.0);
+                assert!((v - (x * x - y * y)).abs() < 1e-7, "point {k}: {v}");
+            }
+        }
+    }
+    assert!(
+        files[0] == files[1] && files[0] == files[2],
+        "results differ between rank counts"
+    );
+
+    // The .in deck gives the same answer.
+    let deck_in = write(&dir, "heat.in", HEAT_IN);
+    let out_dir = dir.join("out_in");
+    let o = run(2, &[&deck_in, "-d", out_dir.to_str().unwrap()]);
+    common::assert_ok("heat2d from a .in deck", &o);
+    assert!(std::fs::read(out_dir.join("h-heat2d.dat")).unwrap() == files[0]);
+}
+
+#[test]
+fn heat2d_stops_cleanly_at_the_wall_time_limit() {
+    let dir = scratch("walltime");
+    let deck = write(&dir, "heat.yaml", HEAT);
+    let t0 = std::time::Instant::now();
+    let o = run(
+        2,
+        &[
+            &deck,
+            "-t",
+            "00:00:01",
+            "-d",
+            dir.to_str().unwrap(),
+            "heat2d/nx=64",
+            "heat2d/ny=64",
+            "heat2d/tol=0",
+            "heat2d/max_iters=1000000000",
+        ],
+    );
+    common::assert_ok("heat2d with -t", &o);
+    assert!(t0.elapsed().as_secs() < 60);
+    assert!(
+        stdout(&o).contains("(wall-time limit reached)"),
+        "{}",
+        stdout(&o)
+    );
+    let d = read_dat(&dir.join("h-heat2d.dat"));
+    assert_eq!(d.keys["stop"], "wall_time");
+    assert_eq!(d.sections[1].len(), 64 * 64, "final output written");
+}
+
+const SPMV: &str = "\
+parthenon/job: {problem: spmv, problem_id: lap}
+parthenon/time: {ncycle_out: 5}
+spmv: {generate: laplace2d, n: 9, solver: cg, tol: 1.0e-10, max_iters: 300}
+";
+
+#[test]
+fn spmv_products_are_identical_on_1_2_4_ranks_and_cg_converges() {
+    let dir = scratch("spmv");
+    let deck = write(&dir, "spmv.yaml", SPMV);
+    let mut results = Vec::new();
+    for n in [1, 2, 4] {
+        let out_dir = dir.join(format!("out{n}"));
+        let o = run(n, &[&deck, "-d", out_dir.to_str().unwrap()]);
+        common::assert_ok(&format!("spmv on {n} ranks"), &o);
+        assert!(
+            stdout(&o).contains("cycle=5 relative_residual="),
+            "{}",
+            stdout(&o)
+        );
+        results.push(read_dat(&out_dir.join("lap-spmv.dat")));
+    }
+    let x = |i: usize| 1.0 + (i % 7) as f64 / 8.0;
+    for d in &results {
+        assert_eq!(d.keys["rows"], "81");
+        assert_eq!(d.keys["nnz"], (81 * 5 - 4 * 9).to_string());
+        assert_eq!(d.f64("check_ax_max_diff"), 0.0);
+        assert_eq!(d.f64("check_atx_max_diff"), 0.0);
+        let (y, z) = (&d.sections[1], &d.sections[2]);
+        assert_eq!(
+            y, &results[0].sections[1],
+            "A x differs between rank counts"
+        );
+        // Symmetric A: the reduce-based A^T x equals A x.
+        assert_eq!(y, z);
+        // Row 0 of the 2-D Laplacian: 4 x0 - x1 - x9.
+        assert_eq!(y[0], 4.0 * x(0) - x(1) - x(9));
+        assert_eq!(d.keys["cg_stop"], "converged");
+        assert!(d.f64("cg_relative_residual") <= 1e-10);
+        assert!(d.f64("cg_max_error") < 1e-8);
+        // Dot products sum in a rank-dependent order: iterations agree only to rounding.
+        let it = |d: &Dat| d.f64("cg_iterations");
+        assert!((it(d) - it(&results[0])).abs() <= 2.0);
+    }
+}
+
+/// The test vector and serial products, computed here from the file itself.
+fn serial_products(mtx: &Path) -> (Vec<f64>, Vec<f64>) {
+    let text = std::fs::read_to_string(mtx).unwrap();
+    let mut lines = text.lines().filter(|l| !l.starts_with('%'));
+    let n: usize = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let x = |i: usize| 1.0 + (i % 7) as f64 / 8.0;
+    let (mut y, mut z) = (vec![0.0; n], vec![0.0; n]);
+    for l in lines {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (i, j, v): (usize, usize, f64) = (
+            w[0].parse().unwrap(),
+            w[1].parse().unwrap(),
+            w[2].parse().unwrap(),
+        );
+        y[i - 1] += v * x(j - 1);
+        z[j - 1] += v * x(i - 1);
+    }
+    (y, z)
+}
+
+#[test]
+fn spmv_transpose_of_a_nonsymmetric_file_matches_the_serial_product() {
+    let dir = scratch("mtx");
+    let mtx = Path::new(env!("CARGO_MANIFEST_DIR")).join("inputs/matrices/nonsym12.mtx");
+    let (y_ref, z_ref) = serial_products(&mtx);
+    assert_ne!(y_ref, z_ref, "the test matrix must be nonsymmetric");
+    let deck = Path::new(env!("CARGO_MANIFEST_DIR")).join("inputs/spmv_mtx.yaml");
+    for n in [1, 2, 4] {
+        let out_dir = dir.join(format!("out{n}"));
+        let o = run(
+            n,
+            &[deck.to_str().unwrap(), "-d", out_dir.to_str().unwrap()],
+        );
+        common::assert_ok(&format!("spmv .mtx on {n} ranks"), &o);
+        let d = read_dat(&out_dir.join("nonsym12-spmv.dat"));
+        // Dyadic values: every sum is exact, so equality is exact in any order.
+        assert_eq!(d.sections[1], y_ref, "A x on {n} ranks");
+        assert_eq!(d.sections[2], z_ref, "A^T x on {n} ranks");
+        assert!(!d.keys.contains_key("cg_iterations"));
+    }
+}
+
+#[test]
+fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
+    let dir = scratch("dry");
+    let deck = write(&dir, "heat.yaml", HEAT);
+    let o = run(
+        2,
+        &[
+            &deck,
+            "-n",
+            "heat2d/nx=7",
+            "advection/vx=2",
+            "-d",
+            dir.to_str().unwrap(),
+        ],
+    );
+    common::assert_ok("-n", &o);
+    let s = stdout(&o);
+    assert!(s.contains("heat2d:\n  nx: 7\n  ny: 12\n"), "{s}");
+    assert!(s.contains("advection:\n  vx: 2\n"), "{s}");
+    assert!(s.contains("2 command-line overrides applied"), "{s}");
+    assert_eq!(s.matches("heat2d:").count(), 1, "rank 0 alone prints:\n{s}");
+    assert!(!dir.join("h-heat2d.dat").exists());
+    // The printed deck is itself a deck that gives the same output.
+    let again = write(&dir, "again.yaml", &s);
+    let o2 = run(1, &[&again, "-n"]);
+    common::assert_ok("-n on -n output", &o2);
+    assert_eq!(
+        stdout(&o2).lines().skip(1).collect::<Vec<_>>(),
+        s.lines().skip(1).collect::<Vec<_>>()
+    );
+}
+
+/// Runs on 3 ranks, each through a shell that records its own exit code, and checks that
+/// every rank exited 2, the message was printed once (rank 0) and contains `needle`.
+fn assert_bad_input_everywhere(what: &str, args: &[&str], needle: &str) {
+    let dir = scratch(&format!("codes-{}", what.replace(' ', "_")));
+    let script = format!(
+        "\"$0\" \"$@\"; rc=$?; echo $rc > {}/rc.${{PMI_RANK:-0}}; exit $rc",
+        dir.display()
+    );
+    let mut all = vec!["-c", script.as_str(), EXE, "run"];
+    all.extend_from_slice(args);
+    let o = common::mpirun(3, LIMIT_S, Path::new("sh"), &all, &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{what}: want exit 2\n{err}");
+    for r in 0..3 {
+        let rc = std::fs::read_to_string(dir.join(format!("rc.{r}"))).unwrap_or_default();
+        assert_eq!(rc.trim(), "2", "{what}: rank {r} exit code\n{err}");
+    }
+    assert!(
+        err.contains(needle),
+        "{what}: stderr lacks `{needle}`:\n{err}"
+    );
+    assert_eq!(
+        err.matches("error:").count(),
+        1,
+        "{what}: one rank speaks:\n{err}"
+    );
+}
+
+#[test]
+fn bad_yaml_input_exits_2_on_every_rank() {
+    let dir = scratch("bad");
+    let deck = write(&dir, "heat.yaml", HEAT);
+    assert_bad_input_everywhere(
+        "unknown key",
+        &[&deck, "heat2d/tolerance=3"],
+        "unknown key (not read by the driver or problem heat2d): heat2d/tolerance at the command line",
+    );
+    let typo = write(&dir, "typo.yaml", &HEAT.replace("max_iters", "maxiters"));
+    assert_bad_input_everywhere("unknown key in file", &[&typo], "heat2d/maxiters at ");
+    assert_bad_input_everywhere(
+        "wrong type",
+        &[&deck, "heat2d/nx=abc"],
+        "heat2d/nx at the command line: expected a non-negative integer, found 'abc'",
+    );
+    let wrong = write(
+        &dir,
+        "wrong.yaml",
+        &HEAT.replace("tol: 1.0e-9", "tol: small"),
+    );
+    assert_bad_input_everywhere(
+        "wrong type in file",
+        &[&wrong],
+        &format!("heat2d/tol at {wrong}:6: expected a number, found 'small'"),
+    );
+    let missing = write(&dir, "missing.yaml", "heat2d: {nx: 4}\n");
+    assert_bad_input_everywhere(
+        "missing key",
+        &[&missing],
+        &format!(
+            "missing required key parthenon/job/problem_id ({missing} has no block parthenon/job)"
+        ),
+    );
+    let malformed = write(
+        &dir,
+        "malformed.yaml",
+        &HEAT.replace("  ny: 12", "  ny: 12: 3"),
+    );
+    assert_bad_input_everywhere(
+        "malformed YAML",
+        &[&malformed],
+        &format!("{malformed}:5: malformed YAML"),
+    );
+    assert_bad_input_everywhere(
+        "bad -t",
+        &[&deck, "-t", "1:30"],
+        "-t '1:30': expected a wall-time limit HH:MM:SS",
+    );
+    assert_bad_input_everywhere(
+        "unknown problem",
+        &[&deck, "parthenon/job/problem=advect"],
+        "unknown problem 'advect' (known: heat2d, spmv",
+    );
+    assert_bad_input_everywhere(
+        "restart",
+        &[&deck, "-r", "x.rst"],
+        "problem 'heat2d' does not support restarts",
+    );
+    assert_bad_input_everywhere(
+        "no deck",
+        &[&dir.join("none.yaml").to_string_lossy()],
+        "cannot read deck",
+    );
+    assert_bad_input_everywhere(
+        "bad override",
+        &[&deck, "nx=3"],
+        "command-line override 'nx=3'",
+    );
+    assert_bad_input_everywhere(
+        "too few rows",
+        &[&deck, "heat2d/ny=2"],
+        "2 rows cannot be split over 3 ranks",
+    );
+    let spmv = write(
+        &dir,
+        "spmv.yaml",
+        "parthenon/job: {problem: spmv}\nspmv: {matrix: nofile.mtx}\n",
+    );
+    assert_bad_input_everywhere("missing matrix file", &[&spmv], "spmv/matrix at ");
+}
+
+#[test]
+fn bad_in_input_exits_2_on_every_rank() {
+    let dir = scratch("badin");
+    let deck = write(&dir, "heat.in", HEAT_IN);
+    assert_bad_input_everywhere(
+        "in: unknown key",
+        &[&deck, "heat2d/nz=3"],
+        "heat2d/nz at the command line",
+    );
+    let typo = write(
+        &dir,
+        "typo.in",
+        &HEAT_IN.replace("check_every", "check_evry"),
+    );
+    assert_bad_input_everywhere(
+        "in: unknown key in file",
+        &[&typo],
+        &format!("heat2d/check_evry at {typo}:13"),
+    );
+    let wrong = write(&dir, "wrong.in", &HEAT_IN.replace("nx = 12", "nx = twelve"));
+    assert_bad_input_everywhere(
+        "in: wrong type",
+        &[&wrong],
+        &format!("heat2d/nx at {wrong}:9: expected a non-negative integer, found 'twelve'"),
+    );
+    let missing = write(&dir, "missing.in", "<heat2d>\nnx = 4\n");
+    assert_bad_input_everywhere(
+        "in: missing key",
+        &[&missing],
+        "missing required key parthenon/job/problem_id",
+    );
+    let malformed = write(
+        &dir,
+        "malformed.in",
+        &HEAT_IN.replace("<heat2d>", "<heat2d"),
+    );
+    assert_bad_input_everywhere(
+        "in: malformed",
+        &[&malformed],
+        &format!("{malformed}:8: block header '<heat2d' lacks its closing '>'"),
+    );
+    assert_bad_input_everywhere(
+        "in: bad -t",
+        &[&deck, "-t", "00:61:00"],
+        "minutes and seconds must be below 60",
+    );
+    let unknown = write(
+        &dir,
+        "unknown.in",
+        &HEAT_IN.replace("problem = heat2d", "problem = burgers"),
+    );
+    assert_bad_input_everywhere(
+        "in: unknown problem",
+        &[&unknown],
+        &format!("parthenon/job/problem at {unknown}:3: unknown problem 'burgers'"),
+    );
+}
