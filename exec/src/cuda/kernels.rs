@@ -224,6 +224,50 @@ mod tests {
         );
     }
 
+    /// Without NVRTC, a host C++ compiler checks the sources' syntax and types against
+    /// stand-ins for CUDA's built-ins (with CUDA's overload sets of the atomics). Skipped,
+    /// saying so, where no `c++` is installed.
+    #[test]
+    fn sources_compile_as_host_cpp_against_cuda_stand_ins() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let prelude = include_str!("kernels/host_check.h");
+        for set in KernelSet::ALL {
+            let child = Command::new("c++")
+                .args([
+                    "-std=c++17",
+                    "-fsyntax-only",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-x",
+                    "c++",
+                    "-",
+                ])
+                .stdin(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn();
+            let Ok(mut child) = child else {
+                eprintln!("no host c++ compiler: kernel syntax not checked");
+                return;
+            };
+            let src = format!("{prelude}\n{}", set.source());
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(src.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{} kernels:\n{}",
+                set.name(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     #[test]
     fn op_codes_and_flags_are_defined_in_the_sources() {
         assert_eq!(define(SF_SRC, "SH_OP_REPLACE"), Some(0));
