@@ -17,6 +17,7 @@
 pub mod bnd_info;
 pub mod channel;
 pub mod comm_buffer;
+pub mod device_pack;
 pub mod error;
 pub mod pool;
 pub mod prolong_restrict;
