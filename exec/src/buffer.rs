@@ -65,7 +65,8 @@ impl<T: Element> Clone for Buffer<T> {
 
 impl<T: Element> Buffer<T> {
     /// A buffer of `len` default values (zero bits) in `space`; [`MemSpace::Cuda`] uses
-    /// [`Device::process_default`](crate::cuda::Device::process_default).
+    /// the process's default device
+    /// (`cuda::Device::process_default`).
     ///
     /// Without the `cuda` feature, or on a machine without a usable GPU, asking for
     /// [`MemSpace::Cuda`] is [`SpaceError::Unavailable`] saying why.

@@ -22,7 +22,13 @@ unsafe impl DeviceRepr for HaloDesc {}
 unsafe impl ValidAsZeroBits for HaloDesc {}
 
 fn candidates(lib: &str) -> String {
-    cudarc::get_lib_name_candidates(lib).join(", ")
+    let mut names: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates(lib) {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.join(", ")
 }
 
 /// Ok when the CUDA driver library can be loaded, so that cudarc (which panics when it

@@ -268,6 +268,59 @@ mod tests {
         }
     }
 
+    /// Runs the kernels serially on the host (one block of one thread, CUDA built-ins emulated)
+    /// on small cases with known answers. Skipped, saying so, where no `c++` is installed.
+    #[test]
+    fn kernels_emulated_on_the_host_give_the_known_answers() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let exe = std::env::temp_dir().join(format!("starhalo_kernel_emu_{}", std::process::id()));
+        let src = [
+            include_str!("kernels/host_emulate.h"),
+            SF_SRC,
+            HALO_SRC,
+            include_str!("kernels/host_emulate_test.cpp"),
+        ]
+        .join("\n");
+        let child = Command::new("c++")
+            .args([
+                "-std=c++17",
+                "-ffp-contract=off",
+                "-w",
+                "-x",
+                "c++",
+                "-",
+                "-o",
+            ])
+            .arg(&exe)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let Ok(mut child) = child else {
+            eprintln!("no host c++ compiler: kernels not emulated");
+            return;
+        };
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(src.as_bytes())
+            .unwrap();
+        let built = child.wait_with_output().unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let run = Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_file(&exe);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stdout)
+        );
+    }
+
     #[test]
     fn op_codes_and_flags_are_defined_in_the_sources() {
         assert_eq!(define(SF_SRC, "SH_OP_REPLACE"), Some(0));
