@@ -18,6 +18,7 @@ pub mod bnd_info;
 pub mod bounds;
 pub mod channel;
 pub mod comm_buffer;
+pub mod device_pack;
 pub mod error;
 pub mod exchange;
 pub mod pool;

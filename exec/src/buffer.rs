@@ -1,11 +1,19 @@
 //! Buffers that know their memory space.
 
+use crate::element::Element;
 use crate::space::{MemSpace, SpaceError};
+
+#[cfg(feature = "cuda")]
+use crate::cuda::{dbuf::DeviceBuffer, CudaError, Device};
+#[cfg(feature = "cuda")]
+use std::sync::Arc;
 
 /// A fixed-length array of `T` in one memory space.
 ///
 /// The length is set at creation and never changes, so raw addresses handed to MPI stay valid
-/// for the buffer's life.
+/// for the buffer's life. Host buffers expose their elements as slices; device buffers
+/// (memory space [`MemSpace::Cuda`], feature `cuda`) are read and written with
+/// [`Buffer::upload`], [`Buffer::download`], [`Buffer::fill`] and the device's kernels.
 ///
 /// ```
 /// use starhalo_exec::{Buffer, MemSpace};
@@ -13,33 +21,190 @@ use crate::space::{MemSpace, SpaceError};
 /// b.host_mut().unwrap()[2] = 7;
 /// assert_eq!(b.host().unwrap(), &[0, 0, 7, 0]);
 /// assert_eq!(b.space(), MemSpace::Host);
+/// assert_eq!(b.to_vec().unwrap(), [0, 0, 7, 0]);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Buffer<T> {
-    data: Box<[T]>,
-    space: MemSpace,
+    repr: Repr<T>,
 }
 
-impl<T: Copy + Default> Buffer<T> {
-    /// A buffer of `len` default values in `space`.
+#[derive(Debug)]
+enum Repr<T> {
+    Host(Box<[T]>),
+    #[cfg(feature = "cuda")]
+    Cuda(DeviceBuffer<T>),
+}
+
+#[cfg(feature = "cuda")]
+impl From<CudaError> for SpaceError {
+    fn from(e: CudaError) -> Self {
+        if e.is_unavailable() {
+            SpaceError::Unavailable {
+                space: MemSpace::Cuda,
+                why: e.to_string(),
+            }
+        } else {
+            SpaceError::Device(e.to_string())
+        }
+    }
+}
+
+impl<T: Element> Clone for Buffer<T> {
+    /// Copies the elements into a new buffer in the same space.
+    ///
+    /// # Panics
+    /// When a device copy cannot be allocated (as `Vec::clone` aborts when the host is out of
+    /// memory); use [`Buffer::try_clone`] to get the error instead.
+    fn clone(&self) -> Self {
+        match self.try_clone() {
+            Ok(b) => b,
+            Err(e) => panic!("cloning a device buffer failed: {e}"),
+        }
+    }
+}
+
+impl<T: Element> Buffer<T> {
+    /// A buffer of `len` default values (zero bits) in `space`; [`MemSpace::Cuda`] uses
+    /// the process's default device
+    /// (`cuda::Device::process_default`).
+    ///
+    /// Without the `cuda` feature, or on a machine without a usable GPU, asking for
+    /// [`MemSpace::Cuda`] is [`SpaceError::Unavailable`] saying why.
     pub fn zeroed(space: MemSpace, len: usize) -> Result<Self, SpaceError> {
         match space {
-            MemSpace::Host => Ok(Self {
-                data: vec![T::default(); len].into_boxed_slice(),
-                space,
-            }),
+            MemSpace::Host => Ok(Self::host_repr(vec![T::default(); len].into_boxed_slice())),
+            #[cfg(feature = "cuda")]
+            MemSpace::Cuda => {
+                let dev = Device::process_default()?;
+                Ok(Self::zeroed_on(&dev, len)?)
+            }
+            #[cfg(not(feature = "cuda"))]
             MemSpace::Cuda => Err(SpaceError::Unavailable {
                 space,
-                why: "this build has no CUDA backend".into(),
+                why: crate::cuda::CudaError::NotBuilt.to_string(),
             }),
         }
     }
 
     /// A host buffer holding a copy of `values`.
     pub fn from_host(values: &[T]) -> Self {
+        Self::host_repr(values.into())
+    }
+
+    /// A copy of `values` in `space`.
+    pub fn from_slice(space: MemSpace, values: &[T]) -> Result<Self, SpaceError> {
+        let mut b = Self::zeroed(space, values.len())?;
+        b.upload(values)?;
+        Ok(b)
+    }
+
+    fn host_repr(data: Box<[T]>) -> Self {
         Self {
-            data: values.into(),
-            space: MemSpace::Host,
+            repr: Repr::Host(data),
+        }
+    }
+
+    /// A copy in a new buffer of the same space, or the device's error.
+    pub fn try_clone(&self) -> Result<Self, SpaceError> {
+        match &self.repr {
+            Repr::Host(d) => Ok(Self::host_repr(d.clone())),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => Ok(Self {
+                repr: Repr::Cuda(d.try_clone()?),
+            }),
+        }
+    }
+
+    /// Overwrites every element with `src` (same length), from host memory.
+    pub fn upload(&mut self, src: &[T]) -> Result<(), SpaceError> {
+        if src.len() != self.len() {
+            return Err(SpaceError::Length {
+                expected: self.len(),
+                got: src.len(),
+            });
+        }
+        match &mut self.repr {
+            Repr::Host(d) => d.copy_from_slice(src),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.upload(src)?,
+        }
+        Ok(())
+    }
+
+    /// Copies every element into `dst` (same length) in host memory; returns once they are
+    /// there (after all work queued on the buffer's device).
+    pub fn download(&self, dst: &mut [T]) -> Result<(), SpaceError> {
+        if dst.len() != self.len() {
+            return Err(SpaceError::Length {
+                expected: self.len(),
+                got: dst.len(),
+            });
+        }
+        match &self.repr {
+            Repr::Host(d) => dst.copy_from_slice(d),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.download(dst)?,
+        }
+        Ok(())
+    }
+
+    /// The elements, copied to a host vector.
+    pub fn to_vec(&self) -> Result<Vec<T>, SpaceError> {
+        let mut v = vec![T::default(); self.len()];
+        self.download(&mut v)?;
+        Ok(v)
+    }
+
+    /// Sets every element to `v`.
+    pub fn fill(&mut self, v: T) -> Result<(), SpaceError> {
+        match &mut self.repr {
+            Repr::Host(d) => d.fill(v),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.fill(v)?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<T: Element> Buffer<T> {
+    /// A buffer of `len` zero values on `dev`.
+    pub fn zeroed_on(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
+        Ok(Self {
+            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len)?),
+        })
+    }
+
+    /// A copy of `values` on `dev`.
+    pub fn from_host_to(dev: &Arc<Device>, values: &[T]) -> Result<Self, CudaError> {
+        Ok(Self {
+            repr: Repr::Cuda(DeviceBuffer::from_host(dev, values)?),
+        })
+    }
+
+    /// The device holding the elements, for a device buffer.
+    pub fn device(&self) -> Option<&Arc<Device>> {
+        match &self.repr {
+            Repr::Cuda(d) => Some(d.device()),
+            Repr::Host(_) => None,
+        }
+    }
+
+    pub(crate) fn on_device(&self, dev: &Device) -> Result<&DeviceBuffer<T>, CudaError> {
+        match &self.repr {
+            Repr::Cuda(d) if std::ptr::eq(&**d.device(), dev) => Ok(d),
+            _ => Err(crate::cuda::ops::wrong_space(self.space())),
+        }
+    }
+
+    pub(crate) fn on_device_mut(
+        &mut self,
+        dev: &Device,
+    ) -> Result<&mut DeviceBuffer<T>, CudaError> {
+        let space = self.space();
+        match &mut self.repr {
+            Repr::Cuda(d) if std::ptr::eq(&**d.device(), dev) => Ok(d),
+            _ => Err(crate::cuda::ops::wrong_space(space)),
         }
     }
 }
@@ -47,27 +212,43 @@ impl<T: Copy + Default> Buffer<T> {
 impl<T> Buffer<T> {
     /// The memory space of the data.
     pub fn space(&self) -> MemSpace {
-        self.space
+        match &self.repr {
+            Repr::Host(_) => MemSpace::Host,
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(_) => MemSpace::Cuda,
+        }
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.data.len()
+        match &self.repr {
+            Repr::Host(d) => d.len(),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.len(),
+        }
     }
 
     /// True when the buffer holds no element.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
     }
 
     /// The elements, when they are in host memory.
     pub fn host(&self) -> Option<&[T]> {
-        (self.space == MemSpace::Host).then_some(&self.data[..])
+        match &self.repr {
+            Repr::Host(d) => Some(d),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(_) => None,
+        }
     }
 
     /// The elements, mutably, when they are in host memory.
     pub fn host_mut(&mut self) -> Option<&mut [T]> {
-        (self.space == MemSpace::Host).then_some(&mut self.data[..])
+        match &mut self.repr {
+            Repr::Host(d) => Some(d),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(_) => None,
+        }
     }
 }
 
@@ -77,14 +258,33 @@ mod tests {
 
     #[test]
     fn cuda_without_backend_is_an_error_not_a_panic() {
-        let err = Buffer::<f64>::zeroed(MemSpace::Cuda, 8).unwrap_err();
-        assert!(matches!(
-            err,
-            SpaceError::Unavailable {
-                space: MemSpace::Cuda,
-                ..
+        // No feature, or no driver on this machine: a clear error. With a GPU: a buffer.
+        match Buffer::<f64>::zeroed(MemSpace::Cuda, 8) {
+            Ok(b) => assert_eq!(
+                (b.space(), b.to_vec().unwrap()),
+                (MemSpace::Cuda, vec![0.0; 8])
+            ),
+            Err(err) => {
+                assert!(
+                    matches!(
+                        err,
+                        SpaceError::Unavailable {
+                            space: MemSpace::Cuda,
+                            ..
+                        }
+                    ),
+                    "{err}"
+                );
+                let s = err.to_string();
+                assert!(
+                    s.contains("cuda") && (s.contains("feature") || s.contains("driver")),
+                    "{s}"
+                );
             }
-        ));
+        }
+        assert!(
+            Buffer::<f64>::from_slice(MemSpace::Cuda, &[1.0]).is_err() || cfg!(feature = "cuda")
+        );
     }
 
     #[test]
@@ -92,5 +292,24 @@ mod tests {
         let b = Buffer::from_host(&[1u8, 2, 3]);
         assert_eq!(b.len(), 3);
         assert_eq!(b.host(), Some(&[1u8, 2, 3][..]));
+    }
+
+    #[test]
+    fn host_upload_download_fill_clone() {
+        let mut b = Buffer::from_slice(MemSpace::Host, &[1.0f64, 2.0]).unwrap();
+        assert!(matches!(
+            b.upload(&[1.0]),
+            Err(SpaceError::Length {
+                expected: 2,
+                got: 1
+            })
+        ));
+        b.fill(-3.5).unwrap();
+        let c = b.clone();
+        b.upload(&[4.0, 5.0]).unwrap();
+        let mut out = [0.0; 2];
+        b.download(&mut out).unwrap();
+        assert_eq!(out, [4.0, 5.0]);
+        assert_eq!(c.to_vec().unwrap(), [-3.5, -3.5]);
     }
 }

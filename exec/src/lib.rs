@@ -1,7 +1,8 @@
 //! starhalo-exec: where data lives and how loops over it run.
 //!
 //! Two ideas carry the whole crate:
-//! - a [`Buffer`] knows its [`MemSpace`] (host now; CUDA device memory comes with the GPU backend),
+//! - a [`Buffer`] knows its [`MemSpace`]: host memory, or CUDA device memory with the
+//!   [`cuda`] backend (feature `cuda`, loaded at run time: see the module for the GPU checks),
 //! - a hierarchical loop ([`for_each_segment`], [`hier_for`]) runs an outer index (sub-halos, blocks,
 //!   peer ranks) and an inner index (cells, units) as **one** dispatch, serially or on rayon's pool.
 //!
@@ -18,10 +19,15 @@
 //! assert_eq!(buf, [0.0, 1.0, 2.0, 10.0, 11.0]);
 //! ```
 
+#![deny(unsafe_code)]
+
 mod buffer;
+pub mod cuda;
+mod element;
 mod hier;
 mod space;
 
 pub use buffer::Buffer;
+pub use element::{Element, ScalarKind};
 pub use hier::{for_each_segment, hier_for, Policy};
 pub use space::{MemSpace, SpaceError};

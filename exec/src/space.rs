@@ -22,6 +22,12 @@ pub enum SpaceError {
     /// The space exists but this build or machine cannot provide it.
     #[error("memory space `{space}` is not available: {why}")]
     Unavailable { space: MemSpace, why: String },
+    /// A host slice of the wrong length for a buffer.
+    #[error("a buffer of {expected} values was given {got}")]
+    Length { expected: usize, got: usize },
+    /// A device operation failed (the message says which call and why).
+    #[error("device error: {0}")]
+    Device(String),
 }
 
 impl fmt::Display for MemSpace {

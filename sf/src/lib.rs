@@ -12,6 +12,7 @@
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
 //! `transport` (how bytes move: one implementation per [`SfType`]), `raw` (the only MPI FFI).
 
+pub mod device;
 mod discovery;
 mod error;
 mod forest;

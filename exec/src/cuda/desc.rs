@@ -1,0 +1,404 @@
+//! Plain data the kernels read: the sub-halo descriptor, operation codes, array geometry, and
+//! the host-side checks that keep every launch inside its buffers.
+
+use super::error::CudaError;
+
+/// Flag of [`HaloDesc::flags`]: the box indexes a coarse buffer.
+pub const FLAG_COARSE: u32 = 1;
+/// Flag of [`HaloDesc::flags`]: the sub-halo carries data (clear: unpack writes the default).
+pub const FLAG_ALLOCATED: u32 = 2;
+
+/// One sub-halo (or coarse box) as the boundary kernels read it: `struct sh_bnd_info` of
+/// [`HALO_SRC`](super::kernels::HALO_SRC), field for field. Boxes are inclusive (`s..=e`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct HaloDesc {
+    /// Block index within the field storage.
+    pub block: u64,
+    /// Variable index within the block.
+    pub var: u64,
+    /// First index per direction (inclusive).
+    pub s: [u64; 3],
+    /// Last index per direction (inclusive).
+    pub e: [u64; 3],
+    /// Where the sub-halo starts in the communication buffer.
+    pub buf_offset: u64,
+    /// [`FLAG_COARSE`], [`FLAG_ALLOCATED`].
+    pub flags: u32,
+    /// Padding, zero.
+    pub pad: u32,
+}
+
+impl HaloDesc {
+    /// Points along direction `d`.
+    pub fn extent(&self, d: usize) -> u64 {
+        (self.e[d] + 1).saturating_sub(self.s[d])
+    }
+
+    /// Points in the box.
+    pub fn len(&self) -> u64 {
+        (0..3).map(|d| self.extent(d)).product()
+    }
+
+    /// True for an empty box.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The points in kernel order (x1 fastest).
+    pub fn points(&self) -> impl Iterator<Item = [u64; 3]> + '_ {
+        let (s, e) = (self.s, self.e);
+        (s[2]..=e[2]).flat_map(move |k| {
+            (s[1]..=e[1]).flat_map(move |j| (s[0]..=e[0]).map(move |i| [i, j, k]))
+        })
+    }
+}
+
+/// How a received value combines with the one at the destination: the codes of
+/// `SH_OP_*` in [`SF_SRC`](super::kernels::SF_SRC), in the order of the MPI standard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ReduceOp {
+    /// Overwrite.
+    Replace = 0,
+    /// Add (wrapping for integers).
+    Sum = 1,
+    /// Multiply (wrapping for integers).
+    Prod = 2,
+    /// Keep the smaller.
+    Min = 3,
+    /// Keep the larger.
+    Max = 4,
+    /// Logical and (integers).
+    Land = 5,
+    /// Logical or (integers).
+    Lor = 6,
+    /// Bitwise and (integers).
+    Band = 7,
+    /// Bitwise or (integers).
+    Bor = 8,
+    /// Bitwise exclusive or (integers).
+    Bxor = 9,
+}
+
+impl ReduceOp {
+    /// Every operation, by code.
+    pub const ALL: [ReduceOp; 10] = [
+        ReduceOp::Replace,
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Land,
+        ReduceOp::Lor,
+        ReduceOp::Band,
+        ReduceOp::Bor,
+        ReduceOp::Bxor,
+    ];
+
+    /// True for the operations only integers have.
+    pub fn integer_only(self) -> bool {
+        self as i32 >= ReduceOp::Land as i32
+    }
+}
+
+/// Prolongation operator: the codes of `SH_PROLONG_*` in [`HALO_SRC`](super::kernels::HALO_SRC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ProlongOp {
+    /// Every child takes the coarse value.
+    Constant = 0,
+    /// Centred slopes.
+    Linear = 1,
+    /// Minmod-limited slopes.
+    MinmodLinear = 2,
+}
+
+/// Field storage as the boundary kernels see it: for each block, for each variable, a
+/// row-major array of `dims` points (x1 fastest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FieldDims {
+    /// Points per direction.
+    pub dims: [usize; 3],
+    /// Variables per block.
+    pub nvar: usize,
+    /// Blocks.
+    pub nblocks: usize,
+}
+
+impl FieldDims {
+    /// Values in the whole storage.
+    pub fn len(&self) -> usize {
+        self.dims.iter().product::<usize>() * self.nvar * self.nblocks
+    }
+
+    /// True when the storage holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Flat index of point `p` of variable `var` of `block`.
+    pub fn index(&self, block: usize, var: usize, p: [usize; 3]) -> usize {
+        (((block * self.nvar + var) * self.dims[2] + p[2]) * self.dims[1] + p[1]) * self.dims[0]
+            + p[0]
+    }
+
+    fn check_desc(&self, h: usize, d: &HaloDesc) -> Result<(), CudaError> {
+        let fits = (0..3).all(|k| d.extent(k) == 0 || d.e[k] < self.dims[k] as u64);
+        if d.block >= self.nblocks as u64 || d.var >= self.nvar as u64 || !fits {
+            return Err(CudaError::Invalid(format!(
+                "descriptor {h} ({d:?}) outside {} blocks of {} variables of {:?} points",
+                self.nblocks, self.nvar, self.dims
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checks pack/unpack descriptors against the storage and a buffer of `buf_len` values.
+pub fn check_halos(descs: &[HaloDesc], f: &FieldDims, buf_len: usize) -> Result<(), CudaError> {
+    for (h, d) in descs.iter().enumerate() {
+        f.check_desc(h, d)?;
+        if d.buf_offset.saturating_add(d.len()) > buf_len as u64 {
+            return Err(CudaError::Invalid(format!(
+                "descriptor {h} ends past the buffer of {buf_len} values"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks outflow descriptors: each box lies wholly outside `[lo, hi]` along one direction
+/// at least, and the directions it is outside along are the same for every descriptor (so no
+/// launch reads a cell it writes).
+pub fn check_outflow(
+    descs: &[HaloDesc],
+    f: &FieldDims,
+    lo: [usize; 3],
+    hi: [usize; 3],
+) -> Result<(), CudaError> {
+    let mut dirs = None;
+    for (h, d) in descs.iter().enumerate() {
+        f.check_desc(h, d)?;
+        if d.is_empty() {
+            continue;
+        }
+        let out = [0, 1, 2].map(|k| d.e[k] < lo[k] as u64 || d.s[k] > hi[k] as u64);
+        let first = *dirs.get_or_insert(out);
+        if out == [false; 3] || out != first || (0..3).any(|k| lo[k] > hi[k] || hi[k] >= f.dims[k])
+        {
+            return Err(CudaError::Invalid(format!(
+                "outflow descriptor {h} ({d:?}) is not a ghost box of the same faces as the others \
+                 (interior {lo:?}..={hi:?})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Fine block arrays and their coarse buffers, for restriction and prolongation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RefineGeom {
+    /// Active dimensions (1 to 3).
+    pub ndim: usize,
+    /// Ghost layers of the fine arrays.
+    pub nghost: usize,
+    /// Ghost layers of the coarse buffers.
+    pub coarse_nghost: usize,
+    /// The fine storage.
+    pub fine: FieldDims,
+    /// The coarse storage (same blocks and variables).
+    pub coarse: FieldDims,
+}
+
+impl RefineGeom {
+    /// First fine index under coarse index `c` along `d`, if inside the fine array.
+    pub fn first_child(&self, d: usize, c: usize) -> Option<usize> {
+        if d >= self.ndim {
+            return (c == 0).then_some(0);
+        }
+        let f = (self.nghost + 2 * c).checked_sub(2 * self.coarse_nghost)?;
+        (f + 1 < self.fine.dims[d]).then_some(f)
+    }
+
+    /// Checks coarse boxes; `halo` also asks for the face neighbours of every coarse cell
+    /// (slopes of prolongation).
+    pub fn check(&self, descs: &[HaloDesc], halo: bool) -> Result<(), CudaError> {
+        let same = self.fine.nvar == self.coarse.nvar && self.fine.nblocks == self.coarse.nblocks;
+        if !(1..=3).contains(&self.ndim) || !same {
+            return Err(CudaError::Invalid(format!("refinement geometry {self:?}")));
+        }
+        for (h, d) in descs.iter().enumerate() {
+            self.coarse.check_desc(h, d)?;
+            for k in 0..3 {
+                if d.extent(k) == 0 {
+                    continue;
+                }
+                let m = u64::from(halo && k < self.ndim);
+                let (s, e) = (d.s[k] as usize, d.e[k] as usize);
+                let ok = d.s[k] >= m
+                    && d.e[k] + m < self.coarse.dims[k] as u64
+                    && self.first_child(k, s).is_some()
+                    && self.first_child(k, e).is_some();
+                if !ok {
+                    return Err(CudaError::Invalid(format!(
+                        "coarse box {h} ({d:?}) does not map into the fine arrays along x{}",
+                        k + 1
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernels::{c_layout, define, struct_fields, HALO_SRC, SF_SRC};
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn halo_desc_has_the_layout_of_the_cuda_struct() {
+        let fields = struct_fields(HALO_SRC, "sh_bnd_info").unwrap();
+        let (offsets, size) = c_layout(&fields);
+        let rust = [
+            ("block", offset_of!(HaloDesc, block)),
+            ("var", offset_of!(HaloDesc, var)),
+            ("s", offset_of!(HaloDesc, s)),
+            ("e", offset_of!(HaloDesc, e)),
+            ("buf_offset", offset_of!(HaloDesc, buf_offset)),
+            ("flags", offset_of!(HaloDesc, flags)),
+            ("pad", offset_of!(HaloDesc, pad)),
+        ];
+        let cuda: Vec<(&str, usize)> = offsets.iter().map(|(n, o)| (n.as_str(), *o)).collect();
+        assert_eq!(cuda, rust);
+        assert_eq!(size, size_of::<HaloDesc>());
+        assert_eq!((size, align_of::<HaloDesc>()), (80, 8));
+        assert_eq!(
+            define(HALO_SRC, "SH_FLAG_COARSE"),
+            Some(u64::from(FLAG_COARSE))
+        );
+        assert_eq!(
+            define(HALO_SRC, "SH_FLAG_ALLOCATED"),
+            Some(u64::from(FLAG_ALLOCATED))
+        );
+    }
+
+    #[test]
+    fn operation_codes_match_the_cuda_defines() {
+        let names = [
+            "REPLACE", "SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "BAND", "BOR", "BXOR",
+        ];
+        for (op, n) in ReduceOp::ALL.iter().zip(names) {
+            assert_eq!(
+                define(SF_SRC, &format!("SH_OP_{n}")),
+                Some(*op as u64),
+                "{n}"
+            );
+            assert_eq!(op.integer_only(), *op as i32 >= 5);
+        }
+        for (op, n) in [
+            (ProlongOp::Constant, "CONSTANT"),
+            (ProlongOp::Linear, "LINEAR"),
+            (ProlongOp::MinmodLinear, "MINMOD"),
+        ] {
+            assert_eq!(
+                define(HALO_SRC, &format!("SH_PROLONG_{n}")),
+                Some(op as u64)
+            );
+        }
+    }
+
+    fn desc(block: u64, s: [u64; 3], e: [u64; 3], buf_offset: u64) -> HaloDesc {
+        HaloDesc {
+            block,
+            s,
+            e,
+            buf_offset,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn descriptors_outside_storage_or_buffer_are_refused() {
+        let f = FieldDims {
+            dims: [4, 3, 1],
+            nvar: 2,
+            nblocks: 2,
+        };
+        assert_eq!(f.len(), 48);
+        assert_eq!(f.index(1, 1, [3, 2, 0]), 47);
+        let ok = desc(1, [1, 0, 0], [3, 2, 0], 5);
+        assert_eq!(ok.len(), 9);
+        assert_eq!(ok.points().next(), Some([1, 0, 0]));
+        assert_eq!(ok.points().nth(3), Some([1, 1, 0]));
+        assert!(check_halos(&[ok], &f, 14).is_ok());
+        assert!(check_halos(&[ok], &f, 13).is_err());
+        assert!(check_halos(&[desc(2, [0; 3], [0; 3], 0)], &f, 1).is_err());
+        assert!(check_halos(&[desc(0, [0; 3], [4, 0, 0], 0)], &f, 9).is_err());
+        let var = HaloDesc {
+            var: 2,
+            ..desc(0, [0; 3], [0; 3], 0)
+        };
+        assert!(check_halos(&[var], &f, 1).is_err());
+        // Empty boxes (e < s) are fine anywhere in range.
+        assert!(check_halos(&[desc(0, [3, 0, 0], [2, 0, 0], 0)], &f, 0).is_ok());
+    }
+
+    #[test]
+    fn outflow_boxes_must_share_their_faces() {
+        let f = FieldDims {
+            dims: [6, 6, 1],
+            nvar: 1,
+            nblocks: 1,
+        };
+        let (lo, hi) = ([2, 2, 0], [3, 3, 0]);
+        let left = desc(0, [0, 0, 0], [1, 5, 0], 0);
+        let right = desc(0, [4, 0, 0], [5, 5, 0], 0);
+        let bottom = desc(0, [0, 0, 0], [5, 1, 0], 0);
+        assert!(check_outflow(&[left, right], &f, lo, hi).is_ok());
+        assert!(check_outflow(&[left, bottom], &f, lo, hi).is_err());
+        assert!(check_outflow(&[desc(0, [2, 2, 0], [3, 3, 0], 0)], &f, lo, hi).is_err());
+    }
+
+    #[test]
+    fn refine_boxes_map_into_the_fine_arrays() {
+        // 1-D: 4 interior cells, 2 ghosts (8 points); coarse 2 cells, 2 ghosts (6 points).
+        let geo = RefineGeom {
+            ndim: 1,
+            nghost: 2,
+            coarse_nghost: 2,
+            fine: FieldDims {
+                dims: [8, 1, 1],
+                nvar: 1,
+                nblocks: 1,
+            },
+            coarse: FieldDims {
+                dims: [6, 1, 1],
+                nvar: 1,
+                nblocks: 1,
+            },
+        };
+        assert_eq!(geo.first_child(0, 2), Some(2));
+        assert_eq!(geo.first_child(0, 0), None);
+        assert_eq!(geo.first_child(1, 0), Some(0));
+        let interior = desc(0, [2, 0, 0], [3, 0, 0], 0);
+        assert!(geo.check(&[interior], true).is_ok());
+        assert!(geo
+            .check(&[desc(0, [1, 0, 0], [3, 0, 0], 0)], false)
+            .is_ok());
+        assert!(geo
+            .check(&[desc(0, [0, 0, 0], [3, 0, 0], 0)], false)
+            .is_err());
+        assert!(geo
+            .check(&[desc(0, [1, 0, 0], [4, 0, 0], 0)], false)
+            .is_ok());
+        assert!(geo
+            .check(&[desc(0, [1, 0, 0], [5, 0, 0], 0)], true)
+            .is_err());
+        assert!(geo
+            .check(&[desc(0, [2, 0, 0], [3, 1, 0], 0)], false)
+            .is_err());
+    }
+}

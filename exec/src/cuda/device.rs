@@ -1,0 +1,381 @@
+//! A CUDA device as the rest of starhalo uses it: a context, one stream, kernels compiled
+//! once per process, events for ordering.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
+
+use super::error::CudaError;
+use super::ffi::{self, Arg};
+use super::kernels::{signatures, ArgKind, KernelSet};
+
+/// Runs a cudarc call, turning a panic (a symbol missing from an old driver library) into
+/// an error that names the call.
+fn guarded<R>(call: &'static str, f: impl FnOnce() -> R) -> Result<R, CudaError> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "cudarc panicked".into());
+        CudaError::Driver {
+            call,
+            why: format!("{why} (is the driver older than CUDA 12.0?)"),
+        }
+    })
+}
+
+pub(crate) fn driver(call: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
+    move |e| CudaError::Driver {
+        call,
+        why: e.to_string(),
+    }
+}
+
+/// Kernels of one set, loaded on one device.
+struct Compiled {
+    _module: Arc<CudaModule>,
+    sigs: HashMap<String, (Vec<ArgKind>, CudaFunction)>,
+}
+
+/// One GPU with its primary context and the stream all starhalo work on it goes to.
+///
+/// Obtain it with [`Device::for_local_rank`] (device = local rank mod device count),
+/// [`Device::process_default`] or [`Device::open`]; each ordinal is opened once per process
+/// and shared. Work is asynchronous on the device's stream: order it against other streams
+/// with [`Device::record`] and [`Device::wait`], and call [`Device::synchronize`] (one stream
+/// synchronisation) before handing a device buffer to MPI.
+pub struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    ordinal: usize,
+    name: String,
+    cc: (i32, i32),
+    sets: [OnceLock<Result<Arc<Compiled>, CudaError>>; 2],
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Device({} `{}`, sm_{}{})",
+            self.ordinal, self.name, self.cc.0, self.cc.1
+        )
+    }
+}
+
+/// An ordering point recorded on a device's stream.
+#[derive(Debug)]
+pub struct Event(CudaEvent);
+
+impl Event {
+    /// True once all work recorded before it has finished.
+    pub fn is_complete(&self) -> Result<bool, CudaError> {
+        self.0.try_is_complete().map_err(driver("cuEventQuery"))
+    }
+
+    /// Blocks the calling thread until the recorded work has finished.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.0.synchronize().map_err(driver("cuEventSynchronize"))
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<usize, Arc<Device>>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<Device>>>> = OnceLock::new();
+    DEVICES.get_or_init(Default::default)
+}
+
+/// The node-local rank from the usual launcher variables (Open MPI, MPICH/Hydra, MVAPICH,
+/// Slurm), 0 when none is set.
+pub fn local_rank_from_env() -> usize {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "PMI_LOCAL_RANK",
+        "SLURM_LOCALID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    .unwrap_or(0)
+}
+
+impl Device {
+    /// Number of CUDA devices, or why there is none to use.
+    pub fn count() -> Result<usize, CudaError> {
+        ffi::driver_present()?;
+        let n = guarded("cuDeviceGetCount", CudaContext::device_count)?.map_err(|e| {
+            CudaError::NoDevice {
+                why: format!("cuInit/cuDeviceGetCount: {e}"),
+            }
+        })?;
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(CudaError::NoDevice {
+                why: "the device count is 0".into(),
+            }),
+        }
+    }
+
+    /// The device for node-local rank `local_rank`: ordinal `local_rank % count`.
+    pub fn for_local_rank(local_rank: usize) -> Result<Arc<Device>, CudaError> {
+        let n = Self::count()?;
+        Self::open(local_rank % n)
+    }
+
+    /// The device of this process: `STARHALO_CUDA_DEVICE` if set, else the local rank (from
+    /// the launcher's variables) mod the device count. Chosen once; the choice (or the reason
+    /// there is none) is remembered.
+    pub fn process_default() -> Result<Arc<Device>, CudaError> {
+        static DEFAULT: OnceLock<Result<Arc<Device>, CudaError>> = OnceLock::new();
+        DEFAULT
+            .get_or_init(|| {
+                match std::env::var("STARHALO_CUDA_DEVICE")
+                    .ok()
+                    .map(|v| v.trim().parse())
+                {
+                    Some(Ok(ordinal)) => Self::open(ordinal),
+                    Some(Err(_)) => Err(CudaError::Invalid(
+                        "STARHALO_CUDA_DEVICE is not a device number".into(),
+                    )),
+                    None => Self::for_local_rank(local_rank_from_env()),
+                }
+            })
+            .clone()
+    }
+
+    /// Device `ordinal`, opened once per process.
+    pub fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
+        let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = reg.get(&ordinal) {
+            return Ok(d.clone());
+        }
+        let n = Self::count()?;
+        if ordinal >= n {
+            return Err(CudaError::Invalid(format!(
+                "device {ordinal} requested, {n} present"
+            )));
+        }
+        let ctx = guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal))?
+            .map_err(driver("cuDevicePrimaryCtxRetain"))?;
+        ffi::manual_stream_ordering(&ctx);
+        let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+        let name = ctx.name().map_err(driver("cuDeviceGetName"))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(driver("cuDeviceGetAttribute"))?;
+        let dev = Arc::new(Device {
+            ctx,
+            stream,
+            ordinal,
+            name,
+            cc,
+            sets: Default::default(),
+        });
+        reg.insert(ordinal, dev.clone());
+        Ok(dev)
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Waits until all work issued to this device's stream has finished: call it once before
+    /// handing a device buffer written by kernels to MPI.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
+    /// Records the work issued so far, for [`Device::wait`] on another device handle or for
+    /// polling from the host.
+    pub fn record(&self) -> Result<Event, CudaError> {
+        self.stream
+            .record_event(None)
+            .map(Event)
+            .map_err(driver("cuEventRecord"))
+    }
+
+    /// Makes later work on this device's stream wait for `event` (no host blocking).
+    pub fn wait(&self, event: &Event) -> Result<(), CudaError> {
+        self.stream
+            .wait(&event.0)
+            .map_err(driver("cuStreamWaitEvent"))
+    }
+
+    /// Compiles every kernel set now (otherwise each is compiled at its first launch).
+    pub fn compile_all(&self) -> Result<(), CudaError> {
+        for set in KernelSet::ALL {
+            self.compiled(set)?;
+        }
+        Ok(())
+    }
+
+    fn compiled(&self, set: KernelSet) -> Result<Arc<Compiled>, CudaError> {
+        self.sets[set as usize]
+            .get_or_init(|| self.compile(set).map(Arc::new))
+            .clone()
+    }
+
+    /// Virtual architectures to try, newest first: the device's own, then older ones an
+    /// older NVRTC may still know.
+    fn archs(&self) -> Vec<String> {
+        let own = self.cc.0 * 10 + self.cc.1;
+        let mut v = vec![own];
+        v.extend([90, 80, 70, 60].into_iter().filter(|&a| a < own));
+        v.into_iter().map(|a| format!("compute_{a}")).collect()
+    }
+
+    fn compile(&self, set: KernelSet) -> Result<Compiled, CudaError> {
+        ffi::nvrtc_present()?;
+        let parsed = signatures(set.source()).map_err(CudaError::Invalid)?;
+        let mut last = None;
+        for arch in self.archs() {
+            let opts = CompileOptions {
+                fmad: Some(false),
+                options: vec![format!("--gpu-architecture={arch}")],
+                name: Some(format!("starhalo_{}.cu", set.name())),
+                ..Default::default()
+            };
+            let ptx = match guarded("nvrtcCompileProgram", || {
+                compile_ptx_with_opts(set.source(), opts)
+            })? {
+                Ok(ptx) => ptx,
+                Err(e) => {
+                    let invalid_arch = matches!(&e, CompileError::CompileError { nvrtc, .. }
+                        if nvrtc.0 == cudarc::nvrtc::sys::nvrtcResult::NVRTC_ERROR_INVALID_OPTION);
+                    last = Some(compile_error(set, &arch, e));
+                    if invalid_arch {
+                        continue;
+                    }
+                    break;
+                }
+            };
+            let module = self.ctx.load_module(ptx).map_err(|e| CudaError::Driver {
+                call: "cuModuleLoadData",
+                why: format!(
+                    "{e} (PTX for {arch}; a driver older than the NVRTC library rejects its PTX)"
+                ),
+            })?;
+            let mut sigs = HashMap::new();
+            for (name, kinds) in parsed {
+                let f = module
+                    .load_function(&name)
+                    .map_err(driver("cuModuleGetFunction"))?;
+                sigs.insert(name, (kinds, f));
+            }
+            return Ok(Compiled {
+                _module: module,
+                sigs,
+            });
+        }
+        Err(last.unwrap_or(CudaError::Invalid("no architecture to compile for".into())))
+    }
+
+    /// Launches kernel `name` of `set` over `grid` blocks of `block` threads, after checking
+    /// `args` against the kernel's parameter list.
+    pub(crate) fn launch(
+        &self,
+        set: KernelSet,
+        name: &str,
+        grid: u32,
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        let c = self.compiled(set)?;
+        let (kinds, f) = c
+            .sigs
+            .get(name)
+            .ok_or_else(|| CudaError::Invalid(format!("no kernel `{name}`")))?;
+        let given: Vec<ArgKind> = args.iter().map(Arg::kind).collect();
+        if &given != kinds {
+            return Err(CudaError::Invalid(format!(
+                "kernel `{name}` takes {kinds:?}, given {given:?}"
+            )));
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (grid.max(1), 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        ffi::launch(&self.stream, f, cfg, args).map_err(|e| CudaError::Driver {
+            call: "cuLaunchKernel",
+            why: format!("{name}: {e}"),
+        })
+    }
+}
+
+fn compile_error(set: KernelSet, arch: &str, e: CompileError) -> CudaError {
+    match e {
+        CompileError::CompileError { nvrtc, log, .. } => CudaError::Compile {
+            kernels: set.name(),
+            why: format!("{nvrtc} for {arch}"),
+            log: log.to_string_lossy().into_owned(),
+        },
+        other => CudaError::Compile {
+            kernels: set.name(),
+            why: format!("{other} for {arch}"),
+            log: String::new(),
+        },
+    }
+}
+
+/// Grid size for a grid-stride loop over `n` items with `block` threads per block.
+pub(crate) fn grid_for(n: usize, block: u32) -> u32 {
+    let blocks = n.div_ceil(block as usize).max(1);
+    blocks.min(1 << 16) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_cover_small_and_cap_large() {
+        assert_eq!(grid_for(0, 256), 1);
+        assert_eq!(grid_for(257, 256), 2);
+        assert_eq!(grid_for(usize::MAX / 2, 256), 1 << 16);
+    }
+
+    #[test]
+    fn no_driver_is_a_clear_error_not_a_panic() {
+        // On a machine with a GPU this opens it; without a driver it must say why.
+        match Device::for_local_rank(0) {
+            Ok(d) => assert!(!d.name().is_empty()),
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e}");
+                let s = e.to_string();
+                if ffi::driver_present().is_err() {
+                    assert!(matches!(e, CudaError::NoDriver { .. }), "{s}");
+                    assert!(
+                        s.contains("libcuda.so") && s.contains("NVIDIA driver"),
+                        "{s}"
+                    );
+                }
+            }
+        }
+        // The process default remembers the same answer.
+        let a = Device::process_default().map(|d| d.ordinal());
+        let b = Device::process_default().map(|d| d.ordinal());
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,136 @@
+//! Every `unsafe` of the CUDA backend: loading the driver and NVRTC libraries, telling
+//! cudarc that this crate orders its streams itself, the plain-data marker of the
+//! descriptor, raw device addresses, and kernel launches.
+
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
+};
+
+use super::desc::HaloDesc;
+use super::error::CudaError;
+
+// SAFETY: HaloDesc is #[repr(C)], made of u64 and u32 fields with no padding bytes (a test
+// checks its layout against `struct sh_bnd_info`), so its bytes are a valid kernel argument
+// and device value.
+unsafe impl DeviceRepr for HaloDesc {}
+// SAFETY: every field is an integer, for which all-zero bits are a valid value.
+unsafe impl ValidAsZeroBits for HaloDesc {}
+
+fn candidates(lib: &str) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates(lib) {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.join(", ")
+}
+
+/// Ok when the CUDA driver library can be loaded, so that cudarc (which panics when it
+/// cannot) may be called.
+pub(crate) fn driver_present() -> Result<(), CudaError> {
+    // SAFETY: loading the NVIDIA driver library runs its initialisers, which have no
+    // precondition; the handle is closed again at once and cudarc reloads it by the same names.
+    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    if present {
+        Ok(())
+    } else {
+        Err(CudaError::NoDriver {
+            tried: candidates("cuda"),
+        })
+    }
+}
+
+/// Ok when the NVRTC library can be loaded.
+pub(crate) fn nvrtc_present() -> Result<(), CudaError> {
+    // SAFETY: as for the driver: loading libnvrtc has no precondition.
+    let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    if present {
+        Ok(())
+    } else {
+        Err(CudaError::NoNvrtc {
+            tried: candidates("nvrtc"),
+        })
+    }
+}
+
+/// Turns off cudarc's per-buffer event tracking for `ctx`: each [`super::Device`] issues all
+/// its work on its one stream, and orders other streams with explicit events.
+pub(crate) fn manual_stream_ordering(ctx: &CudaContext) {
+    // SAFETY: called right after the context is created, before any buffer exists on it; all
+    // buffers of this context are allocated, used and freed on the device's single stream,
+    // so stream order alone keeps every use before the free and every write before a read.
+    unsafe { ctx.disable_event_tracking() }
+}
+
+/// Uninitialised device memory for `len` values, to be overwritten before it is read.
+pub(crate) fn alloc_uninit<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<CudaSlice<T>, cudarc::driver::DriverError> {
+    if len == 0 {
+        return stream.null();
+    }
+    // SAFETY: callers write every element (copy from the host or from another buffer) on the
+    // same stream before any read is issued.
+    unsafe { stream.alloc(len) }
+}
+
+/// The raw device address of `s`, to pass to a kernel.
+pub(crate) fn address<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (ptr, _no_sync) = s.device_ptr(stream);
+    ptr
+}
+
+/// One kernel argument as the host passes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Arg {
+    Ptr(u64),
+    U64(u64),
+    U32(u32),
+    I32(i32),
+    F64(f64),
+}
+
+impl Arg {
+    pub(crate) fn kind(&self) -> super::kernels::ArgKind {
+        use super::kernels::ArgKind as K;
+        match self {
+            Arg::Ptr(_) => K::Ptr,
+            Arg::U64(_) => K::U64,
+            Arg::U32(_) => K::U32,
+            Arg::I32(_) => K::I32,
+            Arg::F64(_) => K::F64,
+        }
+    }
+}
+
+/// Launches `f` on `stream` with `args`, whose kinds the caller has checked against the
+/// kernel's declared parameters.
+pub(crate) fn launch(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &[Arg],
+) -> Result<(), cudarc::driver::DriverError> {
+    let mut b = stream.launch_builder(f);
+    for a in args {
+        match a {
+            Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
+            Arg::U32(v) => b.arg(v),
+            Arg::I32(v) => b.arg(v),
+            Arg::F64(v) => b.arg(v),
+        };
+    }
+    // SAFETY: the argument kinds equal the kernel's parameter list parsed from its source
+    // (checked by the caller, `Device::launch`); every pointer is the address of a live buffer
+    // of this device whose extent the caller checked against the index ranges in the other
+    // arguments (descriptors are validated on the host before upload); the buffers outlive
+    // the kernel because frees are ordered after it on this same stream.
+    unsafe { b.launch(cfg) }.map(|_| ())
+}

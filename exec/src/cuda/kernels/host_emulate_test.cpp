@@ -1,0 +1,88 @@
+// Runs the kernels serially on the host (see host_emulate.h) on small cases with known
+// answers; exits non-zero naming the first wrong result. Appended to the prelude and the two
+// kernel sources by a Rust test.
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures = 0;
+static void expect(const char *what, double got, double want) {
+    if (got != want) {
+        printf("FAIL %s: got %.17g, want %.17g\n", what, got, want);
+        ++failures;
+    }
+}
+
+int main() {
+    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
+    // 1-D block: 4 interior cells, 2 ghosts (8 points); coarse buffer 2 cells, 2 ghosts (6).
+    // A linear field: restriction gives the coarse values, (limited) linear prolongation the
+    // fine ones; constant prolongation copies the coarse value.
+    double fine[8], coarse[6];
+    for (int i = 0; i < 8; ++i) fine[i] = 1.5 + 0.25 * (i - 2 + 0.5);
+    for (int i = 0; i < 6; ++i) coarse[i] = 1.5 + 0.25 * 2.0 * (i - 2 + 0.5);
+    sh_bnd_info b = {0, 0, {2, 0, 0}, {3, 0, 0}, 0, 0, 0};
+    double c2[6] = {0};
+    sh_restrict(&b, 1, fine, c2, 8, 1, 1, 6, 1, 1, 1, 1, 2, 2);
+    expect("restrict 2", c2[2], coarse[2]);
+    expect("restrict 3", c2[3], coarse[3]);
+    for (int op = 0; op < 3; ++op) {
+        double f2[8] = {0};
+        sh_prolongate(&b, 1, coarse, f2, 8, 1, 1, 6, 1, 1, 1, 1, 2, 2, op);
+        for (int i = 2; i < 6; ++i) expect("prolongate", f2[i], op == 0 ? coarse[i / 2 + 1] : fine[i]);
+    }
+    // Pack a 2x2 box of a 4x4 array at offset 3; |values| 5, 6, 9, 10 exceed 9.5 once.
+    double data[32];
+    for (int i = 0; i < 32; ++i) data[i] = i;
+    sh_bnd_info p[2] = {{0, 0, {1, 1, 0}, {2, 2, 0}, 3, 2, 0}, {1, 0, {0, 0, 0}, {0, 1, 0}, 0, 0, 0}};
+    double buf[8] = {0};
+    unsigned over[2] = {7, 7};
+    sh_halo_pack(p, 2, data, buf, 4, 4, 1, 1, 9.5, over);
+    double want_buf[8] = {16, 20, 0, 5, 6, 9, 10, 0};
+    for (int i = 0; i < 8; ++i) expect("pack", buf[i], want_buf[i]);
+    expect("pack flag 0", over[0], 1);
+    expect("pack flag 1", over[1], 1);
+    // Unpack: the allocated box gets the buffer, the other the fill value.
+    double out[32] = {0};
+    sh_halo_unpack(p, 2, buf, out, 4, 4, 1, 1, -1.0);
+    expect("unpack 5", out[5], 5);
+    expect("unpack 10", out[10], 10);
+    expect("unpack fill 16", out[16], -1);
+    expect("unpack fill 20", out[20], -1);
+    // Star-forest kernels.
+    double src[10];
+    for (int i = 0; i < 10; ++i) src[i] = i;
+    double g[4];
+    sh_gather_box_f64(src, g, 0, 4, 1, 1, 2, 2, 5, 10);
+    double want_g[4] = {1, 2, 6, 7};
+    for (int i = 0; i < 4; ++i) expect("gather box", g[i], want_g[i]);
+    u64 idx[3] = {2, 2, 0};
+    double gl[6];
+    sh_gather_list_f64(src, gl, 0, 3, 2, idx);
+    double want_gl[6] = {4, 5, 4, 5, 0, 1};
+    for (int i = 0; i < 6; ++i) expect("gather list lanes", gl[i], want_gl[i]);
+    double v[3] = {1, 2, 3}, dst[3] = {10, 10, 10};
+    sh_scatter_list_atomic_f64(v, 0, dst, 3, 1, SH_OP_SUM, idx);
+    expect("atomic sum 0", dst[0], 13);
+    expect("atomic sum 2", dst[2], 13);
+    int di[3] = {5, 5, 5}, vi[3] = {1, 9, -3};
+    sh_scatter_list_atomic_i32(vi, 0, di, 3, 1, SH_OP_MIN, idx);
+    expect("atomic min", di[0] * 100 + di[2], -300 + 1);
+    sh_scatter_list_atomic_i32(vi, 0, di, 3, 1, SH_OP_PROD, idx);
+    expect("atomic prod (cas)", di[0] * 100 + di[2], 900 + 9);
+    sh_scatter_list_atomic_i32(vi, 0, di, 3, 1, SH_OP_LAND, idx);
+    expect("atomic land (cas)", di[0] * 100 + di[2], 101);
+    float fv[2] = {-2.0f, 4.0f}, fd[4] = {1, 1, 1, 1};
+    sh_scatter_box_f32(fv, 0, fd, 2, 1, SH_OP_MAX, 1, 1, 2, 2, 4);
+    expect("scatter box max", fd[1] * 10 + fd[3], 14);
+    u64 ud[2] = {0, 0};
+    sh_fill_b64(ud, 2, 0xfffffffffffffffeull);
+    expect("fill b64", (double)(ud[1] == 0xfffffffffffffffeull), 1);
+    // Outflow: interior 1..=2 of 4 points; both ghost cells take their neighbour.
+    double o[4] = {0, 1, 2, 0};
+    sh_bnd_info ob[2] = {{0, 0, {0, 0, 0}, {0, 0, 0}, 0, 0, 0}, {0, 0, {3, 0, 0}, {3, 0, 0}, 0, 0, 0}};
+    sh_outflow(ob, 2, o, 4, 1, 1, 1, 1, 0, 0, 2, 0, 0);
+    expect("outflow lo", o[0], 1);
+    expect("outflow hi", o[3], 2);
+    if (failures == 0) printf("all kernel emulations passed\n");
+    return failures == 0 ? 0 : 1;
+}

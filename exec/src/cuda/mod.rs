@@ -1,0 +1,76 @@
+//! The CUDA backend: device memory, one stream per device, events, and kernels compiled at run
+//! time by NVRTC.
+//!
+//! Everything here is built on [`cudarc`](https://docs.rs/cudarc) with dynamic loading (feature
+//! `cuda` of this crate): the driver (`libcuda.so`) and NVRTC (`libnvrtc.so`) are opened when a
+//! device is first asked for, so every build compiles the backend with no CUDA toolkit, and a
+//! machine without a driver gets a [`CudaError`] saying why (never a panic): the libraries are
+//! probed before cudarc is called, because cudarc panics when they are missing.
+//!
+//! The pieces:
+//! - [`Device`]: one GPU (device = node-local rank mod device count), its primary context and
+//!   the one stream all starhalo work on it goes to; kernels are compiled once per kernel set,
+//!   per device, per process; [`Device::record`]/[`Device::wait`] order streams without a
+//!   device-wide synchronisation, and [`Device::synchronize`] is the one stream
+//!   synchronisation before a device buffer is handed to MPI.
+//! - [`Buffer`](crate::Buffer) in [`MemSpace::Cuda`](crate::MemSpace::Cuda): device memory
+//!   with upload, download and fill.
+//! - Star-forest kernels ([`Device::gather`], [`Device::scatter`]) over the device forms of the
+//!   pack plans ([`DeviceIndices`]: a range is a plain device copy, a 3-D box or a list one
+//!   kernel; unpacking a list that repeats an index uses atomics).
+//! - Boundary kernels "in one" over an array of [`HaloDesc`] (the layout of
+//!   `starhalo_boundary::BndInfo`): [`Device::halo_pack`] (with the per-sub-halo sparse
+//!   threshold flags), [`Device::halo_unpack`], [`Device::restrict`], [`Device::prolongate`]
+//!   and [`Device::outflow`], one launch each, CUDA blocks over sub-halos and threads over
+//!   cells, x1 fastest. Floating-point kernels are compiled with `--fmad=false` and written in
+//!   the host's expression order, so their results equal the host's bit for bit.
+//!
+//! The kernel sources ([`kernels`]) and the descriptor types ([`HaloDesc`], [`ReduceOp`],
+//! [`ProlongOp`], [`FieldDims`], [`RefineGeom`]) exist in every build, so host tests check the
+//! entry points, the parameter lists the host passes and the descriptor layout without a GPU.
+//!
+//! # Running the GPU checks
+//!
+//! On a machine with an NVIDIA GPU, its driver, and NVRTC (`libnvrtc.so.12` or `libnvrtc.so`
+//! from a CUDA 12 toolkit, on `LD_LIBRARY_PATH`):
+//!
+//! ```text
+//! # the unit tests of the backend (they use the GPU when one is there)
+//! cargo test -p starhalo-exec --features cuda
+//! # every kernel against the host implementation: prints PASS/FAIL and the largest difference
+//! # per check, exits 0 when all pass, 1 on any failure or when no GPU can be used
+//! cargo run --release -p starhalo-boundary --features cuda --example gpu_selftest
+//! ```
+//!
+//! The self-test needs no CUDA toolkit to build, only to run: build it on any machine with
+//! `make gpu-selftest-build` and copy `target/release/examples/gpu_selftest` to the GPU
+//! machine. `STARHALO_CUDA_DEVICE=N` picks device `N`; otherwise the node-local rank (from the
+//! MPI launcher's environment) mod the device count is used. Without a driver the self-test
+//! prints the reason and exits 1.
+
+// Without the feature the device items the docs link to do not exist.
+#![cfg_attr(not(feature = "cuda"), allow(rustdoc::broken_intra_doc_links))]
+
+pub mod desc;
+mod error;
+pub mod kernels;
+
+#[cfg(feature = "cuda")]
+pub(crate) mod dbuf;
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+mod ffi;
+#[cfg(feature = "cuda")]
+pub(crate) mod ops;
+
+pub use desc::{FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE};
+pub use error::CudaError;
+
+#[cfg(feature = "cuda")]
+pub use device::{local_rank_from_env, Device, Event};
+#[cfg(feature = "cuda")]
+pub use ops::{DeviceHalos, DeviceIndices, IndexList};
+
+/// Whether this build has the CUDA backend (feature `cuda`).
+pub const BUILT: bool = cfg!(feature = "cuda");

@@ -1,0 +1,795 @@
+//! The kernels as methods of [`Device`]: star-forest gather/scatter over index sets, and the
+//! boundary kernels in one over descriptor arrays. Every method checks its index ranges
+//! against the buffers on the host before it launches, and returns once the work is queued.
+
+use std::sync::Arc;
+
+use super::desc::{
+    check_halos, check_outflow, FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom,
+};
+use super::device::{grid_for, Device};
+use super::error::CudaError;
+use super::ffi::Arg;
+use super::kernels::KernelSet;
+use crate::buffer::Buffer;
+use crate::element::{Element, ScalarKind};
+use crate::space::MemSpace;
+
+const BLOCK: u32 = 256;
+const HALO_BLOCK: u32 = 128;
+
+fn invalid<T>(why: String) -> Result<T, CudaError> {
+    Err(CudaError::Invalid(why))
+}
+
+/// An explicit list of unit indices held on a device, with what the host learnt of it.
+#[derive(Debug)]
+pub struct IndexList {
+    idx: Buffer<u64>,
+    max: Option<u64>,
+    duplicates: bool,
+}
+
+impl IndexList {
+    /// Uploads `idx` to `dev`.
+    pub fn new(dev: &Arc<Device>, idx: &[usize]) -> Result<Self, CudaError> {
+        let v: Vec<u64> = idx.iter().map(|&i| i as u64).collect();
+        let mut sorted = v.clone();
+        sorted.sort_unstable();
+        Ok(Self {
+            duplicates: sorted.windows(2).any(|w| w[0] == w[1]),
+            max: sorted.last().copied(),
+            idx: Buffer::from_host_to(dev, &v)?,
+        })
+    }
+
+    /// Number of indices.
+    pub fn len(&self) -> usize {
+        self.idx.len()
+    }
+
+    /// True when the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.idx.is_empty()
+    }
+
+    /// True when some index occurs twice (unpacking then uses atomics).
+    pub fn duplicates(&self) -> bool {
+        self.duplicates
+    }
+}
+
+/// Which units a gather reads or a scatter writes (the device form of a pack plan).
+#[derive(Debug, Clone, Copy)]
+pub enum DeviceIndices<'a> {
+    /// `start..start + len`: a plain device copy when no operation is involved.
+    Range {
+        /// First unit.
+        start: usize,
+        /// Units.
+        len: usize,
+    },
+    /// `start + sy * k + sx * j + i` for `i < dx, j < dy, k < dz`, with `sx >= dx` and
+    /// `sy >= dy * sx` (rows and planes do not overlap).
+    Box {
+        /// First unit.
+        start: usize,
+        /// Units per row.
+        dx: usize,
+        /// Rows per plane.
+        dy: usize,
+        /// Planes.
+        dz: usize,
+        /// Row stride.
+        sx: usize,
+        /// Plane stride.
+        sy: usize,
+    },
+    /// An explicit list.
+    List(&'a IndexList),
+}
+
+impl DeviceIndices<'_> {
+    /// Number of units.
+    pub fn len(&self) -> usize {
+        match self {
+            DeviceIndices::Range { len, .. } => *len,
+            DeviceIndices::Box { dx, dy, dz, .. } => dx * dy * dz,
+            DeviceIndices::List(l) => l.len(),
+        }
+    }
+
+    /// True when there is no unit.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One past the largest unit index, checked for overflow; a box whose rows or planes
+    /// overlap is refused.
+    fn end(&self) -> Result<usize, CudaError> {
+        let over = || CudaError::Invalid(format!("index set {self:?} overflows"));
+        match *self {
+            DeviceIndices::Range { start, len } => start.checked_add(len).ok_or_else(over),
+            DeviceIndices::Box {
+                start,
+                dx,
+                dy,
+                dz,
+                sx,
+                sy,
+            } => {
+                if dx * dy * dz == 0 {
+                    return Ok(0);
+                }
+                if sx < dx || sy < dy.checked_mul(sx).ok_or_else(over)? {
+                    return invalid(format!("box {self:?} has overlapping rows or planes"));
+                }
+                let last = (dz - 1)
+                    .checked_mul(sy)
+                    .and_then(|a| (dy - 1).checked_mul(sx).and_then(|b| a.checked_add(b)))
+                    .and_then(|a| a.checked_add(start + dx))
+                    .ok_or_else(over)?;
+                Ok(last)
+            }
+            DeviceIndices::List(l) => Ok(l.max.map_or(0, |m| m as usize + 1)),
+        }
+    }
+}
+
+fn scalar<T: Element>() -> Result<ScalarKind, CudaError> {
+    T::SCALAR.ok_or_else(|| {
+        CudaError::Invalid(format!(
+            "no device kernels for {} (f32, f64, i32, u32, i64, u64 only)",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+fn fits(what: &str, end_units: usize, lanes: usize, len: usize) -> Result<(), CudaError> {
+    match end_units.checked_mul(lanes) {
+        Some(e) if e <= len => Ok(()),
+        _ => invalid(format!(
+            "{what}: {end_units} units of {lanes} lanes do not fit {len} values"
+        )),
+    }
+}
+
+fn box_args(i: &DeviceIndices<'_>) -> [Arg; 5] {
+    let (start, dx, dy, sx, sy) = match *i {
+        DeviceIndices::Box {
+            start,
+            dx,
+            dy,
+            sx,
+            sy,
+            ..
+        } => (start, dx, dy, sx, sy),
+        DeviceIndices::Range { start, len } => (start, len.max(1), 1, len.max(1), len.max(1)),
+        DeviceIndices::List(_) => (0, 1, 1, 1, 1), // not read: lists launch the list kernels
+    };
+    [start, dx, dy, sx, sy].map(|v| Arg::U64(v as u64))
+}
+
+impl Device {
+    /// Packs: `dst[dst_off + p * lanes + l] = src[idx(p) * lanes + l]` for every unit `p` of
+    /// `idx` and lane `l`. A range is a device copy; boxes and lists are one kernel.
+    pub fn gather<T: Element>(
+        &self,
+        src: &Buffer<T>,
+        idx: &DeviceIndices<'_>,
+        lanes: usize,
+        dst: &mut Buffer<T>,
+        dst_off: usize,
+    ) -> Result<(), CudaError> {
+        let kind = scalar::<T>()?;
+        let n = idx.len();
+        fits("gather source", idx.end()?, lanes, src.len())?;
+        let dst_end = dst_off.checked_add(n * lanes);
+        if dst_end.is_none_or(|e| e > dst.len()) {
+            return invalid(format!(
+                "gather of {n} units at {dst_off} past {} values",
+                dst.len()
+            ));
+        }
+        if n * lanes == 0 {
+            return Ok(());
+        }
+        let s = src.on_device(self)?;
+        if let DeviceIndices::Range { start, len } = *idx {
+            return dst
+                .on_device_mut(self)?
+                .copy_from(dst_off, s, start * lanes, len * lanes);
+        }
+        let list = match idx {
+            DeviceIndices::List(l) => Some(l.idx.on_device(self)?.address()),
+            _ => None,
+        };
+        let d = dst.on_device_mut(self)?;
+        let (name, args) = gather_args(kind, s.address(), d.address(), dst_off, idx, lanes, list);
+        self.launch(
+            KernelSet::Sf,
+            &name,
+            grid_for(n * lanes, BLOCK),
+            BLOCK,
+            &args,
+        )
+    }
+
+    /// Unpacks: `dst[idx(p) * lanes + l] = dst[..] op src[src_off + p * lanes + l]`. A range
+    /// with [`ReduceOp::Replace`] is a device copy; a list that repeats an index uses atomics
+    /// (so floating-point sums and products may round in another order than on the host).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scatter<T: Element>(
+        &self,
+        src: &Buffer<T>,
+        src_off: usize,
+        idx: &DeviceIndices<'_>,
+        lanes: usize,
+        op: ReduceOp,
+        dst: &mut Buffer<T>,
+    ) -> Result<(), CudaError> {
+        let kind = scalar::<T>()?;
+        if kind.is_float() && op.integer_only() {
+            return invalid(format!("{op:?} is not defined for {}", kind.suffix()));
+        }
+        let n = idx.len();
+        fits("scatter destination", idx.end()?, lanes, dst.len())?;
+        let src_end = src_off.checked_add(n * lanes);
+        if src_end.is_none_or(|e| e > src.len()) {
+            return invalid(format!(
+                "scatter of {n} units from {src_off} past {} values",
+                src.len()
+            ));
+        }
+        if n * lanes == 0 {
+            return Ok(());
+        }
+        let s = src.on_device(self)?;
+        if let (DeviceIndices::Range { start, len }, ReduceOp::Replace) = (*idx, op) {
+            return dst
+                .on_device_mut(self)?
+                .copy_from(start * lanes, s, src_off, len * lanes);
+        }
+        let list = match idx {
+            DeviceIndices::List(l) => Some(l.idx.on_device(self)?.address()),
+            _ => None,
+        };
+        let d = dst.on_device_mut(self)?;
+        let (name, args) = scatter_args(
+            kind,
+            s.address(),
+            src_off,
+            d.address(),
+            idx,
+            lanes,
+            op,
+            list,
+        );
+        self.launch(
+            KernelSet::Sf,
+            &name,
+            grid_for(n * lanes, BLOCK),
+            BLOCK,
+            &args,
+        )
+    }
+}
+
+/// Kernel name and arguments of a gather (`list`: the device address of a list's indices).
+fn gather_args(
+    kind: ScalarKind,
+    src: u64,
+    dst: u64,
+    dst_off: usize,
+    idx: &DeviceIndices<'_>,
+    lanes: usize,
+    list: Option<u64>,
+) -> (String, Vec<Arg>) {
+    let mut args = vec![
+        Arg::Ptr(src),
+        Arg::Ptr(dst),
+        Arg::U64(dst_off as u64),
+        Arg::U64(idx.len() as u64),
+        Arg::U64(lanes as u64),
+    ];
+    let family = match list {
+        Some(l) => {
+            args.push(Arg::Ptr(l));
+            "gather_list"
+        }
+        None => {
+            args.extend(box_args(idx));
+            "gather_box"
+        }
+    };
+    (format!("sh_{family}_{}", kind.suffix()), args)
+}
+
+/// Kernel name and arguments of a scatter.
+#[allow(clippy::too_many_arguments)]
+fn scatter_args(
+    kind: ScalarKind,
+    src: u64,
+    src_off: usize,
+    dst: u64,
+    idx: &DeviceIndices<'_>,
+    lanes: usize,
+    op: ReduceOp,
+    list: Option<u64>,
+) -> (String, Vec<Arg>) {
+    let mut args = vec![
+        Arg::Ptr(src),
+        Arg::U64(src_off as u64),
+        Arg::Ptr(dst),
+        Arg::U64(idx.len() as u64),
+        Arg::U64(lanes as u64),
+        Arg::I32(op as i32),
+    ];
+    let family = match (list, idx) {
+        (Some(l), DeviceIndices::List(il)) => {
+            args.push(Arg::Ptr(l));
+            if il.duplicates {
+                "scatter_list_atomic"
+            } else {
+                "scatter_list"
+            }
+        }
+        _ => {
+            args.extend(box_args(idx));
+            "scatter_box"
+        }
+    };
+    (format!("sh_{family}_{}", kind.suffix()), args)
+}
+
+/// What a [`DeviceHalos`] was checked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Use {
+    Pack {
+        fields: FieldDims,
+        buf_len: usize,
+    },
+    Refine {
+        geom: RefineGeom,
+        halo: bool,
+    },
+    Outflow {
+        fields: FieldDims,
+        lo: [usize; 3],
+        hi: [usize; 3],
+    },
+}
+
+/// Sub-halo descriptors on a device, checked once on the host for one use (pack/unpack,
+/// restriction/prolongation, or outflow fill) and launched in one kernel each time.
+#[derive(Debug)]
+pub struct DeviceHalos {
+    descs: Buffer<HaloDesc>,
+    host: Vec<HaloDesc>,
+    usage: Use,
+}
+
+impl DeviceHalos {
+    /// Descriptors for [`Device::halo_pack`] and [`Device::halo_unpack`] between `fields` and a
+    /// buffer of `buf_len` values.
+    pub fn for_pack(
+        dev: &Arc<Device>,
+        descs: &[HaloDesc],
+        fields: FieldDims,
+        buf_len: usize,
+    ) -> Result<Self, CudaError> {
+        check_halos(descs, &fields, buf_len)?;
+        Self::upload(dev, descs, Use::Pack { fields, buf_len })
+    }
+
+    /// Coarse boxes for [`Device::restrict`] and (with `halo`, which also requires the face
+    /// neighbours of every coarse cell) [`Device::prolongate`].
+    pub fn for_refine(
+        dev: &Arc<Device>,
+        descs: &[HaloDesc],
+        geom: RefineGeom,
+        halo: bool,
+    ) -> Result<Self, CudaError> {
+        geom.check(descs, halo)?;
+        Self::upload(dev, descs, Use::Refine { geom, halo })
+    }
+
+    /// Ghost boxes for [`Device::outflow`] on `fields` with interior `lo..=hi` per direction;
+    /// every box lies outside the interior along the same directions.
+    pub fn for_outflow(
+        dev: &Arc<Device>,
+        descs: &[HaloDesc],
+        fields: FieldDims,
+        lo: [usize; 3],
+        hi: [usize; 3],
+    ) -> Result<Self, CudaError> {
+        check_outflow(descs, &fields, lo, hi)?;
+        Self::upload(dev, descs, Use::Outflow { fields, lo, hi })
+    }
+
+    fn upload(dev: &Arc<Device>, descs: &[HaloDesc], usage: Use) -> Result<Self, CudaError> {
+        Ok(Self {
+            descs: Buffer::from_host_to(dev, descs)?,
+            host: descs.to_vec(),
+            usage,
+        })
+    }
+
+    /// The descriptors.
+    pub fn descs(&self) -> &[HaloDesc] {
+        &self.host
+    }
+
+    /// Number of descriptors.
+    pub fn len(&self) -> usize {
+        self.host.len()
+    }
+
+    /// True when there is no descriptor.
+    pub fn is_empty(&self) -> bool {
+        self.host.is_empty()
+    }
+
+    fn grid(&self) -> u32 {
+        self.host.len().clamp(1, 1 << 20) as u32
+    }
+}
+
+fn need(what: &str, want: usize, got: usize) -> Result<(), CudaError> {
+    if want == got {
+        Ok(())
+    } else {
+        invalid(format!("{what}: {got} values, expected {want}"))
+    }
+}
+
+fn dims_args(f: &FieldDims) -> [Arg; 4] {
+    [f.dims[0], f.dims[1], f.dims[2], f.nvar].map(|v| Arg::U64(v as u64))
+}
+
+/// `sh_halo_pack(info, nhalo, data, buf, d0, d1, d2, nvar, threshold, over)`.
+fn pack_args(
+    [descs, data]: [u64; 2],
+    buf: u64,
+    nhalo: usize,
+    f: &FieldDims,
+    threshold: f64,
+    over: u64,
+) -> Vec<Arg> {
+    let mut a = vec![
+        Arg::Ptr(descs),
+        Arg::U64(nhalo as u64),
+        Arg::Ptr(data),
+        Arg::Ptr(buf),
+    ];
+    a.extend(dims_args(f));
+    a.extend([Arg::F64(threshold), Arg::Ptr(over)]);
+    a
+}
+
+/// `sh_halo_unpack(info, nhalo, buf, data, d0, d1, d2, nvar, fill)`.
+fn unpack_args(
+    [descs, buf]: [u64; 2],
+    data: u64,
+    nhalo: usize,
+    f: &FieldDims,
+    fill: f64,
+) -> Vec<Arg> {
+    let mut a = vec![
+        Arg::Ptr(descs),
+        Arg::U64(nhalo as u64),
+        Arg::Ptr(buf),
+        Arg::Ptr(data),
+    ];
+    a.extend(dims_args(f));
+    a.push(Arg::F64(fill));
+    a
+}
+
+/// `sh_restrict` / `sh_prolongate` (without the trailing `op`): (info, nhalo, from, to,
+/// f0, f1, f2, c0, c1, c2, nvar, ndim, g, cg).
+fn refine_args([descs, from]: [u64; 2], to: u64, nhalo: usize, g: &RefineGeom) -> Vec<Arg> {
+    let mut a = vec![
+        Arg::Ptr(descs),
+        Arg::U64(nhalo as u64),
+        Arg::Ptr(from),
+        Arg::Ptr(to),
+    ];
+    let (f, c) = (g.fine.dims, g.coarse.dims);
+    a.extend([f[0], f[1], f[2], c[0], c[1], c[2]].map(|v| Arg::U64(v as u64)));
+    a.extend([g.fine.nvar, g.ndim, g.nghost, g.coarse_nghost].map(|v| Arg::U64(v as u64)));
+    a
+}
+
+/// `sh_outflow(info, nhalo, data, d0, d1, d2, nvar, lo0, lo1, lo2, hi0, hi1, hi2)`.
+fn outflow_args(
+    descs: u64,
+    data: u64,
+    nhalo: usize,
+    f: &FieldDims,
+    lo: [usize; 3],
+    hi: [usize; 3],
+) -> Vec<Arg> {
+    let mut a = vec![Arg::Ptr(descs), Arg::U64(nhalo as u64), Arg::Ptr(data)];
+    a.extend(dims_args(f));
+    a.extend([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]].map(|v| Arg::U64(v as u64)));
+    a
+}
+
+impl Device {
+    /// Packs every sub-halo of `h` from `data` into `buf` in one launch; when `over` is given,
+    /// `over[k]` becomes 1 if some |value| of sub-halo `k` exceeds `threshold`, else 0.
+    pub fn halo_pack(
+        &self,
+        h: &DeviceHalos,
+        data: &Buffer<f64>,
+        buf: &mut Buffer<f64>,
+        threshold: f64,
+        over: Option<&mut Buffer<u32>>,
+    ) -> Result<(), CudaError> {
+        let Use::Pack { fields, buf_len } = h.usage else {
+            return invalid("descriptors were not checked for packing".into());
+        };
+        need("field storage", fields.len(), data.len())?;
+        need("communication buffer", buf_len, buf.len())?;
+        let over_ptr = match over {
+            Some(o) => {
+                if o.len() < h.len() {
+                    return invalid(format!("{} flags for {} sub-halos", o.len(), h.len()));
+                }
+                o.on_device_mut(self)?.address()
+            }
+            None => 0,
+        };
+        if h.is_empty() {
+            return Ok(());
+        }
+        let args = pack_args(
+            [
+                h.descs.on_device(self)?.address(),
+                data.on_device(self)?.address(),
+            ],
+            buf.on_device_mut(self)?.address(),
+            h.len(),
+            &fields,
+            threshold,
+            over_ptr,
+        );
+        self.launch(KernelSet::Halo, "sh_halo_pack", h.grid(), HALO_BLOCK, &args)
+    }
+
+    /// Unpacks every sub-halo of `h` from `buf` into `data` in one launch; a sub-halo without
+    /// [`FLAG_ALLOCATED`](super::desc::FLAG_ALLOCATED) gets `fill`. Receiving boxes must not
+    /// overlap (they do not in a valid exchange).
+    pub fn halo_unpack(
+        &self,
+        h: &DeviceHalos,
+        buf: &Buffer<f64>,
+        data: &mut Buffer<f64>,
+        fill: f64,
+    ) -> Result<(), CudaError> {
+        let Use::Pack { fields, buf_len } = h.usage else {
+            return invalid("descriptors were not checked for unpacking".into());
+        };
+        need("field storage", fields.len(), data.len())?;
+        need("communication buffer", buf_len, buf.len())?;
+        if h.is_empty() {
+            return Ok(());
+        }
+        let args = unpack_args(
+            [
+                h.descs.on_device(self)?.address(),
+                buf.on_device(self)?.address(),
+            ],
+            data.on_device_mut(self)?.address(),
+            h.len(),
+            &fields,
+            fill,
+        );
+        self.launch(
+            KernelSet::Halo,
+            "sh_halo_unpack",
+            h.grid(),
+            HALO_BLOCK,
+            &args,
+        )
+    }
+
+    fn refine_args(
+        &self,
+        h: &DeviceHalos,
+        from: &Buffer<f64>,
+        from_len: usize,
+        to: &mut Buffer<f64>,
+        to_len: usize,
+        geom: &RefineGeom,
+    ) -> Result<Vec<Arg>, CudaError> {
+        need("source storage", from_len, from.len())?;
+        need("destination storage", to_len, to.len())?;
+        Ok(refine_args(
+            [
+                h.descs.on_device(self)?.address(),
+                from.on_device(self)?.address(),
+            ],
+            to.on_device_mut(self)?.address(),
+            h.len(),
+            geom,
+        ))
+    }
+
+    /// Restricts the fine cells under every coarse cell of every box of `h` into `coarse`, in
+    /// one launch (the host's expression order: bit-identical results).
+    pub fn restrict(
+        &self,
+        h: &DeviceHalos,
+        fine: &Buffer<f64>,
+        coarse: &mut Buffer<f64>,
+    ) -> Result<(), CudaError> {
+        let Use::Refine { geom, .. } = h.usage else {
+            return invalid("descriptors were not checked for restriction".into());
+        };
+        let args = self.refine_args(h, fine, geom.fine.len(), coarse, geom.coarse.len(), &geom)?;
+        if h.is_empty() {
+            return Ok(());
+        }
+        self.launch(KernelSet::Halo, "sh_restrict", h.grid(), HALO_BLOCK, &args)
+    }
+
+    /// Prolongates every coarse cell of every box of `h` onto its children in `fine` with
+    /// `op`, in one launch.
+    pub fn prolongate(
+        &self,
+        h: &DeviceHalos,
+        op: ProlongOp,
+        coarse: &Buffer<f64>,
+        fine: &mut Buffer<f64>,
+    ) -> Result<(), CudaError> {
+        let Use::Refine { geom, halo } = h.usage else {
+            return invalid("descriptors were not checked for prolongation".into());
+        };
+        if !halo && op != ProlongOp::Constant {
+            return invalid("slopes need descriptors checked with their face neighbours".into());
+        }
+        let mut args =
+            self.refine_args(h, coarse, geom.coarse.len(), fine, geom.fine.len(), &geom)?;
+        args.push(Arg::I32(op as i32));
+        if h.is_empty() {
+            return Ok(());
+        }
+        self.launch(
+            KernelSet::Halo,
+            "sh_prolongate",
+            h.grid(),
+            HALO_BLOCK,
+            &args,
+        )
+    }
+
+    /// Fills every ghost box of `h` with the nearest interior value along the directions the
+    /// box lies outside the interior (zero-gradient outflow), in one launch.
+    pub fn outflow(&self, h: &DeviceHalos, data: &mut Buffer<f64>) -> Result<(), CudaError> {
+        let Use::Outflow { fields, lo, hi } = h.usage else {
+            return invalid("descriptors were not checked for outflow".into());
+        };
+        need("field storage", fields.len(), data.len())?;
+        if h.is_empty() {
+            return Ok(());
+        }
+        let descs = h.descs.on_device(self)?.address();
+        let args = outflow_args(
+            descs,
+            data.on_device_mut(self)?.address(),
+            h.len(),
+            &fields,
+            lo,
+            hi,
+        );
+        self.launch(KernelSet::Halo, "sh_outflow", h.grid(), HALO_BLOCK, &args)
+    }
+}
+
+/// Where a buffer must be for a kernel: on this device.
+pub(crate) fn wrong_space(space: MemSpace) -> CudaError {
+    CudaError::Invalid(format!(
+        "a kernel argument is in {space} memory, not on this device"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernels::{signatures, ArgKind, KernelSet};
+    use super::*;
+
+    fn declared(set: KernelSet, name: &str) -> Vec<ArgKind> {
+        let sigs = signatures(set.source()).unwrap();
+        sigs.into_iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name}"))
+            .1
+    }
+
+    fn kinds(a: &[Arg]) -> Vec<ArgKind> {
+        a.iter().map(Arg::kind).collect()
+    }
+
+    /// What the host passes equals what each kernel declares, for every kernel it launches.
+    #[test]
+    fn host_arguments_match_every_launched_kernel() {
+        let b = DeviceIndices::Box {
+            start: 1,
+            dx: 2,
+            dy: 3,
+            dz: 4,
+            sx: 5,
+            sy: 20,
+        };
+        let r = DeviceIndices::Range { start: 3, len: 7 };
+        for kind in ScalarKind::ALL {
+            for (idx, list) in [(&b, None), (&r, None)] {
+                let (n, a) = gather_args(kind, 1, 2, 0, idx, 3, list);
+                assert_eq!(kinds(&a), declared(KernelSet::Sf, &n), "{n}");
+                let (n, a) = scatter_args(kind, 1, 0, 2, idx, 3, ReduceOp::Sum, list);
+                assert_eq!(kinds(&a), declared(KernelSet::Sf, &n), "{n}");
+            }
+        }
+        let f = FieldDims {
+            dims: [4, 4, 1],
+            nvar: 1,
+            nblocks: 1,
+        };
+        let a = pack_args([1, 2], 3, 5, &f, 0.5, 0);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_pack"));
+        let a = unpack_args([1, 2], 3, 5, &f, 0.5);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_unpack"));
+        let g = RefineGeom {
+            ndim: 2,
+            nghost: 2,
+            coarse_nghost: 2,
+            fine: f,
+            coarse: f,
+        };
+        let a = refine_args([1, 2], 3, 5, &g);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_restrict"));
+        let mut p = kinds(&a);
+        p.push(ArgKind::I32);
+        assert_eq!(p, declared(KernelSet::Halo, "sh_prolongate"));
+        let a = outflow_args(1, 2, 5, &f, [2; 3], [3; 3]);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_outflow"));
+        for (name, k) in [("sh_fill_b32", ArgKind::U32), ("sh_fill_b64", ArgKind::U64)] {
+            assert_eq!(
+                declared(KernelSet::Sf, name),
+                [ArgKind::Ptr, ArgKind::U64, k]
+            );
+        }
+    }
+
+    #[test]
+    fn index_sets_report_their_extent_and_refuse_overlap() {
+        let b = DeviceIndices::Box {
+            start: 1,
+            dx: 2,
+            dy: 3,
+            dz: 2,
+            sx: 5,
+            sy: 20,
+        };
+        // Last unit: 1 + 20 + 2 * 5 + 1 = 32, so one past is 33.
+        assert_eq!((b.len(), b.end().unwrap()), (12, 33));
+        let overlap = DeviceIndices::Box {
+            start: 0,
+            dx: 3,
+            dy: 2,
+            dz: 1,
+            sx: 2,
+            sy: 6,
+        };
+        assert!(overlap.end().is_err());
+        let huge = DeviceIndices::Range {
+            start: usize::MAX,
+            len: 2,
+        };
+        assert!(huge.end().is_err());
+        assert!(fits("x", 4, 3, 12).is_ok() && fits("x", 4, 3, 11).is_err());
+        assert!(fits("x", usize::MAX, 2, usize::MAX).is_err());
+    }
+}
