@@ -475,7 +475,7 @@ impl IndexShape {
     pub fn coarse(&self) -> Result<Self, MeshError> {
         let mut nx = self.nx;
         for d in 0..self.ndim {
-            if nx[d] % 2 != 0 {
+            if !nx[d].is_multiple_of(2) {
                 return Err(MeshError::invalid(
                     format!("parthenon/meshblock/nx{}", d + 1),
                     nx[d],

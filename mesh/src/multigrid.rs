@@ -105,7 +105,7 @@ impl Multigrid {
         let mut nx = block_nx;
         let mut level = 0i32;
         loop {
-            let ok = (0..ndim).all(|d| nx[d] % 2 == 0 && nx[d] / 2 >= nghost.max(1));
+            let ok = (0..ndim).all(|d| nx[d].is_multiple_of(2) && nx[d] / 2 >= nghost.max(1));
             if !ok {
                 break;
             }

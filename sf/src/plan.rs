@@ -175,7 +175,7 @@ fn strided(idx: &[usize]) -> Option<PackPlan> {
         .enumerate()
         .take_while(|&(k, &v)| v == start + k)
         .count();
-    if idx.len() % dx != 0 || idx.len() == dx {
+    if !idx.len().is_multiple_of(dx) || idx.len() == dx {
         return None;
     }
     let rows: Vec<usize> = idx.iter().step_by(dx).copied().collect();
@@ -185,7 +185,7 @@ fn strided(idx: &[usize]) -> Option<PackPlan> {
         .enumerate()
         .take_while(|&(j, &r)| r == start + j * sx)
         .count();
-    if rows.len() % dy != 0 {
+    if !rows.len().is_multiple_of(dy) {
         return None;
     }
     let dz = rows.len() / dy;
