@@ -129,7 +129,7 @@ fn dims_of(shape: &IndexShape, d: usize, need_coarse: bool) -> Result<Dims, Boun
     let n = shape.nx()[d];
     let g = shape.ghosts(d);
     let (cn, cg) = (n / 2, g / 2 + 1);
-    let ok = n >= g && (!need_coarse || (n % 2 == 0 && cn >= g && cn >= cg));
+    let ok = n >= g && (!need_coarse || (n.is_multiple_of(2) && cn >= g && cn >= cg));
     if !ok {
         return Err(BoundaryError::Geometry(format!(
             "block of {n} cells with {g} ghosts along x{} is too small for this exchange",

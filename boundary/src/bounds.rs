@@ -70,7 +70,7 @@ impl BlockFinish {
         let needs_coarse = recv.iter().any(|c| c.level_diff > 0);
         let interior = match shape.coarse() {
             Ok(cs) if needs_coarse => {
-                if (0..shape.ndim()).any(|d| shape.ghosts(d) % 2 != 0) {
+                if (0..shape.ndim()).any(|d| !shape.ghosts(d).is_multiple_of(2)) {
                     return Err(BoundaryError::Geometry(format!(
                         "prolongation needs an even number of ghost layers, not {}",
                         shape.nghost()
