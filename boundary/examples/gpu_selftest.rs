@@ -325,7 +325,7 @@ mod selftest {
             );
 
             let mut hdata = vec![f64::NAN; len];
-            recv.unpack(Policy::Serial, &hbuf, &mut hdata, -5.0)?;
+            recv.unpack(Policy::Serial, &hbuf, &mut hdata, &vec![-5.0; nvar])?;
             let drecv = DeviceBndCache::new(dev, &recv, layout, nblocks)?;
             let mut dout = Buffer::from_host_to(dev, &vec![f64::NAN; len])?;
             drecv.unpack(dev, &dbuf, &mut dout, -5.0)?;

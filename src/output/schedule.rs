@@ -26,7 +26,8 @@ impl Schedule {
 
     /// Whether `block` writes at this `time` and `cycle`.
     pub fn due(&self, block: &OutputBlock, time: f64, cycle: u64) -> bool {
-        block.dt.is_some() && time >= self.next_time || block.dn.is_some_and(|n| cycle % n == 0)
+        block.dt.is_some() && time >= self.next_time
+            || block.dn.is_some_and(|n| cycle.is_multiple_of(n))
     }
 
     /// Records an output of `block` at `time` and returns its file number.

@@ -31,7 +31,7 @@ impl RunContext<'_> {
 
     /// Prints a progress line on rank 0 when `cycle` is a multiple of `ncycle_out`.
     pub fn progress(&self, cycle: u64, line: impl FnOnce() -> String) {
-        if self.is_root() && self.ncycle_out > 0 && cycle % self.ncycle_out == 0 {
+        if self.is_root() && self.ncycle_out > 0 && cycle.is_multiple_of(self.ncycle_out) {
             println!(
                 "cycle={cycle} {} wall={:.3}s",
                 line(),
