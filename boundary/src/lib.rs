@@ -9,7 +9,8 @@
 //! - [`pool`]: storage pools keyed by size, with owning and weak handles;
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
-//! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data.
+//! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
+//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -21,6 +22,7 @@ pub mod comm_buffer;
 pub mod device_pack;
 pub mod error;
 pub mod exchange;
+pub mod flux_correction;
 pub mod pool;
 pub mod prolong_restrict;
 pub mod storage;
@@ -33,6 +35,7 @@ pub use comm_buffer::{
 };
 pub use error::BoundaryError;
 pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};
+pub use flux_correction::{FluxCorrection, FluxData};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};
 pub use storage::BlockData;

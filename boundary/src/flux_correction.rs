@@ -1,0 +1,811 @@
+//! Flux correction at fine–coarse faces: the conservation step of an AMR update.
+//!
+//! Where a coarse block meets finer blocks through a face, the coarse block's fluxes on that
+//! face are not the sum of the fine ones, so a conservative update would create or destroy
+//! the conserved quantity there. After every block has computed its face fluxes, each fine
+//! block area-averages its fluxes on such a face over every `2^(ndim-1)` fine faces that
+//! cover one coarse face and sends them; the coarse block replaces its own fluxes on the half
+//! (quarter in 3-D) of the face that the sender covers. Then both sides of the face agree.
+//!
+//! - [`FluxData`] holds the face fluxes of one rank's blocks: per block, per variable slot,
+//!   per active direction `d`, an array of `n_d + 1` faces along `d` by the interior cells
+//!   along the other directions (no ghosts). Every slot of every variable of the
+//!   [`BlockData`] gets fluxes; a [`FluxCorrection`] corrects the variables it was built for.
+//! - [`FluxCorrection`] is built per rank after each remesh (collectively, like
+//!   [`Exchange`](crate::Exchange)). Its channels are the fine→coarse channels through faces
+//!   only (receiver one level coarser, sender element a face): same-level faces, edges and
+//!   corners carry no flux correction. Same-rank channels copy; cross-rank channels use
+//!   owned-buffer messages with dense tags on a communicator of its own.
+//! - Sparse variables: a sender whose variable is unallocated sends a null (empty) message,
+//!   and a receiver whose variable is unallocated ignores what arrives. Flux correction never
+//!   allocates.
+//!
+//! Task order per cycle: [`FluxCorrection::start_receive`] (`flxcor_recv`),
+//! [`FluxCorrection::send`] (`flxcor_send`), [`FluxCorrection::receive`] (`flxcor_recv`,
+//! polls), [`FluxCorrection::set_bounds`] (`flxcor_recv`); or [`FluxCorrection::correct`]
+//! for all four, blocking.
+
+use std::ops::Range;
+
+use starhalo_mesh::field::IndexShape;
+use starhalo_mesh::{BlockNeighbors, ElementKind, Mesh};
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::p2p::{self, MsgArena};
+
+use crate::channel::{Channel, RankChannels};
+use crate::comm_buffer::BufferState;
+use crate::error::BoundaryError;
+use crate::exchange::{BoundaryType, TaskStatus, Traffic};
+use crate::storage::BlockData;
+use crate::tags::TagMap;
+
+/// Face fluxes of one rank's blocks.
+///
+/// The array of direction `d` has dimensions [`FluxData::face_dims`]`(d)`: `n_d + 1` along
+/// `d`, the interior cell counts along the other directions, stored with the first direction
+/// fastest. Face `i` along `d` is the lower face of interior cell `i` (so face `n_d` is the
+/// upper face of the last cell). Inactive directions have empty arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FluxData {
+    ndim: usize,
+    nblocks: usize,
+    nslots: usize,
+    dims: [[usize; 3]; 3],
+    /// Start of each direction's array within one slot, and the slot length (`off[3]`).
+    off: [usize; 4],
+    data: Vec<f64>,
+}
+
+impl FluxData {
+    /// Zero fluxes for every block and slot of `data`.
+    pub fn new(data: &BlockData) -> Self {
+        let nslots = data.vars().iter().map(|v| v.slots.end).max().unwrap_or(0);
+        Self::with_shape(data.shape(), data.gids().len(), nslots)
+    }
+
+    /// Zero fluxes for `nblocks` blocks of `shape` with `nslots` slots each.
+    pub fn with_shape(shape: &IndexShape, nblocks: usize, nslots: usize) -> Self {
+        let ndim = shape.ndim();
+        let nx = shape.nx();
+        let mut dims = [[0; 3]; 3];
+        let mut off = [0; 4];
+        for d in 0..3 {
+            if d < ndim {
+                dims[d] = nx;
+                dims[d][d] += 1;
+            }
+            off[d + 1] = off[d] + dims[d].iter().product::<usize>();
+        }
+        Self {
+            ndim,
+            nblocks,
+            nslots,
+            dims,
+            off,
+            data: vec![0.0; nblocks * nslots * off[3]],
+        }
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.ndim
+    }
+
+    /// Number of blocks.
+    pub fn blocks(&self) -> usize {
+        self.nblocks
+    }
+
+    /// Number of slots per block.
+    pub fn slots(&self) -> usize {
+        self.nslots
+    }
+
+    /// Dimensions of direction `d`'s face array (`[0; 3]` for an inactive direction).
+    pub fn face_dims(&self, d: usize) -> [usize; 3] {
+        self.dims.get(d).copied().unwrap_or([0; 3])
+    }
+
+    /// Index of face `p` in direction `d`'s array.
+    pub fn face_index(&self, d: usize, p: [usize; 3]) -> usize {
+        let n = self.face_dims(d);
+        (p[2] * n[1] + p[1]) * n[0] + p[0]
+    }
+
+    fn range(&self, b: usize, slot: usize, d: usize) -> Range<usize> {
+        assert!(
+            b < self.nblocks && slot < self.nslots && d < 3,
+            "flux array ({b}, {slot}, {d}) out of ({}, {}, 3)",
+            self.nblocks,
+            self.nslots
+        );
+        let base = (b * self.nslots + slot) * self.off[3];
+        base + self.off[d]..base + self.off[d + 1]
+    }
+
+    /// Direction `d`'s fluxes of slot `slot` of local block `b`.
+    pub fn flux(&self, b: usize, slot: usize, d: usize) -> &[f64] {
+        &self.data[self.range(b, slot, d)]
+    }
+
+    /// Direction `d`'s fluxes of slot `slot` of local block `b`, for writing.
+    pub fn flux_mut(&mut self, b: usize, slot: usize, d: usize) -> &mut [f64] {
+        let r = self.range(b, slot, d);
+        &mut self.data[r]
+    }
+
+    /// Every value.
+    pub fn values(&self) -> &[f64] {
+        &self.data
+    }
+
+    /// Sets every flux to `x`.
+    pub fn fill(&mut self, x: f64) {
+        self.data.fill(x);
+    }
+}
+
+/// The points of a box, first direction fastest.
+fn points(r: [Range<usize>; 3]) -> impl Iterator<Item = [usize; 3]> {
+    let [a, b, c] = r;
+    c.flat_map(move |k| {
+        let a = a.clone();
+        b.clone()
+            .flat_map(move |j| a.clone().map(move |i| [i, j, k]))
+    })
+}
+
+/// The active directions other than `d`, in increasing order.
+fn free_dirs(ndim: usize, d: usize) -> impl Iterator<Item = usize> {
+    (0..ndim).filter(move |&e| e != d)
+}
+
+/// Restricts the fine fluxes of face layer `face` along direction `d` of a face array of
+/// dimensions `dims` (see [`FluxData`]) onto the coarse faces: each coarse value is the mean
+/// of the `2^(ndim-1)` fine faces covering it, summed in a fixed order (first free direction
+/// fastest). `out` receives the coarse faces, first free direction fastest; its length must
+/// be the product of the halved free extents.
+///
+/// ```
+/// use starhalo_boundary::flux_correction::restrict_face;
+/// // 2-D, fluxes along x on a 4x2 block: face array 5x2; restrict the face at x index 4.
+/// let dims = [5, 2, 1];
+/// let fine: Vec<f64> = (0..10).map(f64::from).collect();
+/// let mut out = [0.0];
+/// restrict_face(&fine, dims, 0, 4, 2, &mut out).unwrap();
+/// assert_eq!(out[0], (4.0 + 9.0) / 2.0);
+/// ```
+pub fn restrict_face(
+    fine: &[f64],
+    dims: [usize; 3],
+    d: usize,
+    face: usize,
+    ndim: usize,
+    out: &mut [f64],
+) -> Result<(), BoundaryError> {
+    if d >= ndim || face >= dims[d] || fine.len() != dims.iter().product::<usize>() {
+        return Err(BoundaryError::Geometry(format!(
+            "face {face} along direction {d} of a {dims:?} flux array ({} values, {ndim}-D)",
+            fine.len()
+        )));
+    }
+    let mut coarse = [0..1, 0..1, 0..1];
+    coarse[d] = face..face + 1;
+    let mut kids: Vec<[usize; 3]> = vec![[0; 3]];
+    for e in free_dirs(ndim, d) {
+        if !dims[e].is_multiple_of(2) {
+            return Err(BoundaryError::Geometry(format!(
+                "odd extent {} along direction {e} cannot be restricted",
+                dims[e]
+            )));
+        }
+        coarse[e] = 0..dims[e] / 2;
+        // Earlier free directions vary fastest among the children.
+        kids = (0..2)
+            .flat_map(|o| {
+                kids.iter().map(move |k| {
+                    let mut k = *k;
+                    k[e] = o;
+                    k
+                })
+            })
+            .collect();
+    }
+    let want: usize = coarse.iter().map(ExactSizeIterator::len).product();
+    if out.len() != want {
+        return Err(BoundaryError::Size {
+            what: "restricted face",
+            expected: want,
+            got: out.len(),
+        });
+    }
+    let scale = 1.0 / kids.len() as f64;
+    let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];
+    for (o, q) in out.iter_mut().zip(points(coarse)) {
+        let base = |k: &[usize; 3]| {
+            let mut p = q;
+            for e in free_dirs(ndim, d) {
+                p[e] = 2 * q[e] + k[e];
+            }
+            fine[at(p)]
+        };
+        let mut s = base(&kids[0]);
+        for k in &kids[1..] {
+            s += base(k);
+        }
+        *o = s * scale;
+    }
+    Ok(())
+}
+
+/// The flux-correction channels of `rank`: the fine→coarse channels through faces among the
+/// channels of `vars` (receiver one level coarser than the sender, sender element a face).
+pub fn flux_channels(neighbors: &[BlockNeighbors], vars: &[usize], rank: usize) -> RankChannels {
+    let mut rc = RankChannels::new(neighbors, vars, rank);
+    let keep = |c: &Channel| c.level_diff == -1 && c.key.element.kind() == ElementKind::Face;
+    rc.send.retain(keep);
+    rc.recv.retain(keep);
+    rc
+}
+
+/// One end of a flux-correction channel.
+#[derive(Debug, Clone)]
+struct End {
+    ch: Channel,
+    /// This rank's block (sender on the send side, receiver on the receive side).
+    block: usize,
+    var: usize,
+    slots: Range<usize>,
+    /// Face normal direction and the face layer of this end's block.
+    d: usize,
+    face: usize,
+    /// Receive side: the coarse faces the channel replaces.
+    sub: [Range<usize>; 3],
+    /// Values per slot, and this end's range of its buffer.
+    per_slot: usize,
+    buf: Range<usize>,
+    peer: i32,
+    tag: i32,
+    sparse: bool,
+    state: BufferState,
+    posted: Option<usize>,
+    /// Send side of a same-rank channel: the receive end it writes.
+    target: Option<usize>,
+}
+
+/// The flux correction of one rank.
+pub struct FluxCorrection {
+    shape: IndexShape,
+    comm: SimpleCommunicator,
+    send: Vec<End>,
+    recv: Vec<End>,
+    send_buf: MsgArena,
+    recv_buf: MsgArena,
+    traffic: Traffic,
+}
+
+impl std::fmt::Debug for FluxCorrection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FluxCorrection")
+            .field("send", &self.send.len())
+            .field("recv", &self.recv.len())
+            .field("traffic", &self.traffic)
+            .finish()
+    }
+}
+
+fn expect(ty: BoundaryType, want: BoundaryType) -> Result<(), BoundaryError> {
+    if ty == want {
+        Ok(())
+    } else {
+        Err(BoundaryError::Unsupported(ty.name()))
+    }
+}
+
+impl FluxCorrection {
+    /// The flux correction of this rank of `comm` for every variable of `data` on `mesh`.
+    /// Collective: every rank of `comm` must call it (it duplicates the communicator).
+    pub fn new(
+        comm: &SimpleCommunicator,
+        mesh: &Mesh,
+        data: &BlockData,
+    ) -> Result<Self, BoundaryError> {
+        let vars: Vec<usize> = (0..data.vars().len()).collect();
+        Self::for_vars(comm, mesh, data, &vars)
+    }
+
+    /// The flux correction for the variables `vars` (ids in `data.vars()`, e.g. those with
+    /// fluxes). Collective.
+    pub fn for_vars(
+        comm: &SimpleCommunicator,
+        mesh: &Mesh,
+        data: &BlockData,
+        vars: &[usize],
+    ) -> Result<Self, BoundaryError> {
+        let rank = comm.rank() as usize;
+        let shape = *data.shape();
+        let ndim = shape.ndim();
+        let nx = shape.nx();
+        let nvars = data.vars().len();
+        if let Some(&v) = vars.iter().find(|&&v| v >= nvars) {
+            return Err(BoundaryError::Geometry(format!(
+                "variable {v} of {nvars} has no storage"
+            )));
+        }
+        let own = comm.duplicate();
+        let tag_ub = p2p::tag_ub(&own);
+        let neighbors = mesh.neighbors()?;
+        let rc = flux_channels(&neighbors, vars, rank);
+        let tags = TagMap::new(&rc, usize::MAX)?;
+        let tag_of = |t: Option<usize>, var: usize, peer: usize| -> Result<i32, BoundaryError> {
+            let Some(t) = t else {
+                return Ok(-1);
+            };
+            let tag = t * nvars + var;
+            if tag > tag_ub {
+                return Err(BoundaryError::TagOverflow {
+                    rank,
+                    peer,
+                    tag,
+                    channels: tags.count(peer, true).max(tags.count(peer, false)),
+                    tag_ub,
+                });
+            }
+            i32::try_from(tag).map_err(|_| BoundaryError::Geometry(format!("tag {tag}")))
+        };
+        let build = |list: &[Channel], sending: bool| -> Result<Vec<End>, BoundaryError> {
+            let mut out = Vec::with_capacity(list.len());
+            let mut at = 0;
+            for c in list {
+                let gid = if sending {
+                    c.key.sender
+                } else {
+                    c.key.receiver
+                };
+                let block = data.local(gid).ok_or_else(|| {
+                    BoundaryError::Geometry(format!("block {gid} is not on rank {rank}"))
+                })?;
+                let element = if sending {
+                    c.key.element
+                } else {
+                    c.receiver_element()
+                };
+                let o = element.offset();
+                let Some(d) = (0..ndim).find(|&d| o[d] != 0) else {
+                    return Err(BoundaryError::Geometry(format!("{element} is not a face")));
+                };
+                let face = if o[d] > 0 { nx[d] } else { 0 };
+                let mut sub = [0..1, 0..1, 0..1];
+                sub[d] = face..face + 1;
+                let mut per_slot = 1;
+                for (s, e) in free_dirs(ndim, d).enumerate() {
+                    if !nx[e].is_multiple_of(2) {
+                        return Err(BoundaryError::Geometry(format!(
+                            "odd block extent {} along direction {e}",
+                            nx[e]
+                        )));
+                    }
+                    let h = nx[e] / 2;
+                    let start = usize::from(c.fi[s]) * h;
+                    sub[e] = start..start + h;
+                    per_slot *= h;
+                }
+                let var = c.key.var;
+                let slots = data.vars()[var].slots.clone();
+                let len = per_slot * slots.len();
+                let (peer, tag) = if c.is_local() {
+                    (rank as i32, -1)
+                } else if sending {
+                    let p = c.receiver_rank;
+                    (p as i32, tag_of(tags.send_tag(c), var, p)?)
+                } else {
+                    let p = c.sender_rank;
+                    (p as i32, tag_of(tags.recv_tag(c), var, p)?)
+                };
+                out.push(End {
+                    ch: *c,
+                    block,
+                    var,
+                    slots,
+                    d,
+                    face,
+                    sub,
+                    per_slot,
+                    buf: at..at + len,
+                    peer,
+                    tag,
+                    sparse: data.vars()[var].threshold.is_some(),
+                    state: BufferState::Stale,
+                    posted: None,
+                    target: None,
+                });
+                at += len;
+            }
+            Ok(out)
+        };
+        let mut send = build(&rc.send, true)?;
+        let recv = build(&rc.recv, false)?;
+        for e in send.iter_mut().filter(|e| e.ch.is_local()) {
+            let j = recv
+                .binary_search_by_key(&e.ch.key, |r| r.ch.key)
+                .map_err(|_| BoundaryError::Mismatch(format!("no receiver for {:?}", e.ch.key)))?;
+            e.target = Some(j);
+        }
+        let send_len = send.last().map_or(0, |e| e.buf.end);
+        let recv_buf = MsgArena::new(recv.iter().map(|e| e.buf.clone()).collect())?;
+        Ok(Self {
+            shape,
+            comm: own,
+            send,
+            recv,
+            send_buf: MsgArena::with_len(send_len),
+            recv_buf,
+            traffic: Traffic::default(),
+        })
+    }
+
+    /// The channels this rank sends on (fine blocks here, coarser neighbours), by key.
+    pub fn send_channels(&self) -> impl Iterator<Item = &Channel> {
+        self.send.iter().map(|e| &e.ch)
+    }
+
+    /// The channels this rank receives on (coarse blocks here, finer neighbours), by key.
+    pub fn recv_channels(&self) -> impl Iterator<Item = &Channel> {
+        self.recv.iter().map(|e| &e.ch)
+    }
+
+    /// Messages and bytes sent so far.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+
+    /// Posts the receives of dense cross-rank channels (`flxcor_recv`); sparse ones are probed
+    /// for their size in [`FluxCorrection::receive`].
+    pub fn start_receive(&mut self, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
+        expect(ty, BoundaryType::FlxcorRecv)?;
+        for (i, e) in self.recv.iter_mut().enumerate() {
+            if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+                continue;
+            }
+            self.recv_buf
+                .recv(&self.comm, i, e.buf.len(), e.peer, e.tag)?;
+            e.posted = Some(e.buf.len());
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// Restricts the fine fluxes on every fine→coarse face and sends them (`flxcor_send`);
+    /// same-rank channels are written straight into the receiver's buffer. `Incomplete`
+    /// while a same-rank receiver has not yet consumed the previous cycle.
+    pub fn send(
+        &mut self,
+        ty: BoundaryType,
+        fluxes: &FluxData,
+        data: &BlockData,
+    ) -> Result<TaskStatus, BoundaryError> {
+        expect(ty, BoundaryType::FlxcorSend)?;
+        self.check_fluxes(fluxes)?;
+        let busy = self.send.iter().any(|e| {
+            e.target
+                .is_some_and(|j| self.recv[j].state != BufferState::Stale)
+        });
+        if busy {
+            return Ok(TaskStatus::Incomplete);
+        }
+        self.send_buf.wait();
+        let buf = self.send_buf.buf_mut()?;
+        let ndim = self.shape.ndim();
+        for e in &mut self.send {
+            let live = data.is_allocated(e.block, e.var);
+            if live {
+                let dims = fluxes.face_dims(e.d);
+                for (k, s) in e.slots.clone().enumerate() {
+                    let at = e.buf.start + k * e.per_slot;
+                    restrict_face(
+                        fluxes.flux(e.block, s, e.d),
+                        dims,
+                        e.d,
+                        e.face,
+                        ndim,
+                        &mut buf[at..at + e.per_slot],
+                    )?;
+                }
+            }
+            match e.target {
+                Some(j) => {
+                    let r = &mut self.recv[j];
+                    if live {
+                        self.recv_buf
+                            .segment_mut(j)?
+                            .copy_from_slice(&buf[e.buf.clone()]);
+                    }
+                    r.state = if live {
+                        BufferState::Received
+                    } else {
+                        BufferState::ReceivedNull
+                    };
+                }
+                None => {
+                    e.state = if live {
+                        BufferState::Sending
+                    } else {
+                        BufferState::SendingNull
+                    };
+                }
+            }
+        }
+        for e in self.send.iter().filter(|e| !e.ch.is_local()) {
+            let range = if e.state == BufferState::Sending {
+                e.buf.clone()
+            } else {
+                e.buf.start..e.buf.start
+            };
+            self.traffic.messages += 1;
+            self.traffic.bytes += (range.len() * 8) as u64;
+            self.send_buf.send(&self.comm, range, e.peer, e.tag)?;
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// Polls the incoming corrections (`flxcor_recv`): `Incomplete` until all have arrived.
+    pub fn receive(&mut self, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
+        self.start_receive(ty)?;
+        for (i, e) in self.recv.iter_mut().enumerate() {
+            if e.ch.is_local() || !e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+                continue;
+            }
+            if let Some(n) = p2p::probe(&self.comm, e.peer, e.tag) {
+                if n != 0 && n != e.buf.len() {
+                    return Err(BoundaryError::Mismatch(format!(
+                        "rank {} sent {n} flux values for {:?}, expected {}",
+                        e.peer,
+                        e.ch.key,
+                        e.buf.len()
+                    )));
+                }
+                self.recv_buf.recv(&self.comm, i, n, e.peer, e.tag)?;
+                e.posted = Some(n);
+            }
+        }
+        if self.recv_buf.test() {
+            for e in &mut self.recv {
+                if let Some(n) = e.posted.take() {
+                    e.state = if n > 0 {
+                        BufferState::Received
+                    } else {
+                        BufferState::ReceivedNull
+                    };
+                }
+            }
+        }
+        Ok(if self.arrived() {
+            TaskStatus::Complete
+        } else {
+            TaskStatus::Incomplete
+        })
+    }
+
+    fn arrived(&self) -> bool {
+        self.recv
+            .iter()
+            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+    }
+
+    fn check_fluxes(&self, fluxes: &FluxData) -> Result<(), BoundaryError> {
+        let need = self
+            .send
+            .iter()
+            .chain(&self.recv)
+            .map(|e| e.slots.end)
+            .max()
+            .unwrap_or(0);
+        let blocks = self
+            .send
+            .iter()
+            .chain(&self.recv)
+            .map(|e| e.block + 1)
+            .max()
+            .unwrap_or(0);
+        let mut dims = FluxData::with_shape(&self.shape, 0, 0).dims;
+        dims.iter_mut()
+            .zip(fluxes.dims)
+            .for_each(|(a, b)| *a = if *a == b { *a } else { [usize::MAX; 3] });
+        if fluxes.nslots < need
+            || fluxes.nblocks < blocks
+            || dims.iter().any(|d| d[0] == usize::MAX)
+        {
+            return Err(BoundaryError::Mismatch(format!(
+                "flux storage of {} blocks x {} slots does not fit this flux correction \
+                 ({blocks} blocks, {need} slots, block shape {:?})",
+                fluxes.nblocks,
+                fluxes.nslots,
+                self.shape.nx()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces the coarse fluxes on every fine→coarse face with what arrived
+    /// (`flxcor_recv`); `Incomplete` while some have not arrived. Null messages and
+    /// receivers whose variable is unallocated leave the fluxes as they are.
+    pub fn set_bounds(
+        &mut self,
+        ty: BoundaryType,
+        fluxes: &mut FluxData,
+        data: &BlockData,
+    ) -> Result<TaskStatus, BoundaryError> {
+        expect(ty, BoundaryType::FlxcorRecv)?;
+        self.check_fluxes(fluxes)?;
+        if !self.arrived() {
+            return Ok(TaskStatus::Incomplete);
+        }
+        let buf = self.recv_buf.buf()?;
+        for e in &mut self.recv {
+            if e.state == BufferState::Received && data.is_allocated(e.block, e.var) {
+                let dims = fluxes.face_dims(e.d);
+                let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];
+                for (k, s) in e.slots.clone().enumerate() {
+                    let src = &buf[e.buf.start + k * e.per_slot..][..e.per_slot];
+                    let dst = fluxes.flux_mut(e.block, s, e.d);
+                    for (x, p) in src.iter().zip(points(e.sub.clone())) {
+                        dst[at(p)] = *x;
+                    }
+                }
+            }
+            e.state = BufferState::Stale;
+        }
+        Ok(TaskStatus::Complete)
+    }
+
+    /// One whole flux correction, blocking until every correction has arrived and been set.
+    pub fn correct(
+        &mut self,
+        fluxes: &mut FluxData,
+        data: &BlockData,
+    ) -> Result<(), BoundaryError> {
+        self.start_receive(BoundaryType::FlxcorRecv)?;
+        while self.send(BoundaryType::FlxcorSend, fluxes, data)? == TaskStatus::Incomplete {
+            std::hint::spin_loop();
+        }
+        while self.receive(BoundaryType::FlxcorRecv)? == TaskStatus::Incomplete {
+            std::hint::spin_loop();
+        }
+        self.set_bounds(BoundaryType::FlxcorRecv, fluxes, data)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starhalo_mesh::{find_neighbors, Forest, LogicalLocation, RootGrid};
+
+    /// A periodic grid of 2^ndim root blocks with the first refined once, round robin on
+    /// `nranks` ranks.
+    fn one_refined(ndim: usize, nranks: usize) -> (Forest, Vec<BlockNeighbors>) {
+        let n = [2, 2, if ndim == 3 { 2 } else { 1 }];
+        let g = RootGrid::new(ndim, n, [true, true, ndim == 3]).unwrap();
+        let mut leaves = Vec::new();
+        for k in 0..n[2] {
+            for j in 0..2 {
+                for i in 0..2 {
+                    if (i, j, k) != (0, 0, 0) {
+                        leaves.push(LogicalLocation::new(0, [i, j, k]));
+                    }
+                }
+            }
+        }
+        leaves.extend(LogicalLocation::new(0, [0, 0, 0]).children(ndim));
+        let f = Forest::from_leaves(g, leaves).unwrap();
+        let ranks: Vec<usize> = (0..f.len()).map(|g| g % nranks).collect();
+        let nb = find_neighbors(&f, &ranks).unwrap();
+        (f, nb)
+    }
+
+    #[test]
+    fn only_fine_to_coarse_faces_get_channels() {
+        for ndim in [2, 3] {
+            let (f, nb) = one_refined(ndim, 1);
+            let rc = flux_channels(&nb, &[0, 2], 0);
+            // Each child has ndim faces pointing out of its parent, each onto a coarse block.
+            let children = 1 << ndim;
+            assert_eq!(rc.send.len(), children * ndim * 2, "{ndim}-D");
+            assert_eq!(rc.send, rc.recv);
+            for c in &rc.send {
+                assert_eq!(c.key.element.kind(), ElementKind::Face);
+                let (ls, lr) = (f.leaves()[c.key.sender], f.leaves()[c.key.receiver]);
+                assert_eq!((ls.level(), lr.level()), (1, 0), "{c:?}");
+            }
+            // The filter matters: there are same-level faces and fine-coarse edges and
+            // corners, and none of them carries a correction.
+            let all = RankChannels::new(&nb, &[0], 0);
+            assert!(all
+                .send
+                .iter()
+                .any(|c| c.level_diff == 0 && c.key.element.kind() == ElementKind::Face));
+            assert!(all
+                .send
+                .iter()
+                .any(|c| c.level_diff == -1 && c.key.element.kind() != ElementKind::Face));
+            assert!(all.send.iter().any(|c| c.level_diff == 1));
+            // Every coarse face touched by fine blocks is covered exactly once by the halves.
+            let mut cover = std::collections::BTreeMap::new();
+            for c in rc.send.iter().filter(|c| c.key.var == 0) {
+                let k = (c.key.receiver, c.receiver_element());
+                let e: &mut Vec<[u8; 2]> = cover.entry(k).or_default();
+                e.push(c.fi);
+            }
+            for (k, mut fis) in cover {
+                fis.sort_unstable();
+                let want: Vec<[u8; 2]> = if ndim == 2 {
+                    vec![[0, 0], [1, 0]]
+                } else {
+                    vec![[0, 0], [0, 1], [1, 0], [1, 1]]
+                };
+                assert_eq!(fis, want, "{k:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn both_sides_list_the_same_channels_across_ranks() {
+        let (_, nb) = one_refined(3, 3);
+        let mut sends: Vec<Channel> = Vec::new();
+        let mut recvs: Vec<Channel> = Vec::new();
+        for r in 0..3 {
+            let rc = flux_channels(&nb, &[0], r);
+            sends.extend(rc.send);
+            recvs.extend(rc.recv);
+        }
+        sends.sort_by_key(|c| c.key);
+        recvs.sort_by_key(|c| c.key);
+        assert_eq!(sends, recvs);
+        assert_eq!(sends.len(), 24);
+    }
+
+    #[test]
+    fn restriction_is_the_area_mean_of_the_covering_faces() {
+        // 3-D, fluxes along y on a 4x2x6 block: face array 4x3x6.
+        let dims = [4, 3, 6];
+        let fine: Vec<f64> = (0..72).map(|i| f64::from(i * i % 17)).collect();
+        let at = |p: [usize; 3]| (p[2] * 3 + p[1]) * 4 + p[0];
+        for face in [0, 2] {
+            let mut out = vec![0.0; 2 * 3];
+            restrict_face(&fine, dims, 1, face, 3, &mut out).unwrap();
+            for kk in 0..3 {
+                for ii in 0..2 {
+                    let f = |a: usize, c: usize| fine[at([2 * ii + a, face, 2 * kk + c])];
+                    let want = (((f(0, 0) + f(1, 0)) + f(0, 1)) + f(1, 1)) * 0.25;
+                    assert_eq!(out[kk * 2 + ii].to_bits(), want.to_bits());
+                }
+            }
+        }
+        // A constant flux restricts to itself; 1-D faces pass through.
+        let mut out = [0.0; 2];
+        restrict_face(&[3.5; 4 * 5], [4, 5, 1], 1, 5 - 1, 2, &mut out).unwrap();
+        assert_eq!(out, [3.5, 3.5]);
+        let mut one = [0.0];
+        restrict_face(&[1.0, 2.0, 7.0], [3, 1, 1], 0, 2, 1, &mut one).unwrap();
+        assert_eq!(one, [7.0]);
+        // Wrong sizes and odd extents are errors.
+        assert!(restrict_face(&[0.0; 20], [4, 5, 1], 1, 0, 2, &mut [0.0; 3]).is_err());
+        assert!(restrict_face(&[0.0; 15], [3, 5, 1], 1, 0, 2, &mut [0.0; 1]).is_err());
+        assert!(restrict_face(&[0.0; 20], [4, 5, 1], 2, 0, 2, &mut [0.0; 2]).is_err());
+    }
+
+    #[test]
+    fn flux_data_layout() {
+        let shape = IndexShape::new([4, 2, 1], 2, 2).unwrap();
+        let mut f = FluxData::with_shape(&shape, 3, 2);
+        assert_eq!(f.face_dims(0), [5, 2, 1]);
+        assert_eq!(f.face_dims(1), [4, 3, 1]);
+        assert_eq!(f.face_dims(2), [0, 0, 0]);
+        assert_eq!(f.flux(0, 0, 0).len(), 10);
+        assert_eq!(f.flux(2, 1, 1).len(), 12);
+        assert!(f.flux(1, 1, 2).is_empty());
+        assert_eq!(f.values().len(), 3 * 2 * 22);
+        let i = f.face_index(1, [3, 2, 0]);
+        f.flux_mut(2, 1, 1)[i] = 9.0;
+        assert_eq!(f.values()[(2 * 2 + 1) * 22 + 10 + 11], 9.0);
+    }
+}
