@@ -20,6 +20,9 @@
 //! conservative only once the boundary crate's flux correction is called at the marked
 //! site), adaptive refinement and restarts.
 
+// Geometry indexes several per-direction arrays with one direction index.
+#![allow(clippy::needless_range_loop)]
+
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
@@ -285,15 +288,17 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             }
             Profile::Linear(c)
         }
-        other => return Err(deck
-            .invalid(
-                BLOCK,
-                "profile",
-                format!(
+        other => {
+            return Err(deck
+                .invalid(
+                    BLOCK,
+                    "profile",
+                    format!(
                     "unknown profile '{other}' (known: wave, smooth_gaussian, hard_sphere, linear)"
                 ),
-            )
-            .into()),
+                )
+                .into())
+        }
     };
     let limiter = match deck.get_str_or(BLOCK, "limiter", "mc")?.as_str() {
         "none" => Limiter::None,
