@@ -60,7 +60,7 @@ parthenon/mesh:
    ox2_bc: periodic, ix3_bc: periodic, ox3_bc: periodic}
 parthenon/meshblock: {nx1: 8, nx2: 8, nx3: 8}
 parthenon/time: {tlim: 0.25, integrator: rk2, ncycle_out: 0}
-advection: {profile: wave, limiter: none, compute_error: true, cfl: 0.3, vx: 1.0, vy: 0.5, vz: 0.25}
+advection: {profile: wave, limiter: none, compute_error: true, cfl: 0.2, vx: 1.0, vy: 0.5, vz: 0.25}
 ";
 
 fn ov(kv: &[(&str, usize)]) -> Vec<String> {
@@ -168,7 +168,7 @@ advection: {profile: smooth_gaussian, num_vars: 2, vx: 1.0, vy: -0.5}
         "adv.out0.00001.phdf",
         "adv.out0.00002.phdf",
         "adv.out0.final.phdf",
-        "adv.out0.00000.xdmf",
+        "adv.out0.00000.phdf.xdmf",
         "adv.out1.hst",
     ] {
         assert!(o.join(f).is_file(), "{f} missing in {}", o.display());
