@@ -9,6 +9,7 @@
 //! Adding a problem: a module with a `pub const INFO: ProblemInfo` and one line in
 //! [`PROBLEMS`].
 
+pub mod advection;
 pub mod heat2d;
 pub mod spmv;
 
@@ -40,7 +41,7 @@ pub struct ProblemInfo {
 }
 
 /// Every problem the driver knows.
-pub const PROBLEMS: &[ProblemInfo] = &[heat2d::INFO, spmv::INFO];
+pub const PROBLEMS: &[ProblemInfo] = &[heat2d::INFO, spmv::INFO, advection::INFO];
 
 /// The problem called `name`.
 pub fn find(name: &str) -> Option<&'static ProblemInfo> {
