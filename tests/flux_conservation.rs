@@ -74,7 +74,7 @@ fn main() {
 
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
-    let ndim = if seed % 2 == 0 { 2 } else { 3 };
+    let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
     let (nx, bnx) = if ndim == 2 {
         ([16, 16, 1], [4, 4, 1])
     } else {
