@@ -202,3 +202,22 @@ fn bad_advection_keys_exit_2_on_every_rank() {
         assert!(err.contains(says), "{o}: {err}");
     }
 }
+
+#[test]
+fn static_refinement_runs_and_ranks_agree() {
+    let dir = scratch("smr");
+    let deck = "\
+parthenon/job: {problem: advection, problem_id: adv}
+parthenon/mesh: {nx1: 32, nx2: 32, ix1_bc: periodic, ox1_bc: periodic, ix2_bc: periodic, ox2_bc: periodic,
+  numlevel: 2}
+parthenon/meshblock: {nx1: 8, nx2: 8}
+parthenon/static_refinement0: {x1min: 0.25, x1max: 0.5, x2min: 0.25, x2max: 0.5, level: 1}
+parthenon/time: {tlim: 0.25, ncycle_out: 0}
+advection: {profile: wave, limiter: mc, compute_error: true, vx: 1.0, vy: 1.0}
+";
+    let one = errors_line(1, &dir, deck, &[]);
+    let two = errors_line(2, &dir, deck, &[]);
+    assert_eq!(one, two);
+    // Smooth and small: the fine region and its prolongated ghosts do not spoil the wave.
+    assert!(l1(&one) < 2e-3, "{one}");
+}

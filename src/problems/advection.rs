@@ -755,7 +755,8 @@ impl Problem for Advection {
             if got[1] < 0.0 {
                 break Stop::WallTime;
             }
-            let last = got[0] >= self.tlim - t;
+            // Within a hair of tlim the step ends the run, rather than leave a sliver.
+            let last = got[0] * (1.0 + 1e-10) >= self.tlim - t;
             dt = if last { self.tlim - t } else { got[0] };
             let base = (stages > 1).then(|| self.data.clone());
             for st in 0..stages {
