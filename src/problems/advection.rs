@@ -34,7 +34,9 @@ use anyhow::{Context as _, Result};
 use mpi::collective::SystemOperation;
 use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
-use starhalo_boundary::{BlockData, Exchange, ExchangeOptions};
+use starhalo_boundary::{
+    BlockData, BoundaryError, Exchange, ExchangeOptions, FluxCorrection, FluxData,
+};
 use starhalo_mesh::field::{Centering, Fields, Metadata};
 use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig, RefinementKind};
 use std::io::Write as _;
@@ -597,18 +599,33 @@ impl Advection {
     }
 
     /// One stage: `u = u + dt L(u)` (`base = None`) or `u = (base + u + dt L(u)) / 2`.
-    fn stage(&mut self, dt: f64, base: Option<&BlockData>) {
+    ///
+    /// Every block's face fluxes are computed first; on a multilevel mesh the flux
+    /// correction then replaces each coarse block's fluxes on fine-coarse faces by the
+    /// restricted fine ones, so the update conserves the total to round-off.
+    fn stage(
+        &mut self,
+        dt: f64,
+        base: Option<&BlockData>,
+        flux: &mut FluxData,
+        correction: Option<&mut FluxCorrection>,
+    ) -> Result<(), BoundaryError> {
         let ndim = self.ndim();
         for b in 0..self.data.gids().len() {
             let geo = Geo::new(&self.mesh, self.data.gids()[b]);
-            let fluxes: Vec<[Vec<f64>; 3]> = (0..self.num_vars)
-                .map(|s| self.fluxes(b, s, &geo))
-                .collect();
-            // FLUX CORRECTION (multilevel meshes): here the fine blocks' face fluxes at
-            // fine-coarse faces must replace the coarse blocks' own (the boundary crate's
-            // `FluxCorrection`, from the `flux` branch), before the update below. Without it
-            // a multilevel run is second order but not exactly conservative.
-            for (s, f) in fluxes.iter().enumerate() {
+            for s in 0..self.num_vars {
+                let f = self.fluxes(b, s, &geo);
+                for (d, fd) in f.iter().enumerate().take(ndim) {
+                    flux.flux_mut(b, s, d).copy_from_slice(fd);
+                }
+            }
+        }
+        if let Some(c) = correction {
+            c.correct(flux, &self.data)?;
+        }
+        for b in 0..self.data.gids().len() {
+            let geo = Geo::new(&self.mesh, self.data.gids()[b]);
+            for s in 0..self.num_vars {
                 let mut new = Vec::with_capacity(geo.ncells());
                 {
                     let u = self.data.fine(b, s);
@@ -617,11 +634,12 @@ impl Advection {
                     for p in geo.interior() {
                         let mut du = 0.0;
                         for d in 0..ndim {
+                            let f = flux.flux(b, s, d);
                             let mut fd = n;
                             fd[d] += 1;
                             let lo = (p[2] * fd[1] + p[1]) * fd[0] + p[0];
                             let hi = lo + [1, fd[0], fd[0] * fd[1]][d];
-                            du -= (f[d][hi] - f[d][lo]) / geo.dx[d];
+                            du -= (f[hi] - f[lo]) / geo.dx[d];
                         }
                         let c = geo.at(p);
                         let q = u[c] + dt * du;
@@ -637,6 +655,7 @@ impl Advection {
                 }
             }
         }
+        Ok(())
     }
 
     /// The snapshot of the present state.
@@ -730,6 +749,15 @@ impl Problem for Advection {
         let mut exchange = comm
             .time(|| Exchange::new(world, &self.mesh, &self.data, opts))
             .context("setting up the ghost exchange")?;
+        let mut correction = if self.mesh.config().is_multilevel() {
+            Some(
+                comm.time(|| FluxCorrection::new(world, &self.mesh, &self.data))
+                    .context("setting up the flux correction")?,
+            )
+        } else {
+            None
+        };
+        let mut flux = FluxData::new(&self.data);
         self.initialise();
         comm.time(|| exchange.fill_ghosts(&mut self.data))
             .context("ghost fill")?;
@@ -760,7 +788,9 @@ impl Problem for Advection {
             dt = if last { self.tlim - t } else { got[0] };
             let base = (stages > 1).then(|| self.data.clone());
             for st in 0..stages {
-                self.stage(dt, if st == 0 { None } else { base.as_ref() });
+                let base = if st == 0 { None } else { base.as_ref() };
+                self.stage(dt, base, &mut flux, correction.as_mut())
+                    .context("flux correction")?;
                 comm.time(|| exchange.fill_ghosts(&mut self.data))
                     .context("ghost fill")?;
             }
