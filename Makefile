@@ -12,9 +12,9 @@ setup:
 build: setup
 	$(CARGO) build --release
 
-# Until the simulation driver lands, the main job is the star-forest ping-pong benchmark.
+# The main job: 2-D AMR-ready linear advection on 2 ranks, outputs in out/.
 run: build
-	mpiexec -n 2 target/release/starhalo bench sf-pingpong
+	mpiexec -n 2 target/release/starhalo run inputs/advection.yaml -d out
 
 test: setup
 	$(CARGO) test --workspace --all-targets
