@@ -100,6 +100,28 @@ pub struct SfViewArgs {
 pub enum BenchCommand {
     /// Star-forest ping-pong against raw MPI (2 ranks): PetscSF's Table I experiment.
     SfPingpong(PingpongArgs),
+    /// Ghost exchange on a deck's mesh, coalesced against per channel, and pack-in-one
+    /// against memcpy of the same bytes.
+    Exchange(ExchangeBenchArgs),
+}
+
+/// `starhalo bench exchange DECK [block/key=value ...]`.
+///
+/// The mesh comes from `parthenon/mesh` and `parthenon/meshblock` (and any refinement
+/// blocks); the `exchange` block sets `nvars` (cell-centred variables, default 8), `sparse`
+/// (default false) and `ordering` (natural, by_receiver, random[:SEED]; default natural).
+#[derive(Args, Debug)]
+pub struct ExchangeBenchArgs {
+    /// Input deck (YAML, or Parthenon's .in format).
+    pub deck: PathBuf,
+    /// Overrides `block/path/key=value`, applied in order after the deck is read.
+    pub overrides: Vec<String>,
+    /// Timed ghost fills per mode (after a warm-up); the median over fills is reported.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cycles: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

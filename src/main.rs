@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 run-time failure, 2 bad input (options, files, graphs). Every rank
 //! of a multi-rank job reaches the same verdict on bad input and exits; none is left waiting.
 
+mod alloc_count;
 mod bench;
 mod cli;
 mod comm;
@@ -20,6 +21,9 @@ mod tasks;
 use clap::Parser;
 use std::process::ExitCode;
 
+#[global_allocator]
+static GLOBAL: alloc_count::Counting = alloc_count::Counting;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let Some(universe) = mpi::initialize() else {
@@ -33,6 +37,9 @@ fn main() -> ExitCode {
         cli::Command::Sf(cli::SfCommand::View(a)) => sf_cmd::view(&world, &a),
         cli::Command::Bench(cli::BenchCommand::SfPingpong(a)) => {
             bench::sf_pingpong::run(&world, &a)
+        }
+        cli::Command::Bench(cli::BenchCommand::Exchange(a)) => {
+            return run::report(&world, bench::exchange::run(&world, &a))
         }
     };
     exit::report(&world, result)

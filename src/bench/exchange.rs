@@ -1,0 +1,368 @@
+//! The ghost exchange on a deck's mesh: coalesced (one data and one status message per peer
+//! rank and partition pair) against one message per channel, in the same run; and the
+//! pack-in-one of this rank's send sub-halos against a plain memcpy of the same bytes.
+//!
+//! Per mode: an [`Exchange`] is built, warmed up, then `--cycles` ghost fills are timed one by
+//! one, each after a barrier; a fill's time is the slowest rank's, and the median over fills
+//! is reported. Messages, bytes and heap allocations (counted by the global allocator) are
+//! summed over ranks and divided by the number of timed fills.
+
+use crate::alloc_count;
+use crate::cli::ExchangeBenchArgs;
+use crate::deck::Deck;
+use crate::exit::bad_input;
+use crate::run::collective::{agree, broadcast_bytes, sum_f64};
+use anyhow::{Context, Result};
+use mpi::collective::SystemOperation;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+use serde::Serialize;
+use starhalo_boundary::bnd_info::{send_box, FLAG_ALLOCATED, FLAG_COARSE};
+use starhalo_boundary::{
+    BlockData, BndCache, BndInfo, BoundaryType, Exchange, ExchangeOptions, Ordering, RankChannels,
+    Space, TaskStatus,
+};
+use starhalo_exec::Policy;
+use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
+use starhalo_mesh::{Mesh, MeshConfig};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// The deck block of the benchmark's own keys.
+const BLOCK: &str = "exchange";
+/// Untimed ghost fills before the timed ones.
+const WARMUP: usize = 3;
+/// Alternating pack/memcpy rounds; the median of each is reported.
+const COPY_ROUNDS: usize = 15;
+
+#[derive(Serialize)]
+struct Mode {
+    coalesced: bool,
+    us_per_exchange: f64,
+    us_per_exchange_mean: f64,
+    messages_per_exchange: f64,
+    bytes_per_exchange: f64,
+    allocations_per_exchange: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    ranks: i32,
+    blocks: usize,
+    block_cells: [usize; 3],
+    nvars: usize,
+    sparse: bool,
+    ordering: String,
+    cycles: u32,
+    modes: Vec<Mode>,
+    /// Bytes packed per pack-in-one, summed over ranks.
+    pack_bytes: f64,
+    pack_gbps: f64,
+    memcpy_gbps: f64,
+    pack_over_memcpy: f64,
+}
+
+struct Setup {
+    mesh: Mesh,
+    fields: Fields,
+    nvars: usize,
+    sparse: bool,
+    ordering: Ordering,
+    ordering_name: String,
+}
+
+pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
+    let text = agree(world, read_on_root(world, a))?;
+    // Rank 0 checked that the file is UTF-8; the bytes arrive unchanged.
+    let text = String::from_utf8_lossy(&broadcast_bytes(world, text.into_bytes())).into_owned();
+    let setup = agree(world, set_up(&text, a, world.size() as usize))?;
+    let rank = world.rank() as usize;
+    let mut data = agree(world, initial_data(&setup, rank))?;
+    let comm = world.duplicate();
+
+    let mut modes = Vec::new();
+    for coalesced in [true, false] {
+        let opts = ExchangeOptions {
+            coalesced,
+            ordering: setup.ordering,
+            policy: Policy::Serial,
+        };
+        modes.push(time_mode(
+            world,
+            &comm,
+            &setup.mesh,
+            &mut data,
+            opts,
+            a.cycles,
+        )?);
+    }
+    let (pack_bytes, pack, memcpy) = agree(world, pack_vs_memcpy(&setup, &data, rank))?;
+    let n = f64::from(world.size());
+    let report = Report {
+        ranks: world.size(),
+        blocks: setup.mesh.forest().len(),
+        block_cells: setup.mesh.config().block_nx,
+        nvars: setup.nvars,
+        sparse: setup.sparse,
+        ordering: setup.ordering_name,
+        cycles: a.cycles,
+        modes,
+        pack_bytes: sum_f64(world, pack_bytes),
+        pack_gbps: sum_f64(world, pack) / n,
+        memcpy_gbps: sum_f64(world, memcpy) / n,
+        pack_over_memcpy: 0.0,
+    };
+    let report = Report {
+        pack_over_memcpy: report.pack_gbps / report.memcpy_gbps,
+        ..report
+    };
+    if world.rank() == 0 {
+        if a.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_table(&report);
+        }
+    }
+    Ok(())
+}
+
+fn read_on_root(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<String> {
+    if world.rank() != 0 {
+        return Ok(String::new());
+    }
+    std::fs::read_to_string(&a.deck)
+        .map_err(|e| bad_input!("cannot read deck {}: {e}", a.deck.display()))
+}
+
+fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
+    let file = a.deck.display().to_string();
+    let mut deck = Deck::from_str_auto(text, &file)?;
+    for o in &a.overrides {
+        deck.apply_override(o)?;
+    }
+    let nvars = deck.get_usize_or(BLOCK, "nvars", 8)?;
+    if nvars == 0 {
+        return Err(deck
+            .invalid(BLOCK, "nvars", "needs at least one variable")
+            .into());
+    }
+    let sparse = deck.get_bool_or(BLOCK, "sparse", false)?;
+    let ordering_name = deck.get_str_or(BLOCK, "ordering", "natural")?;
+    let ordering: Ordering = ordering_name
+        .parse()
+        .map_err(|m: String| deck.invalid(BLOCK, "ordering", m))?;
+    deck.check_unread(|b| b == BLOCK, "bench exchange")?;
+    let config =
+        MeshConfig::from_map(&deck.flat_map()).map_err(|e| bad_input!("deck {file}: {e}"))?;
+    let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("deck {file}: {e}"))?;
+    let mut fields = Fields::default();
+    for v in 0..nvars {
+        let mut m = Metadata::new(Centering::Cell).fill_ghost();
+        if sparse {
+            m = m.sparse(SparseThresholds::default());
+        }
+        fields
+            .add(&format!("v{v}"), m)
+            .map_err(|e| bad_input!("{e}"))?;
+    }
+    Ok(Setup {
+        mesh,
+        fields,
+        nvars,
+        sparse,
+        ordering,
+        ordering_name,
+    })
+}
+
+/// Every value distinct from its neighbours and well above the sparse threshold, so every
+/// channel carries data.
+fn initial_data(s: &Setup, rank: usize) -> Result<BlockData> {
+    let mut data = BlockData::new(&s.mesh, &s.fields, rank)?;
+    let gids = data.gids().to_vec();
+    for (b, &gid) in gids.iter().enumerate() {
+        for v in 0..data.vars().len() {
+            data.set_allocated(b, v, true);
+            for slot in data.vars()[v].slots.clone() {
+                for (i, x) in data.fine_mut(b, slot).iter_mut().enumerate() {
+                    *x = 1.0 + ((gid * 7919 + slot * 104_729 + i) % 1009) as f64 * 1e-3;
+                }
+            }
+        }
+    }
+    Ok(data)
+}
+
+/// One ghost fill of every partition with the task functions, as `Exchange::fill_ghosts`
+/// runs them, with `done` supplied by the caller so that the loop itself allocates nothing.
+fn fill(ex: &mut Exchange, data: &mut BlockData, done: &mut [bool]) -> Result<()> {
+    let ty = BoundaryType::Any;
+    let n = ex.partitions();
+    for p in 0..n {
+        ex.start_receive(p, ty)?;
+    }
+    for p in 0..n {
+        while ex.send(p, ty, data)? == TaskStatus::Incomplete {
+            std::hint::spin_loop();
+        }
+    }
+    done.fill(false);
+    while done.iter().any(|d| !d) {
+        for (p, d) in done.iter_mut().enumerate() {
+            if !*d && ex.receive(p, ty)? == TaskStatus::Complete {
+                ex.set_bounds(p, ty, data)?;
+                *d = true;
+            }
+        }
+    }
+    for p in 0..n {
+        ex.finish(p, data)?;
+    }
+    Ok(())
+}
+
+fn time_mode(
+    world: &SimpleCommunicator,
+    comm: &SimpleCommunicator,
+    mesh: &Mesh,
+    data: &mut BlockData,
+    opts: ExchangeOptions,
+    cycles: u32,
+) -> Result<Mode> {
+    let n = cycles as usize;
+    let mut ex = agree(
+        world,
+        Exchange::new(comm, mesh, data, opts).context("setting up the exchange"),
+    )?;
+    let mut done = vec![false; ex.partitions()];
+    for _ in 0..WARMUP {
+        fill(&mut ex, data, &mut done)?;
+    }
+    let mut times = vec![0.0f64; n];
+    let mut slowest = vec![0.0f64; n];
+    let traffic0 = ex.traffic();
+    world.barrier();
+    let allocs0 = alloc_count::allocations();
+    for t in &mut times {
+        world.barrier();
+        let t0 = Instant::now();
+        fill(&mut ex, data, &mut done)?;
+        *t = t0.elapsed().as_secs_f64();
+    }
+    let allocs = alloc_count::allocations() - allocs0;
+    let traffic = ex.traffic();
+    world.all_reduce_into(&times[..], &mut slowest[..], SystemOperation::max());
+    let mean = slowest.iter().sum::<f64>() / n as f64;
+    let per = |x: u64| x as f64 / n as f64;
+    Ok(Mode {
+        coalesced: opts.coalesced,
+        us_per_exchange: median(&mut slowest) * 1e6,
+        us_per_exchange_mean: mean * 1e6,
+        messages_per_exchange: sum_f64(world, per(traffic.messages - traffic0.messages)),
+        bytes_per_exchange: sum_f64(world, per(traffic.bytes - traffic0.bytes)),
+        allocations_per_exchange: sum_f64(world, per(allocs)),
+    })
+}
+
+/// This rank's send sub-halos (every channel it sends on, same-rank ones included) in one
+/// cache, as the exchange lays them out: bytes per pack, and the median GB/s of the pack-in-one
+/// and of a `copy_from_slice` of as many bytes from a contiguous array, in alternating rounds.
+fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64, f64)> {
+    let shape = *data.shape();
+    let vars: Vec<usize> = (0..data.vars().len())
+        .filter(|&v| data.vars()[v].fill_ghost)
+        .collect();
+    let nb = s.mesh.neighbors()?;
+    let rc = RankChannels::new(&nb, &vars, rank);
+    let mut infos = Vec::new();
+    for c in &rc.send {
+        let (bx, space) = send_box(c, &shape)?;
+        let block = data
+            .local(c.key.sender)
+            .ok_or_else(|| anyhow::anyhow!("block {} is not on rank {rank}", c.key.sender))?;
+        let flags = FLAG_ALLOCATED
+            | if space == Space::Coarse {
+                FLAG_COARSE
+            } else {
+                0
+            };
+        for slot in data.vars()[c.key.var].slots.clone() {
+            infos.push(BndInfo::new(block, slot, &bx, 0, flags));
+        }
+    }
+    let cache = BndCache::new(data.layout(), data.gids().len(), infos)?;
+    let len = cache.buffer_len();
+    if len == 0 {
+        return Ok((0.0, 0.0, 0.0));
+    }
+    let mut buf = vec![0.0f64; len];
+    let src: Vec<f64> = (0..len).map(|i| i as f64).collect();
+    let mut dst = vec![0.0f64; len];
+    // About 16 MiB moved per round.
+    let reps = (2_000_000 / len).max(1);
+    let bytes = (len * 8 * reps) as f64;
+    let (mut pack, mut memcpy) = (Vec::new(), Vec::new());
+    for round in 0..COPY_ROUNDS {
+        for which in [round % 2, 1 - round % 2] {
+            let t0 = Instant::now();
+            if which == 0 {
+                for _ in 0..reps {
+                    cache.pack(Policy::Serial, black_box(data.data()), black_box(&mut buf))?;
+                }
+            } else {
+                for _ in 0..reps {
+                    black_box(&mut dst).copy_from_slice(black_box(&src));
+                }
+            }
+            let gbps = bytes / t0.elapsed().as_secs_f64() / 1e9;
+            if which == 0 { &mut pack } else { &mut memcpy }.push(gbps);
+        }
+    }
+    Ok(((len * 8) as f64, median(&mut pack), median(&mut memcpy)))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "# bench exchange: {} ranks, {} blocks of {:?} cells, {} variables{}, ordering {}, {} timed fills",
+        r.ranks,
+        r.blocks,
+        r.block_cells,
+        r.nvars,
+        if r.sparse { " (sparse)" } else { "" },
+        r.ordering,
+        r.cycles
+    );
+    println!(
+        "{:>10} {:>12} {:>12} {:>10} {:>12} {:>8}",
+        "mode", "us_median", "us_mean", "messages", "bytes", "allocs"
+    );
+    for m in &r.modes {
+        println!(
+            "{:>10} {:>12.1} {:>12.1} {:>10} {:>12} {:>8}",
+            if m.coalesced { "coalesced" } else { "channel" },
+            m.us_per_exchange,
+            m.us_per_exchange_mean,
+            m.messages_per_exchange,
+            m.bytes_per_exchange,
+            m.allocations_per_exchange
+        );
+    }
+    if let [c, p] = &r.modes[..] {
+        println!(
+            "# per-channel / coalesced time: {:.2}",
+            p.us_per_exchange / c.us_per_exchange
+        );
+    }
+    println!(
+        "# pack-in-one {:.2} GB/s, memcpy {:.2} GB/s ({:.0}%), {} bytes per pack over all ranks",
+        r.pack_gbps,
+        r.memcpy_gbps,
+        100.0 * r.pack_over_memcpy,
+        r.pack_bytes
+    );
+}

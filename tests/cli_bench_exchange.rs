@@ -1,0 +1,189 @@
+//! `starhalo bench exchange` on real MPI jobs: the JSON report, and its traffic figures
+//! against what the mesh says they must be (computed here from the same mesh).
+
+mod common;
+
+use serde_json::Value;
+use starhalo_boundary::bnd_info::send_box;
+use starhalo_boundary::RankChannels;
+use starhalo_mesh::{Mesh, MeshConfig};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
+
+fn deck() -> String {
+    format!("{}/inputs/bench_exchange.yaml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A 16^3 periodic mesh of 8x8x4 blocks (16 blocks), smaller than the shipped deck's.
+const MESH: [(&str, &str); 4] = [
+    ("parthenon/mesh/nx1", "16"),
+    ("parthenon/mesh/nx2", "16"),
+    ("parthenon/mesh/nx3", "16"),
+    ("parthenon/meshblock/nx3", "4"),
+];
+
+fn bench(ranks: usize, extra: &[&str]) -> std::process::Output {
+    let deck = deck();
+    let overrides: Vec<String> = MESH.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut args = vec!["bench", "exchange", deck.as_str()];
+    args.extend(overrides.iter().map(String::as_str));
+    args.extend_from_slice(extra);
+    common::mpirun(ranks, 180, Path::new(EXE), &args, &[])
+}
+
+fn run_json(ranks: usize, extra: &[&str]) -> Value {
+    let mut args = vec!["--cycles", "4", "--json"];
+    args.extend_from_slice(extra);
+    let out = bench(ranks, &args);
+    common::assert_ok("bench exchange", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// What the mesh implies on `ranks` ranks with `nvars` single-component variables and one
+/// partition per rank: ordered pairs of neighbouring ranks, cross-rank channels, their packed
+/// values, and the values of every rank's send sub-halos (same-rank channels included).
+struct Expect {
+    rank_pairs: usize,
+    cross_channels: usize,
+    cross_values: usize,
+    send_values: usize,
+}
+
+fn expect(ranks: usize, nvars: usize) -> Expect {
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    for d in 1..=3 {
+        map.insert(format!("parthenon/mesh/nx{d}"), "16".into());
+        map.insert(format!("parthenon/meshblock/nx{d}"), "8".into());
+        for side in ["ix", "ox"] {
+            map.insert(format!("parthenon/mesh/{side}{d}_bc"), "periodic".into());
+        }
+    }
+    map.insert("parthenon/meshblock/nx3".into(), "4".into());
+    let mesh = Mesh::new(MeshConfig::from_map(&map).unwrap(), ranks).unwrap();
+    let shape = mesh.index_shape().unwrap();
+    let nb = mesh.neighbors().unwrap();
+    let vars: Vec<usize> = (0..nvars).collect();
+    let mut e = Expect {
+        rank_pairs: 0,
+        cross_channels: 0,
+        cross_values: 0,
+        send_values: 0,
+    };
+    let mut pairs = BTreeSet::new();
+    for r in 0..ranks {
+        for c in RankChannels::new(&nb, &vars, r).send {
+            let n = send_box(&c, &shape).unwrap().0.len();
+            e.send_values += n;
+            if !c.is_local() {
+                pairs.insert((c.sender_rank, c.receiver_rank));
+                e.cross_channels += 1;
+                e.cross_values += n;
+            }
+        }
+    }
+    e.rank_pairs = pairs.len();
+    e
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{key}` missing or not a number in {v}"))
+}
+
+fn check(report: &Value, ranks: usize, nvars: usize) {
+    let e = expect(ranks, nvars);
+    assert!(
+        e.rank_pairs > 0 && e.cross_channels > e.rank_pairs,
+        "test mesh too small"
+    );
+    assert_eq!(report["ranks"], ranks);
+    assert_eq!(report["blocks"], 16);
+    assert_eq!(report["nvars"], nvars);
+    let modes = report["modes"].as_array().expect("modes");
+    assert_eq!(modes.len(), 2, "{report}");
+    assert_eq!(modes[0]["coalesced"], true);
+    assert_eq!(modes[1]["coalesced"], false);
+    for m in modes {
+        for key in ["us_per_exchange", "us_per_exchange_mean"] {
+            assert!(num(m, key) > 0.0, "{m}");
+        }
+        // One copy of the slot defaults per partition (one per rank here) in the unpack
+        // step is all a warm fill may allocate; the loop, messages and packing allocate
+        // nothing. A per-channel or per-message allocation would be caught.
+        let allocs = num(m, "allocations_per_exchange");
+        assert!(
+            allocs <= ranks as f64,
+            "{allocs} allocations per exchange: {m}"
+        );
+    }
+    let (co, pc) = (&modes[0], &modes[1]);
+    // Coalesced: a data and a status message per ordered pair of neighbouring ranks.
+    assert_eq!(num(co, "messages_per_exchange"), (2 * e.rank_pairs) as f64);
+    // Per channel: one message per cross-rank channel.
+    assert_eq!(num(pc, "messages_per_exchange"), e.cross_channels as f64);
+    // Same payload; coalesced adds one status value per channel.
+    assert_eq!(num(pc, "bytes_per_exchange"), (8 * e.cross_values) as f64);
+    assert_eq!(
+        num(co, "bytes_per_exchange"),
+        (8 * (e.cross_values + e.cross_channels)) as f64
+    );
+    assert_eq!(num(report, "pack_bytes"), (8 * e.send_values) as f64);
+    assert!(num(report, "pack_gbps") > 0.0 && num(report, "memcpy_gbps") > 0.0);
+    let ratio = num(report, "pack_over_memcpy");
+    let want = num(report, "pack_gbps") / num(report, "memcpy_gbps");
+    assert!((ratio - want).abs() <= 1e-12 * want, "{report}");
+}
+
+#[test]
+fn four_ranks_dense_report_matches_the_mesh() {
+    let r = run_json(4, &["exchange/nvars=2"]);
+    check(&r, 4, 2);
+    assert_eq!(r["sparse"], false);
+    assert_eq!(r["ordering"], "natural");
+}
+
+#[test]
+fn three_ranks_sparse_by_receiver_report_matches_the_mesh() {
+    let r = run_json(
+        3,
+        &[
+            "exchange/nvars=3",
+            "exchange/sparse=true",
+            "exchange/ordering=by_receiver",
+        ],
+    );
+    check(&r, 3, 3);
+    assert_eq!(r["sparse"], true);
+}
+
+#[test]
+fn table_output_names_both_modes() {
+    let out = bench(2, &["--cycles", "2", "exchange/nvars=1"]);
+    common::assert_ok("bench exchange (table)", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("coalesced") && text.contains("channel"),
+        "{text}"
+    );
+    assert!(text.contains("GB/s"), "{text}");
+}
+
+#[test]
+fn bad_keys_exit_2_on_every_rank() {
+    for bad in [
+        "exchange/nvars=0",
+        "exchange/bogus=1",
+        "exchange/ordering=sideways",
+    ] {
+        let out = bench(2, &["--cycles", "1", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let key = bad.split('=').next().unwrap_or_default();
+        assert!(err.contains(key), "{bad}: {err}");
+    }
+}
