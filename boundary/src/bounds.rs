@@ -166,7 +166,11 @@ pub fn physical_bounds(
             };
             let ghosts = if side == 0 { 0..g } else { g + n..2 * g + n };
             // Walk every line along d: its start point has coordinate 0 along d.
-            let others: Vec<usize> = (0..3).filter(|&e| e != d).collect();
+            let others = match d {
+                0 => [1, 2],
+                1 => [0, 2],
+                _ => [0, 1],
+            };
             for a in 0..dims[others[0]] {
                 for b in 0..dims[others[1]] {
                     let base = a * stride[others[0]] + b * stride[others[1]];

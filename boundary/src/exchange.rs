@@ -263,6 +263,7 @@ pub struct Exchange {
     prolongation: Vec<Prolongation>,
     pending_alloc: Vec<Vec<(usize, usize)>>,
     traffic: Traffic,
+    defaults: Vec<f64>,
 }
 
 const GHOST_TYPES: [BoundaryType; 3] = [
@@ -574,6 +575,7 @@ impl Exchange {
             finish,
             prolongation: vec![Prolongation::default(); data.vars().len()],
             traffic: Traffic::default(),
+            defaults: data.slot_defaults().to_vec(),
         };
         if opts.coalesced {
             ex.agree_on_groups(comm)?;
@@ -951,12 +953,11 @@ impl Exchange {
                 self.pending_alloc[part].push((e.block, e.var));
             }
         }
-        let defaults = data.slot_defaults().to_vec();
         r.recv_cache.unpack(
             self.opts.policy,
             r.recv_buf.buf()?,
             data.data_mut(),
-            &defaults,
+            &self.defaults,
         )?;
         for g in &mut r.recv_groups {
             g.status_in = false;
