@@ -251,6 +251,26 @@ struct Route {
     restrict: Vec<(usize, usize)>,
 }
 
+impl Route {
+    /// Whether every receive end holds data or a null message.
+    fn all_arrived(&self) -> bool {
+        self.recv
+            .iter()
+            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+    }
+}
+
+/// The communicator of variable `var` (only fill-ghost variables have one).
+fn var_comm(
+    comms: &[Option<SimpleCommunicator>],
+    var: usize,
+) -> Result<&SimpleCommunicator, BoundaryError> {
+    comms
+        .get(var)
+        .and_then(Option::as_ref)
+        .ok_or(BoundaryError::Unsupported("variable without ghosts"))
+}
+
 /// The ghost exchange of one rank.
 pub struct Exchange {
     opts: ExchangeOptions,
@@ -694,9 +714,7 @@ impl Exchange {
             if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
                 continue;
             }
-            let comm = self.var_comms[e.var]
-                .as_ref()
-                .ok_or(BoundaryError::Unsupported("variable without ghosts"))?;
+            let comm = var_comm(&self.var_comms, e.var)?;
             r.recv_buf.recv(comm, i, e.buf.len(), e.peer, e.tag)?;
             e.posted = Some(e.buf.len());
         }
@@ -788,9 +806,7 @@ impl Exchange {
                 } else {
                     e.buf.start..e.buf.start
                 };
-                let comm = self.var_comms[e.var]
-                    .as_ref()
-                    .ok_or(BoundaryError::Unsupported("variable without ghosts"))?;
+                let comm = var_comm(&self.var_comms, e.var)?;
                 self.traffic.messages += 1;
                 self.traffic.bytes += (range.len() * 8) as u64;
                 r.send_buf.send(comm, range, e.peer, e.tag)?;
@@ -898,9 +914,7 @@ impl Exchange {
                 {
                     continue;
                 }
-                let comm = self.var_comms[e.var]
-                    .as_ref()
-                    .ok_or(BoundaryError::Unsupported("variable without ghosts"))?;
+                let comm = var_comm(&self.var_comms, e.var)?;
                 // Sparse: the size tells data (full) from null (empty) before receiving.
                 if let Some(n) = p2p::probe(comm, e.peer, e.tag) {
                     r.recv_buf.recv(comm, i, n, e.peer, e.tag)?;
@@ -919,11 +933,7 @@ impl Exchange {
                 }
             }
         }
-        let done = r
-            .recv
-            .iter()
-            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull));
-        Ok(if done {
+        Ok(if r.all_arrived() {
             TaskStatus::Complete
         } else {
             TaskStatus::Incomplete
@@ -940,10 +950,7 @@ impl Exchange {
     ) -> Result<TaskStatus, BoundaryError> {
         let ri = self.route_index(part, ty)?;
         let r = &mut self.routes[ri];
-        if r.recv
-            .iter()
-            .any(|e| !matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
-        {
+        if !r.all_arrived() {
             return Ok(TaskStatus::Incomplete);
         }
         for e in &r.recv {
