@@ -86,6 +86,9 @@ impl MsgArena {
         }
         self.busy.clear();
         self.busy.resize(segs.len(), false);
+        // Each segment receives at most one message at a time: receives in flight never
+        // outgrow this, however they are posted and polled.
+        self.reqs.reserve(segs.len());
         self.segs = segs;
         Ok(())
     }

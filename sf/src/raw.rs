@@ -308,6 +308,12 @@ impl Requests {
         self.reqs.len()
     }
 
+    /// Room for `n` requests in flight, so that posting them allocates nothing.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.reqs.reserve(n.saturating_sub(self.reqs.len()));
+        self.recv.reserve(n.saturating_sub(self.recv.len()));
+    }
+
     fn count(data: &[f64]) -> c_int {
         c_int::try_from(std::mem::size_of_val(data)).expect("message larger than 2 GiB")
     }
