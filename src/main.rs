@@ -16,7 +16,6 @@ mod output;
 mod problems;
 mod run;
 mod sf_cmd;
-mod tasks;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -46,6 +46,19 @@ pub struct Channel {
     pub fi: [u8; 2],
 }
 
+impl std::fmt::Display for Channel {
+    /// How timeout messages name a channel: both blocks with their ranks, the variable id
+    /// and the sender's element.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = &self.key;
+        write!(
+            f,
+            "block {} (rank {}) -> block {} (rank {}), variable {}, element {}",
+            k.sender, self.sender_rank, k.receiver, self.receiver_rank, k.var, k.element
+        )
+    }
+}
+
 impl Channel {
     /// True when both blocks live on the same rank (no MPI needed).
     pub fn is_local(&self) -> bool {

@@ -25,6 +25,7 @@ use std::str::FromStr;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use starhalo_exec::Policy;
+pub use starhalo_exec::TaskStatus;
 use starhalo_mesh::field::IndexShape;
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
@@ -175,15 +176,6 @@ impl Default for ExchangeOptions {
             policy: Policy::Serial,
         }
     }
-}
-
-/// What a task function reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TaskStatus {
-    /// Done.
-    Complete,
-    /// Not yet: call again later.
-    Incomplete,
 }
 
 /// Messages and bytes this rank has sent.
@@ -695,6 +687,20 @@ impl Exchange {
             )));
         }
         Ok(part * 3 + t)
+    }
+
+    /// The channels of partition `part` and type `ty` whose message has not arrived yet: what
+    /// a receive that times out reports.
+    pub fn pending(&self, part: usize, ty: BoundaryType) -> Vec<String> {
+        let Ok(ri) = self.route_index(part, ty) else {
+            return Vec::new();
+        };
+        self.routes[ri]
+            .recv
+            .iter()
+            .filter(|e| !matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+            .map(|e| e.ch.to_string())
+            .collect()
     }
 
     /// Posts the receives of partition `part`'s channels of type `ty`.

@@ -585,6 +585,16 @@ impl FluxCorrection {
         })
     }
 
+    /// The channels whose correction has not arrived yet: what a receive that times out
+    /// reports.
+    pub fn pending(&self) -> Vec<String> {
+        self.recv
+            .iter()
+            .filter(|e| !matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+            .map(|e| e.ch.to_string())
+            .collect()
+    }
+
     fn arrived(&self) -> bool {
         self.recv
             .iter()

@@ -10,7 +10,8 @@
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
-//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction.
+//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction;
+//! - [`tasks`]: the whole ghost fill and the whole flux correction added to a task list.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod pool;
 pub mod prolong_restrict;
 pub mod storage;
 pub mod tags;
+pub mod tasks;
 
 pub use bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};

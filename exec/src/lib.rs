@@ -26,8 +26,10 @@ pub mod cuda;
 mod element;
 mod hier;
 mod space;
+pub mod tasks;
 
 pub use buffer::Buffer;
 pub use element::{Element, ScalarKind};
 pub use hier::{for_each_segment, hier_for, Policy};
 pub use space::{MemSpace, SpaceError};
+pub use tasks::{TaskError, TaskId, TaskList, TaskRegion, TaskStatus};

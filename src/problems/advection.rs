@@ -4,7 +4,10 @@
 //! `dq/dt + v . grad q = 0` with constant velocity `(vx, vy, vz)`. Second order in space
 //! (piecewise-linear reconstruction with a `none` (centred), `minmod` or `mc` limiter, upwind
 //! face fluxes, conservative update) and first or second order in time (`rk1`, SSP `rk2`).
-//! Ghosts are filled by the boundary crate's [`Exchange`] before every stage.
+//! Each stage runs as task regions with one task list per mesh-data partition: face fluxes,
+//! the flux correction at fine–coarse faces (multilevel meshes), the update and the ghost
+//! fill by the boundary crate's [`Exchange`]. A receive that waits longer than
+//! `parthenon/time/recv_bdry_buf_timeout_sec` stops the run naming the channels still pending.
 //!
 //! Profiles: `wave` (`1 + amp sin(2 pi s)`, `s = sum (x_d - xmin_d) / L_d` over the active
 //! directions with non-zero velocity: periodic on the box and travelling along the velocity
@@ -16,9 +19,7 @@
 //! come from global indices), the time step is a minimum and the L1 error is summed in fixed
 //! point, so results are bit-for-bit identical for any block size and number of ranks.
 //!
-//! Not done here: flux correction at fine-coarse faces (multilevel meshes run, but are
-//! conservative only once the boundary crate's flux correction is called at the marked
-//! site), adaptive refinement and restarts.
+//! Not done here: adaptive refinement and restarts.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
@@ -34,12 +35,17 @@ use anyhow::{Context as _, Result};
 use mpi::collective::SystemOperation;
 use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
+use starhalo_boundary::tasks::{add_exchange, add_flux_correction};
 use starhalo_boundary::{
-    BlockData, BoundaryError, Exchange, ExchangeOptions, FluxCorrection, FluxData,
+    BlockData, BoundaryType, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
+use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_mesh::field::{Centering, Fields, Metadata};
 use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig, RefinementKind};
+use std::cell::{Cell, RefCell};
 use std::io::Write as _;
+use std::ops::Range;
+use std::time::{Duration, Instant};
 
 const BLOCK: &str = "advection";
 const TIME: &str = "parthenon/time";
@@ -163,7 +169,8 @@ impl Integrator {
 struct Advection {
     mesh: Mesh,
     fields: Fields,
-    data: BlockData,
+    /// Shared by the tasks of every partition (a region runs one task at a time).
+    data: RefCell<BlockData>,
     num_vars: usize,
     v: [f64; 3],
     profile: Profile,
@@ -386,7 +393,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     Ok(Box::new(Advection {
         mesh,
         fields,
-        data,
+        data: RefCell::new(data),
         num_vars,
         v,
         profile,
@@ -530,15 +537,16 @@ impl Advection {
         self.profile_at(y)
     }
 
-    fn initialise(&mut self) {
-        for b in 0..self.data.gids().len() {
-            let geo = Geo::new(&self.mesh, self.data.gids()[b]);
+    fn initialise(&self) {
+        let mut data = self.data.borrow_mut();
+        for b in 0..data.gids().len() {
+            let geo = Geo::new(&self.mesh, data.gids()[b]);
             let vals: Vec<(usize, f64)> = geo
                 .interior()
                 .map(|p| (geo.at(p), self.profile_at(geo.center(p))))
                 .collect();
             for s in 0..self.num_vars {
-                let u = self.data.fine_mut(b, s);
+                let u = data.fine_mut(b, s);
                 for &(i, q) in &vals {
                     u[i] = q;
                 }
@@ -549,7 +557,7 @@ impl Advection {
     /// This rank's CFL time step (infinite without blocks).
     fn local_dt(&self) -> f64 {
         let mut dt = f64::INFINITY;
-        for &gid in self.data.gids() {
+        for &gid in self.data.borrow().gids() {
             let geo = Geo::new(&self.mesh, gid);
             for d in 0..self.ndim() {
                 if self.v[d] != 0.0 {
@@ -560,10 +568,9 @@ impl Advection {
         dt
     }
 
-    /// Face fluxes of slot `s` of local block `b`: per active direction, `(n_d + 1)` faces
-    /// along `d` times the interior cells across, row-major `[k][j][i]`.
-    fn fluxes(&self, b: usize, s: usize, geo: &Geo) -> [Vec<f64>; 3] {
-        let u = self.data.fine(b, s);
+    /// Face fluxes of one block's field `u`: per active direction, `(n_d + 1)` faces along
+    /// `d` times the interior cells across, row-major `[k][j][i]`.
+    fn fluxes(&self, u: &[f64], geo: &Geo) -> [Vec<f64>; 3] {
         let lim = self.limiter;
         let mut out: [Vec<f64>; 3] = Default::default();
         for d in 0..self.ndim() {
@@ -598,37 +605,35 @@ impl Advection {
         out
     }
 
-    /// One stage: `u = u + dt L(u)` (`base = None`) or `u = (base + u + dt L(u)) / 2`.
-    ///
-    /// Every block's face fluxes are computed first; on a multilevel mesh the flux
-    /// correction then replaces each coarse block's fluxes on fine-coarse faces by the
-    /// restricted fine ones, so the update conserves the total to round-off.
-    fn stage(
-        &mut self,
-        dt: f64,
-        base: Option<&BlockData>,
-        flux: &mut FluxData,
-        correction: Option<&mut FluxCorrection>,
-    ) -> Result<(), BoundaryError> {
-        let ndim = self.ndim();
-        for b in 0..self.data.gids().len() {
-            let geo = Geo::new(&self.mesh, self.data.gids()[b]);
+    /// Face fluxes of every slot of local blocks `blocks`.
+    fn compute_fluxes(&self, blocks: Range<usize>, data: &BlockData, flux: &mut FluxData) {
+        for b in blocks {
+            let geo = Geo::new(&self.mesh, data.gids()[b]);
             for s in 0..self.num_vars {
-                let f = self.fluxes(b, s, &geo);
-                for (d, fd) in f.iter().enumerate().take(ndim) {
+                let f = self.fluxes(data.fine(b, s), &geo);
+                for (d, fd) in f.iter().enumerate().take(self.ndim()) {
                     flux.flux_mut(b, s, d).copy_from_slice(fd);
                 }
             }
         }
-        if let Some(c) = correction {
-            c.correct(flux, &self.data)?;
-        }
-        for b in 0..self.data.gids().len() {
-            let geo = Geo::new(&self.mesh, self.data.gids()[b]);
+    }
+
+    /// The update of local blocks `blocks` from their (corrected) face fluxes:
+    /// `u = u + dt L(u)` (`base = None`) or `u = (base + u + dt L(u)) / 2`.
+    fn update(
+        &self,
+        blocks: Range<usize>,
+        (dt, base): (f64, Option<&BlockData>),
+        flux: &FluxData,
+        data: &mut BlockData,
+    ) {
+        let ndim = self.ndim();
+        for b in blocks {
+            let geo = Geo::new(&self.mesh, data.gids()[b]);
             for s in 0..self.num_vars {
                 let mut new = Vec::with_capacity(geo.ncells());
                 {
-                    let u = self.data.fine(b, s);
+                    let u = data.fine(b, s);
                     let u0 = base.map(|d| d.fine(b, s));
                     let n = geo.n;
                     for p in geo.interior() {
@@ -649,13 +654,107 @@ impl Advection {
                         });
                     }
                 }
-                let u = self.data.fine_mut(b, s);
+                let u = data.fine_mut(b, s);
                 for (p, q) in geo.interior().zip(new) {
                     u[geo.at(p)] = q;
                 }
             }
         }
+    }
+
+    /// This rank's mesh-data partitions as ranges of local block indices.
+    fn partitions(&self, rank: usize) -> Vec<Range<usize>> {
+        let first = self.mesh.partition().blocks_of(rank).start;
+        self.mesh
+            .pack_partitions(rank)
+            .iter()
+            .map(|p| p[0] - first..p[0] - first + p.len())
+            .collect()
+    }
+
+    /// The ghost fill of every partition as one task region.
+    fn fill_ghosts(&self, ctx: &RunContext, comms: &Comms) -> Result<()> {
+        let mut region = TaskRegion::new(ctx.recv_timeout);
+        for p in 0..self.partitions(ctx.world.rank() as usize).len() {
+            let mut list = TaskList::new(format!("partition {p}"));
+            add_exchange(
+                &mut list,
+                &[],
+                &comms.exchange,
+                &self.data,
+                p,
+                &[BoundaryType::Any],
+            );
+            region.push(list);
+        }
+        region.execute().context("ghost fill")?;
         Ok(())
+    }
+
+    /// One stage: every partition's face fluxes; on a multilevel mesh the flux correction,
+    /// which replaces each coarse block's fluxes on fine–coarse faces by the restricted fine
+    /// ones so that the update conserves the total to round-off; then every partition's
+    /// update and ghost fill. Returns the time spent outside the compute tasks
+    /// (communication and waiting).
+    fn stage(
+        &self,
+        ctx: &RunContext,
+        comms: &Comms,
+        dt: f64,
+        base: Option<&BlockData>,
+    ) -> Result<Duration> {
+        let t0 = Instant::now();
+        let compute = Cell::new(Duration::ZERO);
+        let timed = |f: &dyn Fn()| {
+            let t = Instant::now();
+            f();
+            compute.set(compute.get() + t.elapsed());
+            Ok(TaskStatus::Complete)
+        };
+        let parts = self.partitions(ctx.world.rank() as usize);
+
+        let mut region = TaskRegion::new(ctx.recv_timeout);
+        for (p, blocks) in parts.iter().enumerate() {
+            let mut list = TaskList::new(format!("partition {p}"));
+            list.add("fluxes", &[], || {
+                timed(&|| {
+                    let data = self.data.borrow();
+                    self.compute_fluxes(blocks.clone(), &data, &mut comms.flux.borrow_mut())
+                })
+            });
+            region.push(list);
+        }
+        region.execute()?;
+
+        if let Some(correction) = &comms.correction {
+            let mut list = TaskList::new("rank");
+            add_flux_correction(&mut list, &[], correction, &comms.flux, &self.data);
+            let mut region = TaskRegion::new(ctx.recv_timeout);
+            region.push(list);
+            region.execute().context("flux correction")?;
+        }
+
+        let mut region = TaskRegion::new(ctx.recv_timeout);
+        for (p, blocks) in parts.iter().enumerate() {
+            let mut list = TaskList::new(format!("partition {p}"));
+            let update = list.add("update", &[], || {
+                timed(&|| {
+                    let mut data = self.data.borrow_mut();
+                    self.update(blocks.clone(), (dt, base), &comms.flux.borrow(), &mut data)
+                })
+            });
+            add_exchange(
+                &mut list,
+                &[update],
+                &comms.exchange,
+                &self.data,
+                p,
+                &[BoundaryType::Any],
+            );
+            region.push(list);
+        }
+        region.execute().context("ghost fill")?;
+        Ok(t0.elapsed().saturating_sub(compute.get()))
     }
 
     /// The snapshot of the present state.
@@ -666,17 +765,18 @@ impl Advection {
         (cycle, time, dt): (u64, f64, f64),
         last: bool,
     ) -> Result<()> {
-        let values = self.data.fine_values();
-        let nv = self.data.vars().len();
-        let allocated: Vec<bool> = (0..self.data.gids().len() * nv)
-            .map(|i| self.data.is_allocated(i / nv, i % nv))
+        let data = self.data.borrow();
+        let values = data.fine_values();
+        let nv = data.vars().len();
+        let allocated: Vec<bool> = (0..data.gids().len() * nv)
+            .map(|i| data.is_allocated(i / nv, i % nv))
             .collect();
         let snap = Snapshot {
             mesh: &self.mesh,
             fields: &self.fields,
-            layout: self.data.layout().fine,
+            layout: data.layout().fine,
             nghost: self.mesh.config().nghost,
-            gids: self.data.gids(),
+            gids: data.gids(),
             data: &values,
             allocated: &allocated,
             cycle,
@@ -714,9 +814,10 @@ impl Advection {
     fn errors(&self, ctx: &RunContext, t: f64) -> (f64, f64) {
         let mut sum: i128 = 0;
         let mut linf = 0.0f64;
-        for b in 0..self.data.gids().len() {
-            let geo = Geo::new(&self.mesh, self.data.gids()[b]);
-            let u = self.data.fine(b, 0);
+        let data = self.data.borrow();
+        for b in 0..data.gids().len() {
+            let geo = Geo::new(&self.mesh, data.gids()[b]);
+            let u = data.fine(b, 0);
             let vol = geo.volume();
             for p in geo.interior() {
                 let e = (u[geo.at(p)] - self.exact(geo.center(p), t)).abs();
@@ -738,29 +839,46 @@ impl Advection {
     }
 }
 
+/// What the tasks of a cycle share besides the block data: the ghost exchange, the flux
+/// correction (multilevel meshes only) and the face fluxes. Built for one mesh.
+struct Comms {
+    exchange: RefCell<Exchange>,
+    correction: Option<RefCell<FluxCorrection>>,
+    flux: RefCell<FluxData>,
+}
+
+impl Comms {
+    fn new(ctx: &RunContext, mesh: &Mesh, data: &BlockData, coalesced: bool) -> Result<Self> {
+        let opts = ExchangeOptions {
+            coalesced,
+            ..ExchangeOptions::default()
+        };
+        let exchange =
+            Exchange::new(ctx.world, mesh, data, opts).context("setting up the ghost exchange")?;
+        let correction = if mesh.config().is_multilevel() {
+            Some(RefCell::new(
+                FluxCorrection::new(ctx.world, mesh, data)
+                    .context("setting up the flux correction")?,
+            ))
+        } else {
+            None
+        };
+        Ok(Comms {
+            exchange: RefCell::new(exchange),
+            correction,
+            flux: RefCell::new(FluxData::new(data)),
+        })
+    }
+}
+
 impl Problem for Advection {
     fn run(&mut self, ctx: &RunContext) -> Result<Summary> {
         let world = ctx.world;
         let comm = CommTimer::default();
-        let opts = ExchangeOptions {
-            coalesced: self.coalesced,
-            ..ExchangeOptions::default()
-        };
-        let mut exchange = comm
-            .time(|| Exchange::new(world, &self.mesh, &self.data, opts))
-            .context("setting up the ghost exchange")?;
-        let mut correction = if self.mesh.config().is_multilevel() {
-            Some(
-                comm.time(|| FluxCorrection::new(world, &self.mesh, &self.data))
-                    .context("setting up the flux correction")?,
-            )
-        } else {
-            None
-        };
-        let mut flux = FluxData::new(&self.data);
+        let comms =
+            comm.time(|| Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced))?;
         self.initialise();
-        comm.time(|| exchange.fill_ghosts(&mut self.data))
-            .context("ghost fill")?;
+        comm.time(|| self.fill_ghosts(ctx, &comms))?;
 
         let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
         let (mut t, mut cycle, mut dt) = (0.0f64, 0u64, 0.0f64);
@@ -786,13 +904,10 @@ impl Problem for Advection {
             // Within a hair of tlim the step ends the run, rather than leave a sliver.
             let last = got[0] * (1.0 + 1e-10) >= self.tlim - t;
             dt = if last { self.tlim - t } else { got[0] };
-            let base = (stages > 1).then(|| self.data.clone());
+            let base = (stages > 1).then(|| self.data.borrow().clone());
             for st in 0..stages {
                 let base = if st == 0 { None } else { base.as_ref() };
-                self.stage(dt, base, &mut flux, correction.as_mut())
-                    .context("flux correction")?;
-                comm.time(|| exchange.fill_ghosts(&mut self.data))
-                    .context("ghost fill")?;
+                comm.add(self.stage(ctx, &comms, dt, base)?);
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;

@@ -20,6 +20,11 @@ impl CommTimer {
         out
     }
 
+    /// Counts `d` as communication (measured by the caller).
+    pub fn add(&self, d: Duration) {
+        self.0.set(self.0.get() + d);
+    }
+
     /// Time counted so far.
     pub fn total(&self) -> Duration {
         self.0.get()

@@ -11,13 +11,11 @@
 use std::time::{Duration, Instant};
 
 /// What a task reports after one call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TaskStatus {
     /// Its work is done; tasks that depend on it may run.
     Complete,
     /// Not yet (e.g. a message has not arrived): call again later.
-    // Polled receives (the boundary exchange) return it; heat2d's exchange is one call.
-    #[allow(dead_code)]
     Incomplete,
 }
 
@@ -57,11 +55,17 @@ pub enum TaskError {
 }
 
 type TaskFn<'a> = Box<dyn FnMut() -> anyhow::Result<TaskStatus> + 'a>;
+type WaitingOn<'a> = Box<dyn Fn() -> Vec<String> + 'a>;
+
+/// How many of a task's pending items a timeout message lists.
+const LISTED: usize = 16;
 
 struct Task<'a> {
     name: String,
     deps: Vec<TaskId>,
     run: TaskFn<'a>,
+    /// What the task waits for (e.g. the channels of a receive), named on a timeout.
+    waiting_on: Option<WaitingOn<'a>>,
     done: bool,
     /// When the task first answered `Incomplete` in the current execution.
     waiting_since: Option<Instant>,
@@ -95,10 +99,25 @@ impl<'a> TaskList<'a> {
             name: name.into(),
             deps: deps.to_vec(),
             run: Box::new(run),
+            waiting_on: None,
             done: false,
             waiting_since: None,
         });
         self.tasks.len() - 1
+    }
+
+    /// Like [`TaskList::add`], for a task that polls: `waiting_on` names what it still waits
+    /// for (the channels of a receive), and a timeout message lists it.
+    pub fn add_polled(
+        &mut self,
+        name: impl Into<String>,
+        deps: &[TaskId],
+        run: impl FnMut() -> anyhow::Result<TaskStatus> + 'a,
+        waiting_on: impl Fn() -> Vec<String> + 'a,
+    ) -> TaskId {
+        let id = self.add(name, deps, run);
+        self.tasks[id].waiting_on = Some(Box::new(waiting_on));
+        id
     }
 
     fn full_name(&self, t: &Task) -> String {
@@ -196,11 +215,20 @@ impl<'a> TaskList<'a> {
         Ok(progressed)
     }
 
+    /// The tasks not yet complete; one that was polling also names what it waits for.
     fn pending(&self) -> impl Iterator<Item = String> + '_ {
-        self.tasks
-            .iter()
-            .filter(|t| !t.done)
-            .map(|t| self.full_name(t))
+        self.tasks.iter().filter(|t| !t.done).map(|t| {
+            let name = self.full_name(t);
+            let items = match (&t.waiting_on, t.waiting_since) {
+                (Some(w), Some(_)) => w(),
+                _ => return name,
+            };
+            let mut listed = items[..items.len().min(LISTED)].join("; ");
+            if items.len() > LISTED {
+                listed += &format!("; and {} more", items.len() - LISTED);
+            }
+            format!("{name} [waiting on {listed}]")
+        })
     }
 }
 
@@ -353,6 +381,26 @@ mod tests {
             msg.contains("tasks still pending: p0/recv_bdry, p0/set_bounds"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_timeout_names_what_a_polled_task_waits_on() {
+        let missing: Vec<String> = (0..20).map(|i| format!("ch{i}")).collect();
+        let mut region = TaskRegion::new(Duration::from_millis(10));
+        let mut list = TaskList::new("p0");
+        list.add_polled(
+            "recv",
+            &[],
+            || Ok(TaskStatus::Incomplete),
+            || missing.clone(),
+        );
+        region.push(list);
+        let msg = region.execute().unwrap_err().to_string();
+        assert!(
+            msg.contains("p0/recv [waiting on ch0; ch1;") && msg.contains("ch15; and 4 more]"),
+            "{msg}"
+        );
+        assert!(!msg.contains("ch16"), "{msg}");
     }
 
     #[test]
