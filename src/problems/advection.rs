@@ -883,9 +883,9 @@ impl Problem for Advection {
         let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
         let (mut t, mut cycle, mut dt) = (0.0f64, 0u64, 0.0f64);
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
-        let cells = self.mesh.forest().len() as f64
-            * self.mesh.config().block_nx.iter().product::<usize>() as f64;
         let stages = self.integrator.stages();
+        // Zone-cycles (cell updates of the whole mesh), in all and since the last progress line.
+        let (mut zone_cycles, mut since_line, mut line_t0) = (0.0f64, 0.0f64, Instant::now());
         let stop = loop {
             if self.nlim.is_some_and(|n| cycle >= n) {
                 break Stop::CycleLimit;
@@ -911,7 +911,15 @@ impl Problem for Advection {
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
-            ctx.progress(cycle, || format!("time={t:.6e} dt={dt:.6e}"));
+            let blocks = self.mesh.forest().len();
+            let zones = (blocks * self.mesh.config().block_nx.iter().product::<usize>()) as f64;
+            zone_cycles += zones;
+            since_line += zones;
+            ctx.progress(cycle, || {
+                let rate = since_line / line_t0.elapsed().as_secs_f64();
+                (since_line, line_t0) = (0.0, Instant::now());
+                format!("time={t:.6e} dt={dt:.6e} blocks={blocks} zone-cycles/wsec={rate:.3e}")
+            });
             self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
         };
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), true)?;
@@ -943,8 +951,8 @@ impl Problem for Advection {
         }
         Ok(Summary {
             cycles: cycle,
-            work: cells * (cycle as usize * stages * self.num_vars) as f64,
-            work_unit: "cell-updates",
+            work: zone_cycles,
+            work_unit: "zone-cycles",
             comm: comm.total(),
             stop,
         })
