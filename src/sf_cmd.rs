@@ -173,7 +173,7 @@ fn run_typed<U: CliUnit>(
             data::<U>(a.leaf_data.as_deref(), rank, sf.leaf_space(), -1.0, "leaf")?,
         ))
     });
-    let (mut root, mut leaf) = agree_ok(world, loaded)?;
+    let (mut root, mut leaf) = crate::run::collective::agree(world, loaded)?;
     let mut leafupdate = None;
     let op_result = match action {
         Action::Bcast(op) => sf.bcast(&root, &mut leaf, op),
@@ -206,21 +206,6 @@ fn run_typed<U: CliUnit>(
     }
     Ok(())
 }
-
-/// Collective agreement on a per-rank result: if any rank failed, all return an error.
-fn agree_ok<T>(world: &SimpleCommunicator, mine: Result<T>) -> Result<T> {
-    use mpi::collective::SystemOperation;
-    use mpi::traits::CommunicatorCollectives;
-    let failed = i32::from(mine.is_err());
-    let mut any = 0;
-    world.all_reduce_into(&failed, &mut any, SystemOperation::max());
-    match mine {
-        Err(e) => Err(e),
-        Ok(_) if any != 0 => Err(bad_input!("another rank rejected its input")),
-        ok => ok,
-    }
-}
-
 /// `sf view`: each rank describes its part; rank 0 prints them in order.
 pub fn view(world: &SimpleCommunicator, a: &SfViewArgs) -> Result<()> {
     let (graph, sf) = setup(world, &a.setup)?;
