@@ -130,21 +130,7 @@ impl Persistent {
 
     /// Waits for every started request.
     pub(crate) fn wait_all(&mut self) {
-        if self.reqs.is_empty() {
-            return;
-        }
-        // SAFETY: the array holds valid request handles; statuses are ignored.
-        let code = unsafe {
-            match self.reqs.as_mut_slice() {
-                [one] => ffi::MPI_Wait(one, ffi::RSMPI_STATUS_IGNORE),
-                all => ffi::MPI_Waitall(
-                    all.len() as c_int,
-                    all.as_mut_ptr(),
-                    ffi::RSMPI_STATUSES_IGNORE,
-                ),
-            }
-        };
-        check(code, "MPI_Waitall");
+        wait_every(&mut self.reqs);
     }
 
     fn free_one(&mut self, i: usize) {
@@ -154,6 +140,24 @@ impl Persistent {
             check(code, "MPI_Request_free");
         }
     }
+}
+
+/// Waits for every request of `reqs` (valid handles, active or not); statuses are ignored.
+fn wait_every(reqs: &mut [ffi::MPI_Request]) {
+    // SAFETY: the slice holds valid request handles and its length is the count.
+    let code = unsafe {
+        match reqs {
+            [] => return,
+            // One request is the common case: MPI_Wait skips MPI_Waitall's loop.
+            [one] => ffi::MPI_Wait(one, ffi::RSMPI_STATUS_IGNORE),
+            all => ffi::MPI_Waitall(
+                all.len() as c_int,
+                all.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            ),
+        }
+    };
+    check(code, "MPI_Waitall");
 }
 
 impl Drop for Persistent {
@@ -385,18 +389,7 @@ impl Requests {
     }
 
     pub(crate) fn wait_all(&mut self) {
-        if self.reqs.is_empty() {
-            return;
-        }
-        // SAFETY: the array holds valid request handles; statuses are ignored.
-        let code = unsafe {
-            ffi::MPI_Waitall(
-                self.reqs.len() as c_int,
-                self.reqs.as_mut_ptr(),
-                ffi::RSMPI_STATUSES_IGNORE,
-            )
-        };
-        check(code, "MPI_Waitall");
+        wait_every(&mut self.reqs);
         self.reqs.clear();
         self.recv.clear();
     }
