@@ -10,7 +10,8 @@
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
-//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction.
+//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction;
+//! - [`remesh`]: block data moved, prolongated and restricted onto a remeshed mesh.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -25,6 +26,7 @@ pub mod exchange;
 pub mod flux_correction;
 pub mod pool;
 pub mod prolong_restrict;
+pub mod remesh;
 pub mod storage;
 pub mod tags;
 
@@ -38,5 +40,6 @@ pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus
 pub use flux_correction::{FluxCorrection, FluxData};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};
+pub use remesh::redistribute;
 pub use storage::BlockData;
 pub use tags::TagMap;
