@@ -16,12 +16,16 @@
 //! come from global indices), the time step is a minimum and the L1 error is summed in fixed
 //! point, so results are bit-for-bit identical for any block size and number of ranks.
 //!
-//! Not done here: flux correction at fine-coarse faces (multilevel meshes run, but are
-//! conservative only once the boundary crate's flux correction is called at the marked
-//! site), adaptive refinement and restarts.
+//! On a multilevel mesh the flux correction keeps the update conservative. With
+//! `parthenon/mesh/refinement: adaptive` the mesh follows the first field's gradient (see
+//! [`amr`]): refinement, merging, rebalancing and the data movement keep the total too.
+//!
+//! Not done here: restarts.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
+
+mod amr;
 
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
@@ -38,7 +42,7 @@ use starhalo_boundary::{
     BlockData, BoundaryError, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
 use starhalo_mesh::field::{Centering, Fields, Metadata};
-use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig, RefinementKind};
+use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
 use std::io::Write as _;
 
 const BLOCK: &str = "advection";
@@ -176,6 +180,8 @@ struct Advection {
     coalesced: bool,
     outputs: Vec<OutputBlock>,
     deck_text: String,
+    amr: Option<amr::Amr>,
+    amr_stats: amr::AmrStats,
 }
 
 /// The name of field copy `n`.
@@ -199,15 +205,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     }
     let config = MeshConfig::from_map(&map).map_err(|e| bad_input!("{e}"))?;
-    if config.refinement == RefinementKind::Adaptive {
-        return Err(deck
-            .invalid(
-                MESH,
-                "refinement",
-                "adaptive refinement is not implemented for advection (use none or static)",
-            )
-            .into());
-    }
+    let amr = amr::Amr::from_deck(deck, &config)?;
     if config.nghost < 2 {
         return Err(deck
             .invalid(
@@ -399,6 +397,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         coalesced,
         outputs,
         deck_text: deck.to_yaml(),
+        amr,
+        amr_stats: amr::AmrStats::default(),
     }))
 }
 
@@ -761,12 +761,22 @@ impl Problem for Advection {
         self.initialise();
         comm.time(|| exchange.fill_ghosts(&mut self.data))
             .context("ghost fill")?;
+        self.refine_initially(
+            ctx,
+            &comm,
+            &mut amr::Comms {
+                exchange: &mut exchange,
+                correction: &mut correction,
+                flux: &mut flux,
+            },
+        )?;
 
         let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
         let (mut t, mut cycle, mut dt) = (0.0f64, 0u64, 0.0f64);
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
-        let cells = self.mesh.forest().len() as f64
-            * self.mesh.config().block_nx.iter().product::<usize>() as f64;
+        let block_cells = self.mesh.config().block_nx.iter().product::<usize>() as f64;
+        // Cell updates so far: the block count changes under adaptive refinement.
+        let mut work = 0.0;
         let stages = self.integrator.stages();
         let stop = loop {
             if self.nlim.is_some_and(|n| cycle >= n) {
@@ -796,10 +806,25 @@ impl Problem for Advection {
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
+            work += self.mesh.forest().len() as f64 * block_cells;
+            self.adapt(
+                ctx,
+                &comm,
+                cycle,
+                &mut amr::Comms {
+                    exchange: &mut exchange,
+                    correction: &mut correction,
+                    flux: &mut flux,
+                },
+            )?;
             ctx.progress(cycle, || format!("time={t:.6e} dt={dt:.6e}"));
             self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
         };
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), true)?;
+        if self.amr.is_some() && ctx.is_root() {
+            let f = self.mesh.forest();
+            println!("{}", self.amr_stats.line(f.len(), f.max_level()));
+        }
 
         if self.compute_error {
             let (l1, linf) = self.errors(ctx, t);
@@ -828,7 +853,7 @@ impl Problem for Advection {
         }
         Ok(Summary {
             cycles: cycle,
-            work: cells * (cycle as usize * stages * self.num_vars) as f64,
+            work: work * (stages * self.num_vars) as f64,
             work_unit: "cell-updates",
             comm: comm.total(),
             stop,

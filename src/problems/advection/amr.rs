@@ -1,0 +1,313 @@
+//! Adaptive refinement of the advection run: a block asks to be refined where the first field
+//! is steep and to be merged where it is flat, every `advection/refine_interval` cycles; the
+//! mesh is then remeshed and rebalanced, the data moved with [`redistribute`], and the ghost
+//! exchange and flux correction rebuilt for the new mesh.
+//!
+//! The criterion is Parthenon's first-derivative measure: the largest, over the block's
+//! interior cells and the active directions, of `|q(i+1) - q(i-1)| / (2 |q(i)| + tiny)`.
+//! Above `advection/refine_tol` (default 0.3) the block refines; below
+//! `advection/derefine_tol` (default 0.03) it asks to merge (granted once its whole family
+//! has asked `parthenon/mesh/derefine_count` times in a row).
+
+use super::{Advection, Geo, BLOCK, MESH};
+use crate::deck::Deck;
+use crate::run::stats::CommTimer;
+use crate::run::RunContext;
+use anyhow::{Context as _, Result};
+use mpi::datatype::PartitionMut;
+use mpi::traits::CommunicatorCollectives;
+use starhalo_boundary::{redistribute, Exchange, FluxCorrection, FluxData};
+use starhalo_mesh::refine::{BlockFate, BlockOrigin};
+use starhalo_mesh::{MeshConfig, RefinementFlag, RefinementKind};
+
+/// Parthenon's `TINY_NUMBER`: keeps the measure finite where the field is zero.
+const TINY: f64 = 1e-20;
+
+/// The refinement settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Amr {
+    refine_tol: f64,
+    derefine_tol: f64,
+    /// Check every this many cycles.
+    interval: u64,
+}
+
+/// What the refinement did over a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct AmrStats {
+    /// Remeshes that changed the mesh.
+    pub remeshes: u64,
+    /// Blocks split.
+    pub refined: usize,
+    /// Blocks made by merging a family.
+    pub merged: usize,
+    /// Fewest blocks seen after the initial refinement.
+    pub min_blocks: usize,
+    /// Most blocks seen.
+    pub max_blocks: usize,
+}
+
+impl Amr {
+    /// The settings of an adaptive mesh, `None` otherwise (the keys are then not read, and a
+    /// deck that sets them is told so by the unread-key check).
+    pub(super) fn from_deck(deck: &Deck, config: &MeshConfig) -> Result<Option<Self>> {
+        if config.refinement != RefinementKind::Adaptive {
+            return Ok(None);
+        }
+        let tol = |key: &str, default: f64| -> Result<f64> {
+            let x = deck.get_f64_or(BLOCK, key, default)?;
+            if !(x.is_finite() && x >= 0.0) {
+                return Err(deck
+                    .invalid(BLOCK, key, "must be a finite number >= 0")
+                    .into());
+            }
+            Ok(x)
+        };
+        let refine_tol = tol("refine_tol", 0.3)?;
+        let derefine_tol = tol("derefine_tol", 0.03)?;
+        if derefine_tol >= refine_tol {
+            return Err(deck
+                .invalid(
+                    BLOCK,
+                    "derefine_tol",
+                    format!("must be below refine_tol ({refine_tol})"),
+                )
+                .into());
+        }
+        let interval = deck.get_i64_or(BLOCK, "refine_interval", 1)?;
+        if interval < 1 {
+            return Err(deck
+                .invalid(BLOCK, "refine_interval", "must be a whole number >= 1")
+                .into());
+        }
+        if config.numlevel < 2 {
+            return Err(deck
+                .invalid(
+                    MESH,
+                    "numlevel",
+                    "adaptive refinement needs numlevel >= 2 (levels above the root grid)",
+                )
+                .into());
+        }
+        Ok(Some(Self {
+            refine_tol,
+            derefine_tol,
+            interval: interval as u64,
+        }))
+    }
+
+    fn flag(&self, measure: f64) -> RefinementFlag {
+        if measure > self.refine_tol {
+            RefinementFlag::Refine
+        } else if measure < self.derefine_tol {
+            RefinementFlag::Derefine
+        } else {
+            RefinementFlag::Same
+        }
+    }
+}
+
+/// The first-derivative measure of one block array (ghosts filled).
+fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
+    let strides = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
+    let mut m = 0.0f64;
+    for p in geo.interior() {
+        let c = geo.at(p);
+        let scale = 2.0 * u[c].abs() + TINY;
+        for &s in &strides[..geo.ndim] {
+            m = m.max((u[c + s] - u[c - s]).abs() / scale);
+        }
+    }
+    m
+}
+
+fn code(f: RefinementFlag) -> i8 {
+    match f {
+        RefinementFlag::Refine => 1,
+        RefinementFlag::Same => 0,
+        RefinementFlag::Derefine => -1,
+    }
+}
+
+fn flag_of(c: i8) -> RefinementFlag {
+    match c {
+        1 => RefinementFlag::Refine,
+        -1 => RefinementFlag::Derefine,
+        _ => RefinementFlag::Same,
+    }
+}
+
+/// The exchange, flux correction and flux storage of one mesh: rebuilt after every remesh.
+pub(super) struct Comms<'a> {
+    pub exchange: &'a mut Exchange,
+    pub correction: &'a mut Option<FluxCorrection>,
+    pub flux: &'a mut FluxData,
+}
+
+impl Advection {
+    /// Every block's flag, in gid order, the same on every rank (collective). `refine_only`
+    /// turns merge requests into "same" (the initial refinement only ever adds levels).
+    fn gather_flags(&self, ctx: &RunContext, amr: &Amr, refine_only: bool) -> Vec<RefinementFlag> {
+        let local: Vec<i8> = (0..self.data.gids().len())
+            .map(|b| {
+                let geo = Geo::new(&self.mesh, self.data.gids()[b]);
+                let f = amr.flag(first_derivative(self.data.fine(b, 0), &geo));
+                if refine_only && f == RefinementFlag::Derefine {
+                    0
+                } else {
+                    code(f)
+                }
+            })
+            .collect();
+        let p = self.mesh.partition();
+        let counts: Vec<i32> = (0..p.nranks())
+            .map(|r| p.blocks_of(r).len() as i32)
+            .collect();
+        let displs: Vec<i32> = (0..p.nranks())
+            .map(|r| p.blocks_of(r).start as i32)
+            .collect();
+        let mut all = vec![0i8; p.nblocks()];
+        ctx.world.all_gather_varcount_into(
+            &local[..],
+            &mut PartitionMut::new(&mut all[..], counts, displs),
+        );
+        all.into_iter().map(flag_of).collect()
+    }
+
+    /// Applies `flags`: remesh, move the data, rebuild what depends on the mesh. Returns the
+    /// numbers of blocks refined and merged, or `None` (and changes nothing) if the flags
+    /// change no block.
+    fn remesh(
+        &mut self,
+        ctx: &RunContext,
+        comm: &CommTimer,
+        flags: &[RefinementFlag],
+        c: &mut Comms,
+    ) -> Result<Option<(usize, usize)>> {
+        let old_forest = self.mesh.forest().clone();
+        let outcome = self
+            .mesh
+            .remesh(flags, None)
+            .context("remeshing the adaptive mesh")?;
+        if outcome.map.is_identity() {
+            return Ok(None);
+        }
+        let world = ctx.world;
+        let data = comm
+            .time(|| redistribute(world, &old_forest, &self.mesh, &outcome, &self.data, &[]))
+            .context("moving block data after a remesh")?;
+        self.data = data;
+        let opts = c.exchange.options();
+        *c.exchange = comm
+            .time(|| Exchange::new(world, &self.mesh, &self.data, opts))
+            .context("setting up the ghost exchange after a remesh")?;
+        *c.correction = if self.mesh.config().is_multilevel() {
+            Some(
+                comm.time(|| FluxCorrection::new(world, &self.mesh, &self.data))
+                    .context("setting up the flux correction after a remesh")?,
+            )
+        } else {
+            None
+        };
+        *c.flux = FluxData::new(&self.data);
+        let n = self.mesh.forest().len();
+        let refined = outcome
+            .map
+            .fate
+            .iter()
+            .filter(|f| matches!(f, BlockFate::Refined { .. }))
+            .count();
+        let merged = outcome
+            .map
+            .origin
+            .iter()
+            .filter(|o| matches!(o, BlockOrigin::Merged { .. }))
+            .count();
+        let s = &mut self.amr_stats;
+        s.remeshes += 1;
+        s.refined += refined;
+        s.merged += merged;
+        s.min_blocks = s.min_blocks.min(n);
+        s.max_blocks = s.max_blocks.max(n);
+        Ok(Some((refined, merged)))
+    }
+
+    /// Before the first step: refine where the initial profile asks, set it up again on the
+    /// new blocks (so the finest levels start from the exact profile), until nothing changes
+    /// or `numlevel` rounds have run.
+    pub(super) fn refine_initially(
+        &mut self,
+        ctx: &RunContext,
+        comm: &CommTimer,
+        c: &mut Comms,
+    ) -> Result<()> {
+        let Some(amr) = self.amr else {
+            return Ok(());
+        };
+        let n = self.mesh.forest().len();
+        self.amr_stats.min_blocks = n;
+        self.amr_stats.max_blocks = n;
+        for _ in 0..self.mesh.config().numlevel {
+            let flags = self.gather_flags(ctx, &amr, true);
+            if !flags.contains(&RefinementFlag::Refine)
+                || self.remesh(ctx, comm, &flags, c)?.is_none()
+            {
+                break;
+            }
+            // The profile again, at the new blocks' own resolution.
+            self.initialise();
+            comm.time(|| c.exchange.fill_ghosts(&mut self.data))
+                .context("ghost fill")?;
+        }
+        self.amr_stats = AmrStats {
+            min_blocks: self.mesh.forest().len(),
+            max_blocks: self.mesh.forest().len(),
+            ..AmrStats::default()
+        };
+        Ok(())
+    }
+
+    /// Between steps: check the refinement criterion (every `refine_interval` cycles) and
+    /// remesh if any block changes. Collective.
+    pub(super) fn adapt(
+        &mut self,
+        ctx: &RunContext,
+        comm: &CommTimer,
+        cycle: u64,
+        c: &mut Comms,
+    ) -> Result<()> {
+        let Some(amr) = self.amr else {
+            return Ok(());
+        };
+        if !cycle.is_multiple_of(amr.interval) {
+            return Ok(());
+        }
+        let flags = self.gather_flags(ctx, &amr, false);
+        if flags.iter().all(|&f| f == RefinementFlag::Same) {
+            return Ok(());
+        }
+        let before = self.mesh.forest().len();
+        if let Some((r, m)) = self.remesh(ctx, comm, &flags, c)? {
+            comm.time(|| c.exchange.fill_ghosts(&mut self.data))
+                .context("ghost fill after a remesh")?;
+            if ctx.is_root() {
+                println!(
+                    "remesh: cycle={cycle} blocks {before} -> {} refined={r} merged={m} max_level={}",
+                    self.mesh.forest().len(),
+                    self.mesh.forest().max_level()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AmrStats {
+    /// One line for the end of the run.
+    pub(super) fn line(&self, blocks: usize, max_level: u32) -> String {
+        format!(
+            "amr: remeshes={} refined={} merged={} blocks min={} max={} final={blocks} max_level={max_level}",
+            self.remeshes, self.refined, self.merged, self.min_blocks, self.max_blocks
+        )
+    }
+}
