@@ -48,12 +48,9 @@ pub(super) struct AmrStats {
 }
 
 impl Amr {
-    /// The settings of an adaptive mesh, `None` otherwise (the keys are then not read, and a
-    /// deck that sets them is told so by the unread-key check).
+    /// The settings of an adaptive mesh, `None` otherwise. The keys are checked either way,
+    /// so that switching `refinement` off for a comparison run needs no other edit.
     pub(super) fn from_deck(deck: &Deck, config: &MeshConfig) -> Result<Option<Self>> {
-        if config.refinement != RefinementKind::Adaptive {
-            return Ok(None);
-        }
         let tol = |key: &str, default: f64| -> Result<f64> {
             let x = deck.get_f64_or(BLOCK, key, default)?;
             if !(x.is_finite() && x >= 0.0) {
@@ -79,6 +76,9 @@ impl Amr {
             return Err(deck
                 .invalid(BLOCK, "refine_interval", "must be a whole number >= 1")
                 .into());
+        }
+        if config.refinement != RefinementKind::Adaptive {
+            return Ok(None);
         }
         if config.numlevel < 2 {
             return Err(deck
