@@ -7,7 +7,8 @@
 //! - at the end, the block holding the Gaussian's exact centre is at the finest level, every
 //!   finest block lies near that centre, and the blocks at its starting point are coarser;
 //! - the AMR run beats the uniform root grid on L1 error by a wide margin;
-//! - history, final levels and final field are identical on 1, 2 and 4 ranks.
+//! - history, final levels and final field are identical on 1, 2 and 4 ranks;
+//! - bad refinement keys exit 2 on every rank.
 
 mod common;
 
@@ -192,8 +193,34 @@ fn check_physics(r: &Run) {
     }
 }
 
+/// Bad refinement keys exit 2 on every rank of a 2-rank job, naming the key.
+fn check_bad_keys() {
+    let deck = deck();
+    for (o, says) in [
+        ("advection/derefine_tol=0.5", "derefine_tol"),
+        ("advection/refine_tol=-1", "refine_tol"),
+        ("advection/refine_interval=0", "refine_interval"),
+        ("parthenon/mesh/numlevel=1", "numlevel"),
+    ] {
+        let dir = std::env::temp_dir().join(format!("starhalo-amr-bad-{}", std::process::id()));
+        let args = [
+            "run",
+            deck.to_str().unwrap(),
+            "-d",
+            dir.to_str().unwrap(),
+            o,
+        ];
+        let out = common::mpirun(2, 60, Path::new(EXE), &args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{o}: {err}");
+        assert!(err.contains(says), "{o}: {err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 fn main() {
     eprintln!("amr_advection: inputs/advection_amr.yaml on 1, 2 and 4 ranks");
+    check_bad_keys();
     let one = run(1, &[]);
     check_physics(&one);
     // The uniform root grid, for scale.
