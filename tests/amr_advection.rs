@@ -7,12 +7,15 @@
 //! - at the end, the block holding the Gaussian's exact centre is at the finest level, every
 //!   finest block lies near that centre, and the blocks at its starting point are coarser;
 //! - the AMR run beats the uniform root grid on L1 error by a wide margin;
+//! - the criterion given as a `parthenon/refinement0` block gives the same run, and its
+//!   `max_level` caps the levels;
 //! - history, final levels and final field are identical on 1, 2 and 4 ranks;
 //! - bad refinement keys exit 2 on every rank.
 
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
 const LIMIT_S: u64 = 180;
@@ -38,10 +41,11 @@ struct Run {
 }
 
 fn run(ranks: usize, overrides: &[&str]) -> Run {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "starhalo-amr-{}-{ranks}-{}",
+        "starhalo-amr-{}-{}",
         std::process::id(),
-        overrides.len()
+        RUNS.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -201,6 +205,7 @@ fn check_bad_keys() {
         ("advection/refine_tol=-1", "refine_tol"),
         ("advection/refine_interval=0", "refine_interval"),
         ("parthenon/mesh/numlevel=1", "numlevel"),
+        ("parthenon/refinement0/field=foo", "no field 'foo'"),
     ] {
         let dir = std::env::temp_dir().join(format!("starhalo-amr-bad-{}", std::process::id()));
         let args = [
@@ -227,6 +232,19 @@ fn main() {
     let coarse = run(1, &["parthenon/mesh/refinement=none"]);
     eprintln!("  L1 error: AMR {:e}, root grid {:e}", one.l1, coarse.l1);
     assert!(one.l1 * 4.0 < coarse.l1);
+    // The same criterion as a Parthenon refinement block: the same run; with its max_level
+    // at 1, nothing goes finer.
+    let block = [
+        "parthenon/refinement0/field=advected",
+        "parthenon/refinement0/refine_tol=0.1",
+        "parthenon/refinement0/derefine_tol=0.02",
+    ];
+    assert_eq!(run(1, &block).hst, one.hst);
+    let capped = run(
+        1,
+        &[&block[..], &["parthenon/refinement0/max_level=1"]].concat(),
+    );
+    assert_eq!(capped.levels.iter().max(), Some(&1));
     for n in [2, 4] {
         let r = run(n, &[]);
         check_physics(&r);

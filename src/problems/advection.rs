@@ -205,7 +205,6 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     }
     let config = MeshConfig::from_map(&map).map_err(|e| bad_input!("{e}"))?;
-    let amr = amr::Amr::from_deck(deck, &config)?;
     if config.nghost < 2 {
         return Err(deck
             .invalid(
@@ -370,6 +369,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         outputs.push(o);
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
+
+    let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
 
     let mut fields = Fields::default();
     for n in 0..num_vars {

@@ -8,9 +8,14 @@
 //! Above `advection/refine_tol` (default 0.3) the block refines; below
 //! `advection/derefine_tol` (default 0.03) it asks to merge (granted once its whole family
 //! has asked `parthenon/mesh/derefine_count` times in a row).
+//!
+//! `parthenon/refinementN` blocks (Parthenon's criteria: `method: derivative_order_1`,
+//! `field`, `refine_tol` default 0.5, `derefine_tol` default 0.05, `max_level`) replace that
+//! criterion by theirs; a block refines if any criterion asks it to and merges only if all do.
 
-use super::{Advection, Geo, BLOCK, MESH};
+use super::{field_name, Advection, Geo, BLOCK, MESH};
 use crate::deck::Deck;
+use crate::exit::bad_input;
 use crate::run::stats::CommTimer;
 use crate::run::RunContext;
 use anyhow::{Context as _, Result};
@@ -23,11 +28,37 @@ use starhalo_mesh::{MeshConfig, RefinementFlag, RefinementKind};
 /// Parthenon's `TINY_NUMBER`: keeps the measure finite where the field is zero.
 const TINY: f64 = 1e-20;
 
-/// The refinement settings.
+/// One refinement criterion on one field.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Amr {
+struct Criterion {
+    /// The field (its slot in the storage).
+    field: usize,
     refine_tol: f64,
     derefine_tol: f64,
+    /// Blocks at this level or finer are not refined for this criterion.
+    max_level: u32,
+}
+
+impl Criterion {
+    fn flag(&self, measure: f64, level: u32) -> RefinementFlag {
+        if measure > self.refine_tol {
+            if level < self.max_level {
+                RefinementFlag::Refine
+            } else {
+                RefinementFlag::Same
+            }
+        } else if measure < self.derefine_tol {
+            RefinementFlag::Derefine
+        } else {
+            RefinementFlag::Same
+        }
+    }
+}
+
+/// The refinement settings.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Amr {
+    criteria: Vec<Criterion>,
     /// Check every this many cycles.
     interval: u64,
 }
@@ -50,26 +81,97 @@ pub(super) struct AmrStats {
 impl Amr {
     /// The settings of an adaptive mesh, `None` otherwise. The keys are checked either way,
     /// so that switching `refinement` off for a comparison run needs no other edit.
-    pub(super) fn from_deck(deck: &Deck, config: &MeshConfig) -> Result<Option<Self>> {
-        let tol = |key: &str, default: f64| -> Result<f64> {
-            let x = deck.get_f64_or(BLOCK, key, default)?;
-            if !(x.is_finite() && x >= 0.0) {
+    pub(super) fn from_deck(
+        deck: &Deck,
+        config: &MeshConfig,
+        num_vars: usize,
+    ) -> Result<Option<Self>> {
+        let finest = config.numlevel.saturating_sub(1);
+        let tolerances = |block: &str, refine: f64, derefine: f64| -> Result<(f64, f64)> {
+            let tol = |key: &str, default: f64| -> Result<f64> {
+                let x = deck.get_f64_or(block, key, default)?;
+                if !(x.is_finite() && x >= 0.0) {
+                    return Err(deck
+                        .invalid(block, key, "must be a finite number >= 0")
+                        .into());
+                }
+                Ok(x)
+            };
+            let (r, d) = (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?);
+            if d >= r {
                 return Err(deck
-                    .invalid(BLOCK, key, "must be a finite number >= 0")
+                    .invalid(
+                        block,
+                        "derefine_tol",
+                        format!("must be below refine_tol ({r})"),
+                    )
                     .into());
             }
-            Ok(x)
+            Ok((r, d))
         };
-        let refine_tol = tol("refine_tol", 0.3)?;
-        let derefine_tol = tol("derefine_tol", 0.03)?;
-        if derefine_tol >= refine_tol {
-            return Err(deck
-                .invalid(
-                    BLOCK,
-                    "derefine_tol",
-                    format!("must be below refine_tol ({refine_tol})"),
-                )
-                .into());
+        let (refine_tol, derefine_tol) = tolerances(BLOCK, 0.3, 0.03)?;
+        let mut criteria = vec![Criterion {
+            field: 0,
+            refine_tol,
+            derefine_tol,
+            max_level: finest,
+        }];
+        let mut blocks: Vec<(usize, &str)> = deck
+            .blocks()
+            .iter()
+            .filter_map(|b| {
+                let n = b.name.strip_prefix("parthenon/refinement")?;
+                Some((n.parse().unwrap_or(usize::MAX), b.name.as_str()))
+            })
+            .collect();
+        blocks.sort_unstable();
+        if !blocks.is_empty() {
+            criteria.clear();
+        }
+        for (n, block) in blocks {
+            if n == usize::MAX {
+                return Err(bad_input!(
+                    "block {block}: refinement criteria are named parthenon/refinementN"
+                ));
+            }
+            let method = deck.get_str_or(block, "method", "derivative_order_1")?;
+            if method != "derivative_order_1" {
+                return Err(deck
+                    .invalid(
+                        block,
+                        "method",
+                        format!("unknown method '{method}' (known: derivative_order_1)"),
+                    )
+                    .into());
+            }
+            let name = deck.get_str(block, "field")?;
+            let field = (0..num_vars)
+                .find(|&i| field_name(i) == name)
+                .ok_or_else(|| {
+                    let known: Vec<String> = (0..num_vars).map(field_name).collect();
+                    deck.invalid(
+                        block,
+                        "field",
+                        format!("no field '{name}' (known: {})", known.join(", ")),
+                    )
+                })?;
+            let (refine_tol, derefine_tol) = tolerances(block, 0.5, 0.05)?;
+            let max_level = deck.get_i64_or(block, "max_level", i64::from(finest))?;
+            if !(0..=i64::from(finest)).contains(&max_level) {
+                return Err(deck
+                    .invalid(
+                        block,
+                        "max_level",
+                        format!("must be 0 to {finest} (numlevel - 1)"),
+                    )
+                    .into());
+            }
+            criteria.push(Criterion {
+                field,
+                refine_tol,
+                derefine_tol,
+                max_level: max_level as u32,
+            });
         }
         let interval = deck.get_i64_or(BLOCK, "refine_interval", 1)?;
         if interval < 1 {
@@ -90,16 +192,28 @@ impl Amr {
                 .into());
         }
         Ok(Some(Self {
-            refine_tol,
-            derefine_tol,
+            criteria,
             interval: interval as u64,
         }))
     }
 
-    fn flag(&self, measure: f64) -> RefinementFlag {
-        if measure > self.refine_tol {
-            RefinementFlag::Refine
-        } else if measure < self.derefine_tol {
+    /// The flag of a block at `level` whose field `n` is `field(n)`: refine if any criterion
+    /// says so, merge only if all do.
+    fn flag<'a>(
+        &self,
+        level: u32,
+        field: impl Fn(usize) -> &'a [f64],
+        geo: &Geo,
+    ) -> RefinementFlag {
+        let mut all_derefine = true;
+        for c in &self.criteria {
+            match c.flag(first_derivative(field(c.field), geo), level) {
+                RefinementFlag::Refine => return RefinementFlag::Refine,
+                RefinementFlag::Same => all_derefine = false,
+                RefinementFlag::Derefine => {}
+            }
+        }
+        if all_derefine {
             RefinementFlag::Derefine
         } else {
             RefinementFlag::Same
@@ -150,8 +264,10 @@ impl Advection {
     fn gather_flags(&self, ctx: &RunContext, amr: &Amr, refine_only: bool) -> Vec<RefinementFlag> {
         let local: Vec<i8> = (0..self.data.gids().len())
             .map(|b| {
-                let geo = Geo::new(&self.mesh, self.data.gids()[b]);
-                let f = amr.flag(first_derivative(self.data.fine(b, 0), &geo));
+                let gid = self.data.gids()[b];
+                let geo = Geo::new(&self.mesh, gid);
+                let level = self.mesh.forest().loc(gid).map_or(0, |l| l.level());
+                let f = amr.flag(level, |s| self.data.fine(b, s), &geo);
                 if refine_only && f == RefinementFlag::Derefine {
                     0
                 } else {
@@ -241,7 +357,7 @@ impl Advection {
         comm: &CommTimer,
         c: &mut Comms,
     ) -> Result<()> {
-        let Some(amr) = self.amr else {
+        let Some(amr) = self.amr.clone() else {
             return Ok(());
         };
         let n = self.mesh.forest().len();
@@ -276,7 +392,7 @@ impl Advection {
         cycle: u64,
         c: &mut Comms,
     ) -> Result<()> {
-        let Some(amr) = self.amr else {
+        let Some(amr) = self.amr.clone() else {
             return Ok(());
         };
         if !cycle.is_multiple_of(amr.interval) {
