@@ -43,6 +43,29 @@ pub struct Source<'a> {
 /// blocks of `old_forest`, the forest before the remesh that produced `outcome`. `ops` gives
 /// each variable's prolongation operator (missing entries: the default). Collective over
 /// `comm`; ghosts of the result must be filled before use.
+///
+/// ```
+/// use starhalo_boundary::{redistribute, BlockData};
+/// use starhalo_mesh::field::{Centering, Fields, Metadata};
+/// use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag, RefinementKind};
+/// let universe = starhalo_sf::mpi::initialize().unwrap();
+/// let world = universe.world();
+/// let mut c = MeshConfig::new([16, 16, 1], [8, 8, 1]);
+/// c.refinement = RefinementKind::Adaptive;
+/// c.numlevel = 2;
+/// let mut mesh = Mesh::new(c, 1).unwrap();
+/// let mut fields = Fields::default();
+/// fields.add("u", Metadata::new(Centering::Cell)).unwrap();
+/// let mut data = BlockData::new(&mesh, &fields, 0).unwrap();
+/// data.data_mut().fill(3.0);
+/// let old_forest = mesh.forest().clone();
+/// let flags = [RefinementFlag::Refine, RefinementFlag::Same, RefinementFlag::Same, RefinementFlag::Same];
+/// let outcome = mesh.remesh(&flags, None).unwrap();
+/// let data = redistribute(&world, &old_forest, &mesh, &outcome, &data, &[]).unwrap();
+/// assert_eq!(data.gids().len(), 7);
+/// // A constant stays constant in the new children (interior cell 2, 2 of block 0).
+/// assert_eq!(data.fine(0, 0)[2 * 12 + 2], 3.0);
+/// ```
 pub fn redistribute(
     comm: &SimpleCommunicator,
     old_forest: &Forest,

@@ -398,10 +398,8 @@ impl Advection {
         if !cycle.is_multiple_of(amr.interval) {
             return Ok(());
         }
+        // Flags of all "same" still go to the mesh: they restart the derefinement counts.
         let flags = self.gather_flags(ctx, &amr, false);
-        if flags.iter().all(|&f| f == RefinementFlag::Same) {
-            return Ok(());
-        }
         let before = self.mesh.forest().len();
         if let Some((r, m)) = self.remesh(ctx, comm, &flags, c)? {
             comm.time(|| c.exchange.fill_ghosts(&mut self.data))
