@@ -425,3 +425,72 @@ impl AmrStats {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starhalo_mesh::Mesh;
+
+    /// A 1-D block of 8 cells with 2 ghosts, and its geometry.
+    fn block() -> Geo {
+        let mut c = MeshConfig::new([8, 1, 1], [8, 1, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 2;
+        Geo::new(&Mesh::new(c, 1).unwrap(), 0)
+    }
+
+    fn criterion(field: usize, max_level: u32) -> Criterion {
+        Criterion {
+            field,
+            refine_tol: 0.1,
+            derefine_tol: 0.01,
+            max_level,
+        }
+    }
+
+    #[test]
+    fn first_derivative_is_the_steepest_relative_centred_difference() {
+        let geo = block();
+        // u = 1 + 0.1 i over 12 points: centred difference 0.2 everywhere, smallest |u| at
+        // the first interior point (i = 2).
+        let ramp: Vec<f64> = (0..12).map(|i| 1.0 + 0.1 * i as f64).collect();
+        let m = first_derivative(&ramp, &geo);
+        assert!((m - 0.2 / (2.0 * 1.2)).abs() < 1e-15, "{m}");
+        // A jump from 0 to 1 divides by (almost) zero: far above any tolerance.
+        let step: Vec<f64> = (0..12).map(|i| if i < 6 { 0.0 } else { 1.0 }).collect();
+        assert!(first_derivative(&step, &geo) > 1e10);
+        // Ghost values count through the centred difference of the edge cells.
+        let mut flat = vec![1.0; 12];
+        flat[1] = 1.5;
+        assert!((first_derivative(&flat, &geo) - 0.25).abs() < 1e-15);
+        flat[0] = 100.0;
+        assert!((first_derivative(&flat, &geo) - 0.25).abs() < 1e-15);
+    }
+
+    #[test]
+    fn any_criterion_refines_all_must_agree_to_merge_and_max_level_caps() {
+        let geo = block();
+        let amr = Amr {
+            criteria: vec![criterion(0, 2), criterion(1, 1)],
+            interval: 1,
+        };
+        let flat = vec![1.0; 12];
+        let steep: Vec<f64> = (0..12).map(|i| 1.0 + i as f64).collect();
+        let mild: Vec<f64> = (0..12).map(|i| 1.0 + 0.05 * i as f64).collect();
+        let fields = |a: &'static str, b: &'static str| {
+            let pick = |n: &str| match n {
+                "flat" => flat.clone(),
+                "steep" => steep.clone(),
+                _ => mild.clone(),
+            };
+            [pick(a), pick(b)]
+        };
+        let flag = |f: &[Vec<f64>; 2], level| amr.flag(level, |s| &f[s][..], &geo);
+        assert_eq!(flag(&fields("flat", "flat"), 0), RefinementFlag::Derefine);
+        assert_eq!(flag(&fields("flat", "steep"), 0), RefinementFlag::Refine);
+        assert_eq!(flag(&fields("flat", "mild"), 0), RefinementFlag::Same);
+        // Field 1's criterion stops at level 1; field 0's goes on to level 2.
+        assert_eq!(flag(&fields("flat", "steep"), 1), RefinementFlag::Same);
+        assert_eq!(flag(&fields("steep", "flat"), 1), RefinementFlag::Refine);
+    }
+}
