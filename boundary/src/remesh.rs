@@ -237,7 +237,7 @@ pub fn assemble(
     };
     let vars = new.vars().to_vec();
     let vlen = new.layout().fine.var_len();
-    let halves = Halves::new(new.shape())?;
+    let halves = Halves::new(new.shape());
     let mut coarse = vec![0.0; halves.coarse_len()];
     for b in 0..new.gids().len() {
         let gid = new.gids()[b];
@@ -330,7 +330,7 @@ fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
 }
 
 impl Halves {
-    fn new(shape: &IndexShape) -> Result<Self, BoundaryError> {
+    fn new(shape: &IndexShape) -> Self {
         // Blocks of odd size cannot be refined (the mesh refuses them); keep the error for
         // the moment a refined or merged block needs the geometry.
         let multilevel = shape.coarse().ok().map(|cs| {
@@ -353,10 +353,10 @@ impl Halves {
                 ),
             }
         });
-        Ok(Self {
+        Self {
             shape: *shape,
             multilevel,
-        })
+        }
     }
 
     fn coarse_len(&self) -> usize {
