@@ -11,7 +11,8 @@
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
 //! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction;
-//! - [`tasks`]: the whole ghost fill and the whole flux correction added to a task list.
+//! - [`tasks`]: the whole ghost fill and the whole flux correction added to a task list;
+//! - [`remesh`]: block data moved, prolongated and restricted onto a remeshed mesh.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -26,6 +27,7 @@ pub mod exchange;
 pub mod flux_correction;
 pub mod pool;
 pub mod prolong_restrict;
+pub mod remesh;
 pub mod storage;
 pub mod tags;
 pub mod tasks;
@@ -40,5 +42,6 @@ pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus
 pub use flux_correction::{FluxCorrection, FluxData};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};
+pub use remesh::redistribute;
 pub use storage::BlockData;
 pub use tags::TagMap;

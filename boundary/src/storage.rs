@@ -97,6 +97,45 @@ impl BlockData {
         Ok(s)
     }
 
+    /// Storage with the same variables for `rank`'s blocks of `mesh` (a remeshed mesh whose
+    /// blocks have the same shape): dense variables zero, sparse ones unallocated.
+    pub fn for_blocks_of(&self, mesh: &Mesh, rank: usize) -> Result<Self, BoundaryError> {
+        let shape = mesh.index_shape()?;
+        if shape != self.shape {
+            return Err(BoundaryError::Geometry(format!(
+                "blocks of {:?} cells, {} ghosts: the storage holds {:?}, {}",
+                shape.nx(),
+                shape.nghost(),
+                self.shape.nx(),
+                self.shape.nghost()
+            )));
+        }
+        let gids: Vec<usize> = mesh.partition().blocks_of(rank).collect();
+        let mut s = Self {
+            data: vec![0.0; gids.len() * self.layout.block_len()],
+            allocated: vec![true; gids.len() * self.vars.len()],
+            gids,
+            shape,
+            coarse_shape: mesh.coarse_shape()?,
+            layout: self.layout,
+            vars: self.vars.clone(),
+            slot_default: self.slot_default.clone(),
+        };
+        if s.coarse_shape != self.coarse_shape {
+            return Err(BoundaryError::Geometry(
+                "the remeshed mesh differs in having coarse buffers".into(),
+            ));
+        }
+        for b in 0..s.gids.len() {
+            for v in 0..s.vars.len() {
+                if s.vars[v].threshold.is_some() {
+                    s.set_allocated(b, v, false);
+                }
+            }
+        }
+        Ok(s)
+    }
+
     /// Global ids of the blocks, ascending; local block `b` is `gids()[b]`.
     pub fn gids(&self) -> &[usize] {
         &self.gids
@@ -145,6 +184,20 @@ impl BlockData {
     fn block_range(&self, b: usize) -> Range<usize> {
         let n = self.layout.block_len();
         b * n..(b + 1) * n
+    }
+
+    /// The block arrays of every slot of local block `b`, one after the other (no coarse
+    /// buffers): what a block carries when it moves to another rank.
+    pub fn fine_block(&self, b: usize) -> &[f64] {
+        let n = self.layout.fine.block_len();
+        &self.data[self.block_range(b)][..n]
+    }
+
+    /// [`BlockData::fine_block`], for writing.
+    pub fn fine_block_mut(&mut self, b: usize) -> &mut [f64] {
+        let n = self.layout.fine.block_len();
+        let r = self.block_range(b);
+        &mut self.data[r][..n]
     }
 
     /// Slot `slot`'s block array of local block `b` (ghosts included).

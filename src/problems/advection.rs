@@ -19,10 +19,16 @@
 //! come from global indices), the time step is a minimum and the L1 error is summed in fixed
 //! point, so results are bit-for-bit identical for any block size and number of ranks.
 //!
-//! Not done here: adaptive refinement and restarts.
+//! On a multilevel mesh the flux correction keeps the update conservative. With
+//! `parthenon/mesh/refinement: adaptive` the mesh follows the first field's gradient (see
+//! [`amr`]): refinement, merging, rebalancing and the data movement keep the total too.
+//!
+//! Not done here: restarts.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
+
+mod amr;
 
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
@@ -41,7 +47,7 @@ use starhalo_boundary::{
 };
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_mesh::field::{Centering, Fields, Metadata};
-use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig, RefinementKind};
+use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
 use std::cell::{Cell, RefCell};
 use std::io::Write as _;
 use std::ops::Range;
@@ -183,6 +189,8 @@ struct Advection {
     coalesced: bool,
     outputs: Vec<OutputBlock>,
     deck_text: String,
+    amr: Option<amr::Amr>,
+    amr_stats: amr::AmrStats,
 }
 
 /// The name of field copy `n`.
@@ -206,15 +214,6 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     }
     let config = MeshConfig::from_map(&map).map_err(|e| bad_input!("{e}"))?;
-    if config.refinement == RefinementKind::Adaptive {
-        return Err(deck
-            .invalid(
-                MESH,
-                "refinement",
-                "adaptive refinement is not implemented for advection (use none or static)",
-            )
-            .into());
-    }
     if config.nghost < 2 {
         return Err(deck
             .invalid(
@@ -380,6 +379,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
 
+    let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
+
     let mut fields = Fields::default();
     for n in 0..num_vars {
         fields
@@ -406,6 +407,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         coalesced,
         outputs,
         deck_text: deck.to_yaml(),
+        amr,
+        amr_stats: amr::AmrStats::default(),
     }))
 }
 
@@ -875,10 +878,11 @@ impl Problem for Advection {
     fn run(&mut self, ctx: &RunContext) -> Result<Summary> {
         let world = ctx.world;
         let comm = CommTimer::default();
-        let comms =
+        let mut comms =
             comm.time(|| Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced))?;
         self.initialise();
         comm.time(|| self.fill_ghosts(ctx, &comms))?;
+        self.refine_initially(ctx, &comm, &mut comms)?;
 
         let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
         let (mut t, mut cycle, mut dt) = (0.0f64, 0u64, 0.0f64);
@@ -911,6 +915,7 @@ impl Problem for Advection {
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
+            self.adapt(ctx, &comm, cycle, &mut comms)?;
             let blocks = self.mesh.forest().len();
             let zones = (blocks * self.mesh.config().block_nx.iter().product::<usize>()) as f64;
             zone_cycles += zones;
@@ -923,6 +928,10 @@ impl Problem for Advection {
             self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
         };
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), true)?;
+        if self.amr.is_some() && ctx.is_root() {
+            let f = self.mesh.forest();
+            println!("{}", self.amr_stats.line(f.len(), f.max_level()));
+        }
 
         if self.compute_error {
             let (l1, linf) = self.errors(ctx, t);

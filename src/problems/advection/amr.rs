@@ -1,0 +1,482 @@
+//! Adaptive refinement of the advection run: a block asks to be refined where the first field
+//! is steep and to be merged where it is flat, every `advection/refine_interval` cycles; the
+//! mesh is then remeshed and rebalanced, the data moved with [`redistribute`], and the ghost
+//! exchange and flux correction rebuilt for the new mesh.
+//!
+//! The criterion is Parthenon's first-derivative measure: the largest, over the block's
+//! interior cells and the active directions, of `|q(i+1) - q(i-1)| / (2 |q(i)| + tiny)`.
+//! Above `advection/refine_tol` (default 0.3) the block refines; below
+//! `advection/derefine_tol` (default 0.03) it asks to merge (granted once its whole family
+//! has asked `parthenon/mesh/derefine_count` times in a row).
+//!
+//! `parthenon/refinementN` blocks (Parthenon's criteria: `method: derivative_order_1`,
+//! `field`, `refine_tol` default 0.5, `derefine_tol` default 0.05, `max_level`) replace that
+//! criterion by theirs; a block refines if any criterion asks it to and merges only if all do.
+
+use super::{field_name, Advection, Comms, Geo, BLOCK, MESH};
+use crate::deck::Deck;
+use crate::exit::bad_input;
+use crate::run::stats::CommTimer;
+use crate::run::RunContext;
+use anyhow::{Context as _, Result};
+use mpi::datatype::PartitionMut;
+use mpi::traits::CommunicatorCollectives;
+use starhalo_boundary::redistribute;
+use starhalo_mesh::refine::{BlockFate, BlockOrigin};
+use starhalo_mesh::{MeshConfig, RefinementFlag, RefinementKind};
+
+/// Parthenon's `TINY_NUMBER`: keeps the measure finite where the field is zero.
+const TINY: f64 = 1e-20;
+
+/// One refinement criterion on one field.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Criterion {
+    /// The field (its slot in the storage).
+    field: usize,
+    refine_tol: f64,
+    derefine_tol: f64,
+    /// Blocks at this level or finer are not refined for this criterion.
+    max_level: u32,
+}
+
+impl Criterion {
+    fn flag(&self, measure: f64, level: u32) -> RefinementFlag {
+        if measure > self.refine_tol {
+            if level < self.max_level {
+                RefinementFlag::Refine
+            } else {
+                RefinementFlag::Same
+            }
+        } else if measure < self.derefine_tol {
+            RefinementFlag::Derefine
+        } else {
+            RefinementFlag::Same
+        }
+    }
+}
+
+/// The refinement settings.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Amr {
+    criteria: Vec<Criterion>,
+    /// Check every this many cycles.
+    interval: u64,
+}
+
+/// What the refinement did over a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct AmrStats {
+    /// Remeshes that changed the mesh.
+    pub remeshes: u64,
+    /// Blocks split.
+    pub refined: usize,
+    /// Blocks made by merging a family.
+    pub merged: usize,
+    /// Fewest blocks seen after the initial refinement.
+    pub min_blocks: usize,
+    /// Most blocks seen.
+    pub max_blocks: usize,
+}
+
+impl Amr {
+    /// The settings of an adaptive mesh, `None` otherwise. The keys are checked either way,
+    /// so that switching `refinement` off for a comparison run needs no other edit.
+    pub(super) fn from_deck(
+        deck: &Deck,
+        config: &MeshConfig,
+        num_vars: usize,
+    ) -> Result<Option<Self>> {
+        let finest = config.numlevel.saturating_sub(1);
+        let tolerances = |block: &str, refine: f64, derefine: f64| -> Result<(f64, f64)> {
+            let tol = |key: &str, default: f64| -> Result<f64> {
+                let x = deck.get_f64_or(block, key, default)?;
+                if !(x.is_finite() && x >= 0.0) {
+                    return Err(deck
+                        .invalid(block, key, "must be a finite number >= 0")
+                        .into());
+                }
+                Ok(x)
+            };
+            let (r, d) = (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?);
+            if d >= r {
+                return Err(deck
+                    .invalid(
+                        block,
+                        "derefine_tol",
+                        format!("must be below refine_tol ({r})"),
+                    )
+                    .into());
+            }
+            Ok((r, d))
+        };
+        let (refine_tol, derefine_tol) = tolerances(BLOCK, 0.3, 0.03)?;
+        let mut criteria = vec![Criterion {
+            field: 0,
+            refine_tol,
+            derefine_tol,
+            max_level: finest,
+        }];
+        let mut blocks: Vec<(usize, &str)> = deck
+            .blocks()
+            .iter()
+            .filter_map(|b| {
+                let n = b.name.strip_prefix("parthenon/refinement")?;
+                Some((n.parse().unwrap_or(usize::MAX), b.name.as_str()))
+            })
+            .collect();
+        blocks.sort_unstable();
+        if !blocks.is_empty() {
+            criteria.clear();
+        }
+        for (n, block) in blocks {
+            if n == usize::MAX {
+                return Err(bad_input!(
+                    "block {block}: refinement criteria are named parthenon/refinementN"
+                ));
+            }
+            let method = deck.get_str_or(block, "method", "derivative_order_1")?;
+            if method != "derivative_order_1" {
+                return Err(deck
+                    .invalid(
+                        block,
+                        "method",
+                        format!("unknown method '{method}' (known: derivative_order_1)"),
+                    )
+                    .into());
+            }
+            let name = deck.get_str(block, "field")?;
+            let field = (0..num_vars)
+                .find(|&i| field_name(i) == name)
+                .ok_or_else(|| {
+                    let known: Vec<String> = (0..num_vars).map(field_name).collect();
+                    deck.invalid(
+                        block,
+                        "field",
+                        format!("no field '{name}' (known: {})", known.join(", ")),
+                    )
+                })?;
+            let (refine_tol, derefine_tol) = tolerances(block, 0.5, 0.05)?;
+            let max_level = deck.get_i64_or(block, "max_level", i64::from(finest))?;
+            if !(0..=i64::from(finest)).contains(&max_level) {
+                return Err(deck
+                    .invalid(
+                        block,
+                        "max_level",
+                        format!("must be 0 to {finest} (numlevel - 1)"),
+                    )
+                    .into());
+            }
+            criteria.push(Criterion {
+                field,
+                refine_tol,
+                derefine_tol,
+                max_level: max_level as u32,
+            });
+        }
+        let interval = deck.get_i64_or(BLOCK, "refine_interval", 1)?;
+        if interval < 1 {
+            return Err(deck
+                .invalid(BLOCK, "refine_interval", "must be a whole number >= 1")
+                .into());
+        }
+        if config.refinement != RefinementKind::Adaptive {
+            return Ok(None);
+        }
+        if config.numlevel < 2 {
+            return Err(deck
+                .invalid(
+                    MESH,
+                    "numlevel",
+                    "adaptive refinement needs numlevel >= 2 (levels above the root grid)",
+                )
+                .into());
+        }
+        Ok(Some(Self {
+            criteria,
+            interval: interval as u64,
+        }))
+    }
+
+    /// The flag of a block at `level` whose field `n` is `field(n)`: refine if any criterion
+    /// says so, merge only if all do.
+    fn flag<'a>(
+        &self,
+        level: u32,
+        field: impl Fn(usize) -> &'a [f64],
+        geo: &Geo,
+    ) -> RefinementFlag {
+        let mut all_derefine = true;
+        for c in &self.criteria {
+            match c.flag(first_derivative(field(c.field), geo), level) {
+                RefinementFlag::Refine => return RefinementFlag::Refine,
+                RefinementFlag::Same => all_derefine = false,
+                RefinementFlag::Derefine => {}
+            }
+        }
+        if all_derefine {
+            RefinementFlag::Derefine
+        } else {
+            RefinementFlag::Same
+        }
+    }
+}
+
+/// The first-derivative measure of one block array (ghosts filled).
+fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
+    let strides = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
+    let mut m = 0.0f64;
+    for p in geo.interior() {
+        let c = geo.at(p);
+        let scale = 2.0 * u[c].abs() + TINY;
+        for &s in &strides[..geo.ndim] {
+            m = m.max((u[c + s] - u[c - s]).abs() / scale);
+        }
+    }
+    m
+}
+
+fn code(f: RefinementFlag) -> i8 {
+    match f {
+        RefinementFlag::Refine => 1,
+        RefinementFlag::Same => 0,
+        RefinementFlag::Derefine => -1,
+    }
+}
+
+fn flag_of(c: i8) -> RefinementFlag {
+    match c {
+        1 => RefinementFlag::Refine,
+        -1 => RefinementFlag::Derefine,
+        _ => RefinementFlag::Same,
+    }
+}
+
+impl Advection {
+    /// Every block's flag, in gid order, the same on every rank (collective). `refine_only`
+    /// turns merge requests into "same" (the initial refinement only ever adds levels).
+    fn gather_flags(&self, ctx: &RunContext, amr: &Amr, refine_only: bool) -> Vec<RefinementFlag> {
+        let data = self.data.borrow();
+        let local: Vec<i8> = (0..data.gids().len())
+            .map(|b| {
+                let gid = data.gids()[b];
+                let geo = Geo::new(&self.mesh, gid);
+                let level = self.mesh.forest().loc(gid).map_or(0, |l| l.level());
+                let f = amr.flag(level, |s| data.fine(b, s), &geo);
+                if refine_only && f == RefinementFlag::Derefine {
+                    0
+                } else {
+                    code(f)
+                }
+            })
+            .collect();
+        let p = self.mesh.partition();
+        let counts: Vec<i32> = (0..p.nranks())
+            .map(|r| p.blocks_of(r).len() as i32)
+            .collect();
+        let displs: Vec<i32> = (0..p.nranks())
+            .map(|r| p.blocks_of(r).start as i32)
+            .collect();
+        let mut all = vec![0i8; p.nblocks()];
+        ctx.world.all_gather_varcount_into(
+            &local[..],
+            &mut PartitionMut::new(&mut all[..], counts, displs),
+        );
+        all.into_iter().map(flag_of).collect()
+    }
+
+    /// Applies `flags`: remesh, move the data, rebuild what depends on the mesh. Returns the
+    /// numbers of blocks refined and merged, or `None` (and changes nothing) if the flags
+    /// change no block.
+    fn remesh(
+        &mut self,
+        ctx: &RunContext,
+        comm: &CommTimer,
+        flags: &[RefinementFlag],
+        c: &mut Comms,
+    ) -> Result<Option<(usize, usize)>> {
+        let old_forest = self.mesh.forest().clone();
+        let outcome = self
+            .mesh
+            .remesh(flags, None)
+            .context("remeshing the adaptive mesh")?;
+        if outcome.map.is_identity() {
+            return Ok(None);
+        }
+        let world = ctx.world;
+        let data = comm
+            .time(|| {
+                let old = self.data.borrow();
+                redistribute(world, &old_forest, &self.mesh, &outcome, &old, &[])
+            })
+            .context("moving block data after a remesh")?;
+        *self.data.get_mut() = data;
+        *c = comm
+            .time(|| Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced))
+            .context("after a remesh")?;
+        let n = self.mesh.forest().len();
+        let refined = outcome
+            .map
+            .fate
+            .iter()
+            .filter(|f| matches!(f, BlockFate::Refined { .. }))
+            .count();
+        let merged = outcome
+            .map
+            .origin
+            .iter()
+            .filter(|o| matches!(o, BlockOrigin::Merged { .. }))
+            .count();
+        let s = &mut self.amr_stats;
+        s.remeshes += 1;
+        s.refined += refined;
+        s.merged += merged;
+        s.min_blocks = s.min_blocks.min(n);
+        s.max_blocks = s.max_blocks.max(n);
+        Ok(Some((refined, merged)))
+    }
+
+    /// Before the first step: refine where the initial profile asks, set it up again on the
+    /// new blocks (so the finest levels start from the exact profile), until nothing changes
+    /// or `numlevel` rounds have run.
+    pub(super) fn refine_initially(
+        &mut self,
+        ctx: &RunContext,
+        comm: &CommTimer,
+        c: &mut Comms,
+    ) -> Result<()> {
+        let Some(amr) = self.amr.clone() else {
+            return Ok(());
+        };
+        let n = self.mesh.forest().len();
+        self.amr_stats.min_blocks = n;
+        self.amr_stats.max_blocks = n;
+        for _ in 0..self.mesh.config().numlevel {
+            let flags = self.gather_flags(ctx, &amr, true);
+            if !flags.contains(&RefinementFlag::Refine)
+                || self.remesh(ctx, comm, &flags, c)?.is_none()
+            {
+                break;
+            }
+            // The profile again, at the new blocks' own resolution.
+            self.initialise();
+            comm.time(|| self.fill_ghosts(ctx, c))?;
+        }
+        self.amr_stats = AmrStats {
+            min_blocks: self.mesh.forest().len(),
+            max_blocks: self.mesh.forest().len(),
+            ..AmrStats::default()
+        };
+        Ok(())
+    }
+
+    /// Between steps: check the refinement criterion (every `refine_interval` cycles) and
+    /// remesh if any block changes. Collective.
+    pub(super) fn adapt(
+        &mut self,
+        ctx: &RunContext,
+        comm: &CommTimer,
+        cycle: u64,
+        c: &mut Comms,
+    ) -> Result<()> {
+        let Some(amr) = self.amr.clone() else {
+            return Ok(());
+        };
+        if !cycle.is_multiple_of(amr.interval) {
+            return Ok(());
+        }
+        // Flags of all "same" still go to the mesh: they restart the derefinement counts.
+        let flags = self.gather_flags(ctx, &amr, false);
+        let before = self.mesh.forest().len();
+        if let Some((r, m)) = self.remesh(ctx, comm, &flags, c)? {
+            comm.time(|| self.fill_ghosts(ctx, c))
+                .context("after a remesh")?;
+            if ctx.is_root() {
+                println!(
+                    "remesh: cycle={cycle} blocks {before} -> {} refined={r} merged={m} max_level={}",
+                    self.mesh.forest().len(),
+                    self.mesh.forest().max_level()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AmrStats {
+    /// One line for the end of the run.
+    pub(super) fn line(&self, blocks: usize, max_level: u32) -> String {
+        format!(
+            "amr: remeshes={} refined={} merged={} blocks min={} max={} final={blocks} max_level={max_level}",
+            self.remeshes, self.refined, self.merged, self.min_blocks, self.max_blocks
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starhalo_mesh::Mesh;
+
+    /// A 1-D block of 8 cells with 2 ghosts, and its geometry.
+    fn block() -> Geo {
+        let mut c = MeshConfig::new([8, 1, 1], [8, 1, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 2;
+        Geo::new(&Mesh::new(c, 1).unwrap(), 0)
+    }
+
+    fn criterion(field: usize, max_level: u32) -> Criterion {
+        Criterion {
+            field,
+            refine_tol: 0.1,
+            derefine_tol: 0.01,
+            max_level,
+        }
+    }
+
+    #[test]
+    fn first_derivative_is_the_steepest_relative_centred_difference() {
+        let geo = block();
+        // u = 1 + 0.1 i over 12 points: centred difference 0.2 everywhere, smallest |u| at
+        // the first interior point (i = 2).
+        let ramp: Vec<f64> = (0..12).map(|i| 1.0 + 0.1 * i as f64).collect();
+        let m = first_derivative(&ramp, &geo);
+        assert!((m - 0.2 / (2.0 * 1.2)).abs() < 1e-15, "{m}");
+        // A jump from 0 to 1 divides by (almost) zero: far above any tolerance.
+        let step: Vec<f64> = (0..12).map(|i| if i < 6 { 0.0 } else { 1.0 }).collect();
+        assert!(first_derivative(&step, &geo) > 1e10);
+        // Ghost values count through the centred difference of the edge cells.
+        let mut flat = vec![1.0; 12];
+        flat[1] = 1.5;
+        assert!((first_derivative(&flat, &geo) - 0.25).abs() < 1e-15);
+        flat[0] = 100.0;
+        assert!((first_derivative(&flat, &geo) - 0.25).abs() < 1e-15);
+    }
+
+    #[test]
+    fn any_criterion_refines_all_must_agree_to_merge_and_max_level_caps() {
+        let geo = block();
+        let amr = Amr {
+            criteria: vec![criterion(0, 2), criterion(1, 1)],
+            interval: 1,
+        };
+        let flat = vec![1.0; 12];
+        let steep: Vec<f64> = (0..12).map(|i| 1.0 + i as f64).collect();
+        let mild: Vec<f64> = (0..12).map(|i| 1.0 + 0.05 * i as f64).collect();
+        let fields = |a: &'static str, b: &'static str| {
+            let pick = |n: &str| match n {
+                "flat" => flat.clone(),
+                "steep" => steep.clone(),
+                _ => mild.clone(),
+            };
+            [pick(a), pick(b)]
+        };
+        let flag = |f: &[Vec<f64>; 2], level| amr.flag(level, |s| &f[s][..], &geo);
+        assert_eq!(flag(&fields("flat", "flat"), 0), RefinementFlag::Derefine);
+        assert_eq!(flag(&fields("flat", "steep"), 0), RefinementFlag::Refine);
+        assert_eq!(flag(&fields("flat", "mild"), 0), RefinementFlag::Same);
+        // Field 1's criterion stops at level 1; field 0's goes on to level 2.
+        assert_eq!(flag(&fields("flat", "steep"), 1), RefinementFlag::Same);
+        assert_eq!(flag(&fields("steep", "flat"), 1), RefinementFlag::Refine);
+    }
+}
