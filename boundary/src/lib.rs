@@ -10,11 +10,15 @@
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
-//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction.
+//! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction;
+//! - [`block_set`]: the blocks an exchange runs on (the leaves, or a multigrid level);
+//! - [`gmg`]: the multigrid exchange: ghost fill per level, restriction and prolongation
+//!   between levels (the five `gmg_*` boundary types).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod block_set;
 pub mod bnd_info;
 pub mod bounds;
 pub mod channel;
@@ -23,11 +27,13 @@ pub mod device_pack;
 pub mod error;
 pub mod exchange;
 pub mod flux_correction;
+pub mod gmg;
 pub mod pool;
 pub mod prolong_restrict;
 pub mod storage;
 pub mod tags;
 
+pub use block_set::BlockSet;
 pub use bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};
 pub use comm_buffer::{
@@ -36,6 +42,7 @@ pub use comm_buffer::{
 pub use error::BoundaryError;
 pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};
 pub use flux_correction::{FluxCorrection, FluxData};
+pub use gmg::{GmgData, GmgExchange, LevelBlocks};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};
 pub use storage::BlockData;
