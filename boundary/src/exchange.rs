@@ -39,7 +39,8 @@ use crate::prolong_restrict::{restrict, Prolongation};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
 
-/// Which channels an operation serves (Parthenon's ten boundary types).
+/// Which channels an operation serves (Parthenon's ten boundary types). An [`Exchange`] serves
+/// the leaf types; the five `gmg_*` types are served by [`GmgExchange`](crate::gmg::GmgExchange).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BoundaryType {
     /// Every ghost channel.

@@ -128,17 +128,25 @@ impl GmgExchange {
     ) -> Result<Self, BoundaryError> {
         let rank = comm.rank() as usize;
         let levels = data.multigrid().levels();
-        // Storage built for another rank or mesh would leave peers waiting: decide together.
+        // Storage built for another rank, or before a remesh, would leave peers waiting on
+        // messages that never come: check, and decide together.
+        let current = mesh.multigrid()?;
+        let same_hierarchy = current.levels().len() == levels.len()
+            && current.levels().iter().zip(levels).all(|(a, b)| {
+                a.forest.leaves() == b.forest.leaves()
+                    && a.ranks == b.ranks
+                    && a.block_nx == b.block_nx
+            });
         let mut bad = None;
-        if levels.len() != data.len() {
+        if !same_hierarchy || levels.len() != data.len() {
             bad = Some(format!(
-                "{} multigrid levels, storage for {}",
-                levels.len(),
-                data.len()
+                "the multigrid storage ({} levels) was not built for this mesh ({} levels)",
+                data.len(),
+                current.levels().len()
             ));
         }
         for (i, l) in levels.iter().enumerate() {
-            if data.level(i)?.gids() != level_blocks_of(l, rank) {
+            if data.level(i).map(|d| d.gids()).ok() != Some(&level_blocks_of(l, rank)[..]) {
                 bad = Some(format!(
                     "the storage of multigrid level {i} does not hold rank {rank}'s blocks"
                 ));
