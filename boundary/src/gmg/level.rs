@@ -166,3 +166,139 @@ fn same_blocks(a: &BlockData, b: &BlockData) -> Result<(), BoundaryError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starhalo_mesh::config::RefinementKind;
+    use starhalo_mesh::field::{Centering, Metadata};
+    use starhalo_mesh::{LogicalLocation, MeshConfig, RefinementFlag};
+
+    /// 4x2 root blocks of 8x8 cells, x1 periodic, x2 outflow; block 0 refined; 3 ranks.
+    fn mesh() -> Mesh {
+        let mut c = MeshConfig::new([32, 16, 1], [8, 8, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 2;
+        c.bc[0] = [BoundaryCondition::Periodic; 2];
+        let mut m = Mesh::new(c, 3).unwrap();
+        let mut flags = vec![RefinementFlag::Same; 8];
+        flags[0] = RefinementFlag::Refine;
+        m.remesh(&flags, None).unwrap();
+        m
+    }
+
+    fn fields() -> Fields {
+        let mut f = Fields::default();
+        f.add(
+            "u",
+            Metadata::new(Centering::Cell).fill_ghost().components(2),
+        )
+        .unwrap();
+        f
+    }
+
+    #[test]
+    fn levels_split_over_ranks_with_their_shapes() {
+        let m = mesh();
+        let f = fields();
+        let per_rank: Vec<GmgData> = (0..3).map(|r| GmgData::new(&m, &f, r).unwrap()).collect();
+        let mg = m.multigrid().unwrap();
+        // Levels: 1 (composite), 0, then 4x4, 2x2 cells below the root grid.
+        let nx: Vec<usize> = mg.levels().iter().map(|l| l.block_nx[0]).collect();
+        assert_eq!(nx, vec![8, 8, 4, 2]);
+        for (i, l) in mg.levels().iter().enumerate() {
+            let mut all: Vec<usize> = per_rank
+                .iter()
+                .flat_map(|d| d.level(i).unwrap().gids().to_vec())
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..l.forest.len()).collect::<Vec<_>>(), "level {i}");
+            let d = per_rank[0].level(i).unwrap();
+            assert_eq!(d.shape().nx()[0], l.block_nx[0]);
+            // Only the composite level has level jumps, so only it keeps coarse buffers.
+            assert_eq!(d.coarse_shape().is_some(), i == 0);
+        }
+        // The finest level is the leaf grid, block for block.
+        assert_eq!(
+            per_rank[1].level(0).unwrap().gids(),
+            m.partition().blocks_of(1).collect::<Vec<_>>()
+        );
+        assert!(matches!(
+            per_rank[0].level(4),
+            Err(BoundaryError::GmgLevel {
+                level: 4,
+                levels: 4,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn leaves_load_and_store_through_the_finest_level() {
+        let m = mesh();
+        let f = fields();
+        let mut leaves = BlockData::new(&m, &f, 2).unwrap();
+        for (i, x) in leaves.data_mut().iter_mut().enumerate() {
+            *x = i as f64;
+        }
+        let mut gmg = GmgData::new(&m, &f, 2).unwrap();
+        gmg.load_leaves(&leaves).unwrap();
+        let mut back = BlockData::new(&m, &f, 2).unwrap();
+        gmg.store_leaves(&mut back).unwrap();
+        for b in 0..leaves.gids().len() {
+            for s in 0..2 {
+                assert_eq!(back.fine(b, s), leaves.fine(b, s));
+                assert_eq!(gmg.level(0).unwrap().fine(b, s), leaves.fine(b, s));
+            }
+        }
+        // Another rank's leaves are not this level's blocks.
+        let other = BlockData::new(&m, &f, 0).unwrap();
+        assert!(matches!(
+            gmg.load_leaves(&other),
+            Err(BoundaryError::Mismatch(_))
+        ));
+    }
+
+    #[test]
+    fn level_faces_follow_the_mesh_boundaries() {
+        let m = mesh();
+        let mg = m.multigrid().unwrap();
+        // Level 0 is the root grid: the same blocks as the mesh before refinement.
+        let root = &mg.levels()[1];
+        let blocks = LevelBlocks {
+            mesh: &m,
+            level: root,
+        };
+        assert_eq!(blocks.nblocks(), 8);
+        let g = |x: i64, y: i64| {
+            root.forest
+                .gid(&LogicalLocation::new(0, [x, y, 0]))
+                .unwrap()
+        };
+        assert_eq!(
+            blocks.face_boundary(g(0, 0), 0, 0),
+            Some(BoundaryCondition::Periodic)
+        );
+        assert_eq!(
+            blocks.face_boundary(g(0, 0), 1, 0),
+            Some(BoundaryCondition::Outflow)
+        );
+        assert_eq!(blocks.face_boundary(g(1, 0), 0, 0), None);
+        assert_eq!(
+            blocks.face_boundary(g(3, 1), 1, 1),
+            Some(BoundaryCondition::Outflow)
+        );
+        assert_eq!(blocks.face_boundary(g(3, 1), 2, 1), None);
+        // One partition per rank that holds blocks of the level: all of them.
+        let mut seen = 0;
+        for r in 0..3 {
+            let mine = level_blocks_of(root, r);
+            let parts = blocks.pack_partitions(r);
+            assert_eq!(parts.len(), usize::from(!mine.is_empty()));
+            assert!(parts.iter().all(|p| *p == mine));
+            seen += mine.len();
+        }
+        assert_eq!(seen, 8);
+        assert!(blocks.neighbors().is_ok());
+    }
+}
