@@ -16,6 +16,7 @@
 //!   and for types given to the wrong task; storage built for another mesh or another rank
 //!   is refused (on every rank at once); `set_bounds` before anything arrived reports
 //!   `Incomplete`;
+//! - warm V-cycle legs allocate nothing on the heap;
 //! - all levels end bit-identical on every rank count (the parent compares the digests).
 
 mod common;
@@ -33,6 +34,33 @@ use starhalo_mesh::{LogicalLocation, Mesh};
 use starhalo_sf::mpi::datatype::PartitionMut;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::Root;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+
+/// Counts heap allocations, to show that warm V-cycle legs make none.
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, AtomicOrdering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, AtomicOrdering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const MESHES: u64 = 4;
 /// Variable ids and slots: `lin` (slot 0), `code` (slots 1, 2), `flat` (3), all with ghosts;
@@ -329,8 +357,19 @@ fn child() {
                 gx.restrict(li - 1, &mut data).unwrap();
             }
         }
-        // A whole V-cycle leg up, and the digest of every level.
+        // A whole V-cycle leg up; then both legs again, warm: no heap allocation.
         gx.prolongate_up(&mut data).unwrap();
+        let (a0, t0) = (
+            ALLOCS.load(AtomicOrdering::Relaxed),
+            std::time::Instant::now(),
+        );
+        gx.restrict_down(&mut data).unwrap();
+        gx.prolongate_up(&mut data).unwrap();
+        let (allocs, legs) = (ALLOCS.load(AtomicOrdering::Relaxed) - a0, t0.elapsed());
+        assert_eq!(
+            allocs, 0,
+            "seed {seed}: warm V-cycle legs allocated {allocs} times"
+        );
         for li in 0..levels.len() {
             let d = data.level(li).unwrap();
             for b in 0..d.gids().len() {
@@ -350,10 +389,12 @@ fn child() {
         if rank == 0 {
             println!("DIGEST {seed}{text}");
             println!(
-                "CHECKED seed {seed} ({ndim}-D, {} levels): rank 0 sent {} messages, {} bytes",
+                "CHECKED seed {seed} ({ndim}-D, {} levels): rank 0 sent {} messages, {} bytes; \
+                 warm restrict_down + prolongate_up {:.2} ms on rank 0",
                 levels.len(),
                 t.messages,
-                t.bytes
+                t.bytes,
+                legs.as_secs_f64() * 1e3
             );
         }
     }
