@@ -65,7 +65,8 @@ pub fn level_shapes(
     Ok((shape, coarse))
 }
 
-/// The field values of one rank's blocks on every multigrid level, finest first.
+/// The field values of one rank's blocks on every multigrid level, finest first. Built from
+/// the mesh as it is: rebuild it (and the [`GmgExchange`](super::GmgExchange)) after a remesh.
 ///
 /// Every variable is allocated on every level: multigrid levels carry no sparse allocation
 /// state (a sparse variable is stored dense there; its ghost channels still send null below

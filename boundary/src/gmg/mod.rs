@@ -289,8 +289,8 @@ impl GmgExchange {
     }
 
     /// Packs and sends type `ty` from `level` (`gmg_same`, `gmg_restrict_send`,
-    /// `gmg_prolongate_send`); `Incomplete` while same-rank receivers have not consumed the
-    /// previous round.
+    /// `gmg_prolongate_send`); `Incomplete` while the previous round has not been consumed
+    /// by same-rank receivers or (restriction, prolongation) is still in flight.
     pub fn send(
         &mut self,
         level: usize,

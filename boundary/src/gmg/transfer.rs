@@ -232,16 +232,17 @@ impl Transfer {
     }
 
     /// Computes and sends what the destination blocks need from `src` (the source level's
-    /// storage); `Incomplete` while same-rank receivers have not consumed the last round.
+    /// storage); `Incomplete` while same-rank receivers have not consumed the last round or
+    /// its messages are still on their way (the buffer is reused), so a task list never blocks
+    /// here.
     pub fn send(
         &mut self,
         comm: &SimpleCommunicator,
         src: &BlockData,
     ) -> Result<TaskStatus, BoundaryError> {
-        if self.local_pending {
+        if self.local_pending || !self.send_buf.test() {
             return Ok(TaskStatus::Incomplete);
         }
-        self.send_buf.wait();
         let buf = self.send_buf.buf_mut()?;
         for it in &self.send {
             let per = it.buf.len() / self.nslot.max(1);
