@@ -413,7 +413,8 @@ fn child() {
     assert!(total.iter().all(|&x| x > 0), "nothing checked: {total:?}");
     if rank == 0 {
         println!(
-            "CHECKED cells: {} restricted, {} same-level ghosts, {} level-jump ghosts, {} prolongated",
+            "CHECKED cells: {} restricted, {} same-level ghosts, {} level-jump ghosts, \
+             {} prolongated",
             total[0], total[1], total[2], total[3]
         );
     }
@@ -460,7 +461,8 @@ fn check_ghosts(
                         let got = d.fine(b, 0)[at(dims, p)];
                         assert!(
                             close(got, linear(x)),
-                            "seed {seed} level {li}: level-jump ghost {p:?} of block {gid}: {got} vs {}",
+                            "seed {seed} level {li}: level-jump ghost {p:?} of block {gid}: \
+                             {got} vs {}",
                             linear(x)
                         );
                         n.jump += 1;
@@ -537,7 +539,10 @@ fn errors(
     let n = gx.levels();
     let level_err = |r: Result<TaskStatus, BoundaryError>, level: usize| {
         assert!(
-            matches!(r, Err(BoundaryError::GmgLevel { level: l, levels, .. }) if l == level && levels == n),
+            matches!(
+                r,
+                Err(BoundaryError::GmgLevel { level: l, levels, .. }) if (l, levels) == (level, n)
+            ),
             "seed {seed}: {r:?}"
         );
     };

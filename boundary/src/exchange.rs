@@ -311,7 +311,8 @@ fn to_i32(x: usize, what: &str) -> Result<i32, BoundaryError> {
 
 impl Exchange {
     /// The exchange of this rank of `comm` for the fill-ghost variables of `data` on `mesh`
-    /// (a [`Mesh`](starhalo_mesh::Mesh)'s leaves, or any other [`BlockSet`] such as a multigrid level).
+    /// (the leaves of a [`Mesh`](starhalo_mesh::Mesh), or any other [`BlockSet`] such as a
+    /// multigrid level).
     /// Collective: every rank of `comm` must call it (it duplicates communicators and, when
     /// coalesced, checks with each peer what each message will hold).
     pub fn new<B: BlockSet + ?Sized>(

@@ -479,7 +479,12 @@ mod tests {
         ));
         // Nothing to restrict into below the coarsest level, nor to prolongate from; nothing
         // finer than the finest.
-        let edge = |r: Result<Target, BoundaryError>, level| matches!(r, Err(BoundaryError::GmgLevel { level: l, levels: 4, .. }) if l == level);
+        let edge = |r: Result<Target, BoundaryError>, level| match r {
+            Err(BoundaryError::GmgLevel {
+                level: l, levels, ..
+            }) => (l, levels) == (level, 4),
+            _ => false,
+        };
         assert!(edge(target(s, GmgRestrictSend, 3, n), 3));
         assert!(edge(target(s, GmgProlongateSend, 0, n), 0));
         assert!(edge(target(Task::Receive, GmgRestrictRecv, 0, n), 0));
