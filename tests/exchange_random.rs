@@ -20,9 +20,8 @@ use starhalo_boundary::bnd_info::{recv_box, send_box, Space};
 use starhalo_boundary::channel::RankChannels;
 use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions, Ordering};
 use starhalo_exec::Policy;
-use starhalo_mesh::config::{BoundaryCondition, RefinementKind};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
+use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::datatype::PartitionMut;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::Root;
@@ -80,41 +79,7 @@ fn sparse_state(seed: u64, gid: usize) -> (bool, bool) {
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
-    let (nx, bnx) = if ndim == 2 {
-        ([16, 16, 1], [4, 4, 1])
-    } else {
-        ([8, 8, 8], [4, 4, 4])
-    };
-    let mut c = MeshConfig::new(nx, bnx);
-    c.xmin = [-1.0, -0.5, 0.0];
-    c.xmax = [1.0, 0.5, 1.0];
-    for d in 0..ndim {
-        let bc = if rng.gen_bool(0.5) {
-            BoundaryCondition::Periodic
-        } else {
-            BoundaryCondition::Outflow
-        };
-        c.bc[d] = [bc, bc];
-    }
-    c.refinement = RefinementKind::Adaptive;
-    c.numlevel = 3;
-    c.pack_size = if rng.gen_bool(0.5) { None } else { Some(3) };
-    c.validate().expect("test mesh configuration");
-    let mut mesh = Mesh::new(c, nranks).expect("test mesh");
-    for round in 0..2 {
-        let p = if round == 0 { 0.4 } else { 0.25 };
-        let flags: Vec<RefinementFlag> = (0..mesh.forest().len())
-            .map(|_| {
-                if rng.gen_bool(p) {
-                    RefinementFlag::Refine
-                } else {
-                    RefinementFlag::Same
-                }
-            })
-            .collect();
-        mesh.remesh(&flags, None).expect("remesh");
-    }
-    mesh
+    common::amr::random_amr_mesh(&mut rng, ndim, nranks, true)
 }
 
 fn fields() -> Fields {

@@ -19,9 +19,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use starhalo_boundary::flux_correction::flux_channels;
 use starhalo_boundary::{BlockData, Exchange, ExchangeOptions, FluxCorrection, FluxData};
-use starhalo_mesh::config::{BoundaryCondition, RefinementKind};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
+use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::datatype::PartitionMut;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::Root;
@@ -75,36 +74,7 @@ fn main() {
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
     let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
-    let (nx, bnx) = if ndim == 2 {
-        ([16, 16, 1], [4, 4, 1])
-    } else {
-        ([8, 8, 8], [4, 4, 4])
-    };
-    let mut c = MeshConfig::new(nx, bnx);
-    c.xmin = [-1.0, -0.5, 0.0];
-    c.xmax = [1.0, 0.5, 1.0];
-    for d in 0..ndim {
-        c.bc[d] = [BoundaryCondition::Periodic; 2];
-    }
-    c.refinement = RefinementKind::Adaptive;
-    c.numlevel = 3;
-    c.pack_size = if rng.gen_bool(0.5) { None } else { Some(3) };
-    c.validate().expect("test mesh configuration");
-    let mut mesh = Mesh::new(c, nranks).expect("test mesh");
-    for round in 0..2 {
-        let p = if round == 0 { 0.4 } else { 0.25 };
-        let flags: Vec<RefinementFlag> = (0..mesh.forest().len())
-            .map(|_| {
-                if rng.gen_bool(p) {
-                    RefinementFlag::Refine
-                } else {
-                    RefinementFlag::Same
-                }
-            })
-            .collect();
-        mesh.remesh(&flags, None).expect("remesh");
-    }
-    mesh
+    common::amr::random_amr_mesh(&mut rng, ndim, nranks, false)
 }
 
 fn fields() -> Fields {

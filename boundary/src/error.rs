@@ -53,6 +53,16 @@ pub enum BoundaryError {
     /// A boundary type this exchange does not serve.
     #[error("boundary type `{0}` is not served by this exchange")]
     Unsupported(&'static str),
+    /// A multigrid level that does not exist, or has no level to move data to or from.
+    #[error("multigrid level {level} (of {levels}, 0 the finest): {why}")]
+    GmgLevel {
+        /// The level asked for.
+        level: usize,
+        /// Number of levels.
+        levels: usize,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// An error from the mesh layer.
     #[error(transparent)]
     Mesh(#[from] starhalo_mesh::MeshError),

@@ -27,10 +27,10 @@ use rand::SeedableRng;
 use starhalo_exec::Policy;
 pub use starhalo_exec::TaskStatus;
 use starhalo_mesh::field::IndexShape;
-use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p::{self, MsgArena};
 
+use crate::block_set::BlockSet;
 use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, RankChannels};
@@ -40,7 +40,8 @@ use crate::prolong_restrict::{restrict, Prolongation};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
 
-/// Which channels an operation serves (Parthenon's ten boundary types).
+/// Which channels an operation serves (Parthenon's ten boundary types). An [`Exchange`] serves
+/// the leaf types; the five `gmg_*` types are served by [`GmgExchange`](crate::gmg::GmgExchange).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BoundaryType {
     /// Every ghost channel.
@@ -301,12 +302,14 @@ fn to_i32(x: usize, what: &str) -> Result<i32, BoundaryError> {
 }
 
 impl Exchange {
-    /// The exchange of this rank of `comm` for the fill-ghost variables of `data` on `mesh`.
+    /// The exchange of this rank of `comm` for the fill-ghost variables of `data` on `mesh`
+    /// (the leaves of a [`Mesh`](starhalo_mesh::Mesh), or any other [`BlockSet`] such as a
+    /// multigrid level).
     /// Collective: every rank of `comm` must call it (it duplicates communicators and, when
     /// coalesced, checks with each peer what each message will hold).
-    pub fn new(
+    pub fn new<B: BlockSet + ?Sized>(
         comm: &SimpleCommunicator,
-        mesh: &Mesh,
+        mesh: &B,
         data: &BlockData,
         opts: ExchangeOptions,
     ) -> Result<Self, BoundaryError> {
@@ -329,7 +332,7 @@ impl Exchange {
         // Partitions of every rank, so both ends agree on message groups.
         let all_parts: Vec<Vec<Vec<usize>>> =
             (0..nranks).map(|r| mesh.pack_partitions(r)).collect();
-        let mut part_of = vec![0; mesh.forest().len()];
+        let mut part_of = vec![0; mesh.nblocks()];
         for parts in &all_parts {
             for (p, gids) in parts.iter().enumerate() {
                 for &g in gids {

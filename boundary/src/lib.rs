@@ -12,11 +12,15 @@
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
 //! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction;
 //! - [`tasks`]: the whole ghost fill and the whole flux correction added to a task list;
-//! - [`remesh`]: block data moved, prolongated and restricted onto a remeshed mesh.
+//! - [`remesh`]: block data moved, prolongated and restricted onto a remeshed mesh;
+//! - [`block_set`]: the blocks an exchange runs on (the leaves, or a multigrid level);
+//! - [`gmg`]: the multigrid exchange: ghost fill per level, restriction and prolongation
+//!   between levels (the five `gmg_*` boundary types).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod block_set;
 pub mod bnd_info;
 pub mod bounds;
 pub mod channel;
@@ -25,6 +29,7 @@ pub mod device_pack;
 pub mod error;
 pub mod exchange;
 pub mod flux_correction;
+pub mod gmg;
 pub mod pool;
 pub mod prolong_restrict;
 pub mod remesh;
@@ -32,6 +37,7 @@ pub mod storage;
 pub mod tags;
 pub mod tasks;
 
+pub use block_set::BlockSet;
 pub use bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};
 pub use comm_buffer::{
@@ -40,6 +46,7 @@ pub use comm_buffer::{
 pub use error::BoundaryError;
 pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};
 pub use flux_correction::{FluxCorrection, FluxData};
+pub use gmg::{GmgData, GmgExchange, LevelBlocks};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};
 pub use remesh::redistribute;

@@ -46,8 +46,26 @@ impl BlockData {
     /// Storage for `rank`'s blocks of `mesh` with every variable of `fields` allocated and
     /// zero (sparse variables: unallocated, at their default).
     pub fn new(mesh: &Mesh, fields: &Fields, rank: usize) -> Result<Self, BoundaryError> {
-        let shape = mesh.index_shape()?;
-        let coarse_shape = mesh.coarse_shape()?;
+        let gids = mesh.partition().blocks_of(rank).collect();
+        Self::for_blocks(fields, gids, mesh.index_shape()?, mesh.coarse_shape()?)
+    }
+
+    /// Storage for the blocks `gids` (ascending) of one shape, with a coarse buffer of
+    /// `coarse_shape` per block where the blocks have neighbours on other levels; every
+    /// variable of `fields` allocated and zero (sparse variables: unallocated, at their
+    /// default). Multigrid levels are stored this way.
+    pub fn for_blocks(
+        fields: &Fields,
+        gids: Vec<usize>,
+        shape: IndexShape,
+        coarse_shape: Option<IndexShape>,
+    ) -> Result<Self, BoundaryError> {
+        if let Some(w) = gids.windows(2).find(|w| w[0] >= w[1]) {
+            return Err(BoundaryError::Geometry(format!(
+                "block gids must ascend: {} follows {}",
+                w[1], w[0]
+            )));
+        }
         let mut vars = Vec::new();
         let mut nslot = 0;
         for v in fields.iter() {
@@ -76,7 +94,6 @@ impl BlockData {
         for v in &vars {
             slot_default[v.slots.clone()].fill(v.default);
         }
-        let gids: Vec<usize> = mesh.partition().blocks_of(rank).collect();
         let mut s = Self {
             data: vec![0.0; gids.len() * layout.block_len()],
             allocated: vec![true; gids.len() * vars.len()],

@@ -1,6 +1,8 @@
 //! Launching multi-rank jobs from tests, always under a time limit so a deadlock fails.
 #![allow(dead_code)]
 
+pub mod amr;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
