@@ -107,17 +107,17 @@ impl Mesh {
         let rules = RefinementRules::from_config(&config);
         let forest = Forest::from_leaves(grid, leaves.clone())?;
         if forest.leaves() != &leaves[..] {
-            return Err(MeshError::BadLeaves(
+            return Err(MeshError::ForestMismatch(
                 "the leaves are not listed in Morton (gid) order".into(),
             ));
         }
         if !is_balanced(&forest) {
-            return Err(MeshError::BadLeaves(
+            return Err(MeshError::ForestMismatch(
                 "two touching leaves differ by more than one level (not 2:1 balanced)".into(),
             ));
         }
         if let Some(l) = forest.leaves().iter().find(|l| l.level() > rules.max_level) {
-            return Err(MeshError::BadLeaves(format!(
+            return Err(MeshError::ForestMismatch(format!(
                 "{l} is finer than the finest level {} of the configuration",
                 rules.max_level
             )));
@@ -127,15 +127,15 @@ impl Mesh {
             .iter()
             .find(|l| l.level() < rules.static_min_level(&grid, l).min(rules.max_level))
         {
-            return Err(MeshError::BadLeaves(format!(
+            return Err(MeshError::ForestMismatch(format!(
                 "{l} is coarser than a static refinement region it overlaps"
             )));
         }
         if config.refinement != RefinementKind::Adaptive
             && initial_forest(grid, &rules).leaves() != forest.leaves()
         {
-            return Err(MeshError::BadLeaves(
-                "without adaptive refinement the mesh is the one the configuration builds, \
+            return Err(MeshError::ForestMismatch(
+                "without adaptive refinement the forest is the one the configuration builds, \
                  and these leaves differ from it"
                     .into(),
             ));
@@ -473,8 +473,8 @@ mod tests {
         let bad = |c: &MeshConfig, leaves: Vec<LogicalLocation>| {
             let n = leaves.len();
             match Mesh::restore(c.clone(), leaves, 3, &vec![0; n]) {
-                Err(MeshError::BadLeaves(m)) => m,
-                other => panic!("expected BadLeaves, got {other:?}"),
+                Err(MeshError::BadLeaves(m) | MeshError::ForestMismatch(m)) => m,
+                other => panic!("expected a rejected forest, got {other:?}"),
             }
         };
         let mut swapped = leaves.clone();
