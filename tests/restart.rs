@@ -13,6 +13,8 @@
 //!   nothing for cycle 5 itself;
 //! - its history lines are the uninterrupted run's lines after cycle 5;
 //! - the final restart file is the same on 1 and 2 ranks;
+//! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
+//!   restart);
 //! - a missing file, a `.phdf` file, a truncated file, a file of another problem and a deck
 //!   whose mesh differs from the file's exit 2 on every rank with a message naming the cause.
 
@@ -53,7 +55,6 @@ advection:
   vy: 0.5
   profile: smooth_gaussian
   amp: 1.0
-  width: 0.1
   cfl: 0.4
 ";
 
@@ -67,22 +68,48 @@ fn main() {
     let deck = deck.to_str().expect("utf-8 path");
 
     let mut finals = Vec::new();
-    for ranks in [1, 2] {
+    // Dense fields on 1 and 2 ranks; sparse fields (a hard sphere: some blocks unallocated).
+    let sparse: &[&str] = &["advection/sparse=true", "advection/profile=hard_sphere"];
+    for (ranks, extra, tag) in [
+        (1, &[][..], "dense"),
+        (2, &[][..], "dense"),
+        (2, sparse, "sparse"),
+    ] {
         let t0 = std::time::Instant::now();
-        let full = base.join(format!("full{ranks}"));
-        let resumed = base.join(format!("resumed{ranks}"));
-        let out = run(ranks, &[deck, "-d", path_str(&full)]);
-        common::assert_ok(&format!("uninterrupted run on {ranks} ranks"), &out);
+        let name = if tag == "dense" {
+            format!("full{ranks}")
+        } else {
+            format!("{tag}{ranks}")
+        };
+        let full = base.join(&name);
+        let resumed = base.join(format!("{name}-resumed"));
+        let mut args = vec![deck, "-d", path_str(&full)];
+        args.extend_from_slice(extra);
+        let out = run(ranks, &args);
+        common::assert_ok(&format!("uninterrupted {tag} run on {ranks} ranks"), &out);
         let rst = full.join("adv.out1.00001.rhdf");
         assert_eq!(attr_i64(&rst, "NCycle"), RESTART_CYCLE);
-        let out = run(
-            ranks,
-            &[deck, "-d", path_str(&resumed), "-r", path_str(&rst)],
+        let unallocated = hdf5::File::open(&rst)
+            .and_then(|f| f.dataset("SparseInfo"))
+            .and_then(|d| d.read_raw::<bool>())
+            .map_or(0, |f| f.iter().filter(|a| !**a).count());
+        assert_eq!(
+            unallocated > 0,
+            tag == "sparse",
+            "unallocated blocks in {tag} run"
         );
-        common::assert_ok(&format!("restarted run on {ranks} ranks"), &out);
+        let mut args = vec![deck, "-d", path_str(&resumed), "-r", path_str(&rst)];
+        args.extend_from_slice(extra);
+        let out = run(ranks, &args);
+        common::assert_ok(&format!("restarted {tag} run on {ranks} ranks"), &out);
         check_continuation(&full, &resumed);
-        finals.push(full.join("adv.out1.final.rhdf"));
-        eprintln!("  {ranks} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
+        if tag == "dense" {
+            finals.push(full.join("adv.out1.final.rhdf"));
+        }
+        eprintln!(
+            "  {tag}, {ranks} ranks: ok ({:.1} s)",
+            t0.elapsed().as_secs_f64()
+        );
     }
     same_file(&finals[0], &finals[1]);
 
