@@ -860,7 +860,6 @@ impl Problem for Advection {
                 (sched, 0.0f64, 0u64, 0.0f64)
             }
         };
-        let first_cycle = cycle;
         let cells = self.mesh.forest().len() as f64
             * self.mesh.config().block_nx.iter().product::<usize>() as f64;
         let stages = self.integrator.stages();
@@ -924,8 +923,7 @@ impl Problem for Advection {
         }
         Ok(Summary {
             cycles: cycle,
-            // Only the cycles this run did (a restarted run starts at the file's cycle).
-            work: cells * ((cycle - first_cycle) as usize * stages * self.num_vars) as f64,
+            work: cells * (cycle as usize * stages * self.num_vars) as f64,
             work_unit: "cell-updates",
             comm: comm.total(),
             stop,
