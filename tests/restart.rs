@@ -14,7 +14,7 @@
 //! - its history lines are the uninterrupted run's lines after cycle 5;
 //! - the final restart file is the same on 1 and 2 ranks;
 //! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
-//!   restart);
+//!   restart), and that file continued with dense fields ends with the same values;
 //! - a missing file, a `.phdf` file, a truncated file, a file of another problem and a deck
 //!   whose mesh differs from the file's exit 2 on every rank with a message naming the cause.
 
@@ -105,6 +105,21 @@ fn main() {
         check_continuation(&full, &resumed);
         if tag == "dense" {
             finals.push(full.join("adv.out1.final.rhdf"));
+        } else {
+            // The sparse file continued with dense fields: allocated everywhere, same values.
+            let densified = base.join(format!("{name}-dense"));
+            let args = [deck, "-d", path_str(&densified), "-r", path_str(&rst)];
+            let out = run(ranks, &args[..]);
+            common::assert_ok("sparse file restarted dense", &out);
+            let last = "adv.out1.final.rhdf";
+            let f = hdf5::File::open(densified.join(last)).expect("final restart file");
+            assert!(f.dataset("SparseInfo").is_err(), "dense fields expected");
+            for v in ["advected", "advected_1"] {
+                assert_eq!(
+                    field_bits(&full.join(last), v),
+                    field_bits(&densified.join(last), v)
+                );
+            }
         }
         eprintln!(
             "  {tag}, {ranks} ranks: ok ({:.1} s)",
@@ -212,6 +227,12 @@ fn check_continuation(full: &Path, resumed: &Path) {
         .collect();
     assert_eq!(cycles.len(), 7, "cycles 6 to 12: {after:?}");
     assert_eq!(lines(resumed), after);
+}
+
+fn field_bits(path: &Path, name: &str) -> Vec<u64> {
+    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: Vec<f64> = f.dataset(name).and_then(|d| d.read_raw()).expect(name);
+    v.into_iter().map(f64::to_bits).collect()
 }
 
 /// Every dataset of `a` is in `b` with the same shape and the same bits.

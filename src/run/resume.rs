@@ -102,9 +102,12 @@ pub fn load(
     let var_len = data.layout().fine.var_len();
     let slots = data.layout().fine.nvar;
     for b in 0..data.gids().len() {
-        // Allocation first: (de)allocating resets the values to the default.
+        // Allocation first: (de)allocating resets the values to the default. A variable the
+        // deck makes dense is allocated everywhere (where the file had it unallocated, it
+        // holds the default value, as the file says).
         for v in 0..nvars {
-            data.set_allocated(b, v, alloc[b * nvars + v]);
+            let dense = data.vars()[v].threshold.is_none();
+            data.set_allocated(b, v, dense || alloc[b * nvars + v]);
         }
         for s in 0..slots {
             let at = (b * slots + s) * var_len;
