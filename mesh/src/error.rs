@@ -38,6 +38,9 @@ pub enum MeshError {
     /// A set of leaves does not tile the domain exactly once.
     #[error("leaves do not tile the domain: {0}")]
     BadLeaves(String),
+    /// A stored forest (a restart) that this configuration cannot have produced.
+    #[error("the stored forest does not fit the mesh configuration: {0}")]
+    ForestMismatch(String),
     /// Block costs or rank counts that no partition can use.
     #[error("bad partition input: {0}")]
     Partition(String),

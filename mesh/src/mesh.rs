@@ -1,15 +1,16 @@
 //! [`Mesh`]: configuration, forest, partition and derefinement counters in one place.
 
-use crate::config::{BoundaryCondition, MeshConfig};
+use crate::config::{BoundaryCondition, MeshConfig, RefinementKind};
 use crate::error::MeshError;
 use crate::field::{pack_partitions, IndexShape};
 use crate::forest::{Forest, RootGrid};
+use crate::loc::LogicalLocation;
 use crate::multigrid::Multigrid;
 use crate::neighbor::{find_neighbors, BlockNeighbors};
 use crate::partition::{plan_moves, BlockMove, Partition};
 use crate::refine::{
-    initial_forest, remesh, BlockOrigin, DerefineCounter, RefinementFlag, RefinementRules,
-    RemeshMap,
+    initial_forest, is_balanced, remesh, BlockOrigin, DerefineCounter, RefinementFlag,
+    RefinementRules, RemeshMap,
 };
 
 /// What a remesh did.
@@ -66,6 +67,95 @@ impl Mesh {
             forest,
             partition,
         })
+    }
+
+    /// Rebuild a mesh from stored state (a restart): the leaves in gid order, as
+    /// [`Mesh::forest`] listed them, and each leaf's derefinement count, as
+    /// [`Mesh::derefine_counts`] returned them, split over `nranks` ranks with equal costs.
+    ///
+    /// The leaves must tile the root grid of `config` exactly once, in Morton order, be 2:1
+    /// balanced and respect its refinement: no leaf beyond the finest level or coarser than a
+    /// static region it overlaps, and without adaptive refinement exactly the forest
+    /// [`Mesh::new`] builds. Anything else is an error naming what is wrong.
+    ///
+    /// ```
+    /// use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag, RefinementKind};
+    /// let mut c = MeshConfig::new([32, 32, 1], [8, 8, 1]);
+    /// c.refinement = RefinementKind::Adaptive;
+    /// c.numlevel = 2;
+    /// c.derefine_count = 3;
+    /// let mut mesh = Mesh::new(c.clone(), 2).unwrap();
+    /// let mut flags = vec![RefinementFlag::Same; 16];
+    /// flags[0] = RefinementFlag::Refine;
+    /// mesh.remesh(&flags, None).unwrap();
+    /// let flags = vec![RefinementFlag::Derefine; mesh.forest().len()];
+    /// mesh.remesh(&flags, None).unwrap();
+    /// let back = Mesh::restore(c, mesh.forest().leaves().to_vec(), 2, &mesh.derefine_counts())
+    ///     .unwrap();
+    /// assert_eq!(back.forest().leaves(), mesh.forest().leaves());
+    /// assert_eq!(back.derefine_counts(), mesh.derefine_counts());
+    /// assert_eq!(back.partition(), mesh.partition());
+    /// ```
+    pub fn restore(
+        config: MeshConfig,
+        leaves: Vec<LogicalLocation>,
+        nranks: usize,
+        derefine_counts: &[u32],
+    ) -> Result<Self, MeshError> {
+        config.validate()?;
+        let grid = RootGrid::new(config.ndim(), config.nrb(), config.periodic())?;
+        let rules = RefinementRules::from_config(&config);
+        let forest = Forest::from_leaves(grid, leaves.clone())?;
+        if forest.leaves() != &leaves[..] {
+            return Err(MeshError::ForestMismatch(
+                "the leaves are not listed in Morton (gid) order".into(),
+            ));
+        }
+        if !is_balanced(&forest) {
+            return Err(MeshError::ForestMismatch(
+                "two touching leaves differ by more than one level (not 2:1 balanced)".into(),
+            ));
+        }
+        if let Some(l) = forest.leaves().iter().find(|l| l.level() > rules.max_level) {
+            return Err(MeshError::ForestMismatch(format!(
+                "{l} is finer than the finest level {} of the configuration",
+                rules.max_level
+            )));
+        }
+        if let Some(l) = forest
+            .leaves()
+            .iter()
+            .find(|l| l.level() < rules.static_min_level(&grid, l).min(rules.max_level))
+        {
+            return Err(MeshError::ForestMismatch(format!(
+                "{l} is coarser than a static refinement region it overlaps"
+            )));
+        }
+        if config.refinement != RefinementKind::Adaptive
+            && initial_forest(grid, &rules).leaves() != forest.leaves()
+        {
+            return Err(MeshError::ForestMismatch(
+                "without adaptive refinement the forest is the one the configuration builds, \
+                 and these leaves differ from it"
+                    .into(),
+            ));
+        }
+        let counter =
+            DerefineCounter::with_counts(config.derefine_count, &forest, derefine_counts)?;
+        let partition = Partition::uniform(forest.len(), nranks)?;
+        Ok(Self {
+            config,
+            rules,
+            forest,
+            partition,
+            counter,
+        })
+    }
+
+    /// Each leaf's derefinement count (consecutive remeshes that asked it to derefine), in gid
+    /// order: the state [`Mesh::restore`] takes back.
+    pub fn derefine_counts(&self) -> Vec<u32> {
+        self.counter.counts_of(&self.forest)
     }
 
     /// The configuration.
@@ -236,7 +326,6 @@ impl Mesh {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RefinementKind;
     use std::collections::BTreeMap;
 
     fn deck(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -347,5 +436,91 @@ mod tests {
         assert!(mesh.remesh(&d, Some(&vec![f64::NAN; n])).is_err());
         assert_eq!(mesh.forest().leaves(), &before[..]);
         assert_eq!(mesh.counter.count(&before[0]), 0);
+    }
+
+    #[test]
+    fn restore_continues_derefinement_and_rejects_forests_the_config_cannot_have() {
+        let mut c = MeshConfig::new([16, 16, 1], [4, 4, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 3;
+        c.derefine_count = 3;
+        let mut mesh = Mesh::new(c.clone(), 3).unwrap();
+        let mut flags = vec![RefinementFlag::Same; 16];
+        flags[0] = RefinementFlag::Refine;
+        mesh.remesh(&flags, None).unwrap();
+        let leaves = mesh.forest().leaves().to_vec();
+        assert_eq!(leaves.len(), 19);
+        // Two derefinement requests of the four children: one short of the threshold.
+        let mut d = vec![RefinementFlag::Same; 19];
+        d[..4].fill(RefinementFlag::Derefine);
+        mesh.remesh(&d, None).unwrap();
+        mesh.remesh(&d, None).unwrap();
+        assert_eq!(mesh.forest().len(), 19);
+        let counts = mesh.derefine_counts();
+        assert_eq!(&counts[..5], &[2, 2, 2, 2, 0]);
+        let mut back = Mesh::restore(c.clone(), leaves.clone(), 3, &counts).unwrap();
+        assert_eq!(back.partition(), mesh.partition());
+        assert_eq!(back.derefine_counts(), counts);
+        // The third request merges on both; a counter restarted from zero does not.
+        let mut fresh = Mesh::restore(c.clone(), leaves.clone(), 3, &[0; 19]).unwrap();
+        mesh.remesh(&d, None).unwrap();
+        back.remesh(&d, None).unwrap();
+        fresh.remesh(&d, None).unwrap();
+        assert_eq!(back.forest().len(), 16);
+        assert_eq!(back.forest().leaves(), mesh.forest().leaves());
+        assert_eq!(fresh.forest().len(), 19);
+
+        let bad = |c: &MeshConfig, leaves: Vec<LogicalLocation>| {
+            let n = leaves.len();
+            match Mesh::restore(c.clone(), leaves, 3, &vec![0; n]) {
+                Err(MeshError::BadLeaves(m) | MeshError::ForestMismatch(m)) => m,
+                other => panic!("expected a rejected forest, got {other:?}"),
+            }
+        };
+        let mut swapped = leaves.clone();
+        swapped.swap(0, 1);
+        assert!(bad(&c, swapped).contains("Morton"));
+        assert!(bad(&c, leaves[1..].to_vec()).contains("cover"));
+        // Refine the inner child once more, alone: it touches level-0 blocks.
+        let mut c4 = c.clone();
+        c4.numlevel = 4;
+        let inner = LogicalLocation::new(1, [1, 1, 0]);
+        let mut deep = leaves.clone();
+        deep.retain(|l| *l != inner);
+        deep.extend(inner.children(2));
+        deep.sort_unstable();
+        assert!(bad(&c4, deep).contains("2:1"));
+        // Level 1 is too fine for a configuration with one level.
+        let mut c1 = c.clone();
+        c1.numlevel = 1;
+        assert!(bad(&c1, leaves.clone()).contains("finest level"));
+        assert!(matches!(
+            Mesh::restore(c.clone(), leaves.clone(), 3, &[0; 5]),
+            Err(MeshError::Length { .. })
+        ));
+        // Static refinement: the region must stay refined, and nothing else may be.
+        let mut s = c.clone();
+        s.refinement = RefinementKind::Static;
+        s.static_regions = vec![crate::config::StaticRegion {
+            xmin: [0.9, 0.9, 0.0],
+            xmax: [1.0, 1.0, 1.0],
+            level: 1,
+            id: 0,
+        }];
+        let configured = Mesh::new(s.clone(), 2).unwrap();
+        let ok = configured.forest().leaves().to_vec();
+        assert!(Mesh::restore(s.clone(), ok.clone(), 2, &vec![0; ok.len()]).is_ok());
+        assert!(bad(
+            &s,
+            Forest::uniform(*configured.forest().grid(), 0)
+                .leaves()
+                .to_vec()
+        )
+        .contains("static"));
+        let mut extra = ok.clone();
+        extra.retain(|l| l.level() == 1 || l.lx() != [0, 0, 0]);
+        extra.extend(LogicalLocation::new(0, [0, 0, 0]).children(2));
+        extra.sort_unstable();
+        assert!(bad(&s, extra).contains("configuration"));
     }
 }

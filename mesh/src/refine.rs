@@ -237,6 +237,37 @@ impl DerefineCounter {
     pub fn count(&self, loc: &LogicalLocation) -> u32 {
         self.counts.get(loc).copied().unwrap_or(0)
     }
+
+    /// The threshold.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// The count of every leaf of `forest`, in gid order: all a restart needs, since
+    /// [`DerefineCounter::filter`] only ever reads the counts of the current leaves.
+    pub fn counts_of(&self, forest: &Forest) -> Vec<u32> {
+        forest.leaves().iter().map(|l| self.count(l)).collect()
+    }
+
+    /// A counter with `threshold` holding `counts` for the leaves of `forest` (gid order), as
+    /// [`DerefineCounter::counts_of`] exported them.
+    pub fn with_counts(threshold: u32, forest: &Forest, counts: &[u32]) -> Result<Self, MeshError> {
+        if counts.len() != forest.len() {
+            return Err(MeshError::Length {
+                what: "derefinement counts",
+                expected: forest.len(),
+                got: counts.len(),
+            });
+        }
+        let counts = forest
+            .leaves()
+            .iter()
+            .zip(counts)
+            .filter(|(_, &c)| c > 0)
+            .map(|(l, &c)| (*l, c))
+            .collect();
+        Ok(Self { threshold, counts })
+    }
 }
 
 /// The result of a remesh.

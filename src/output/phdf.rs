@@ -90,7 +90,8 @@ pub fn root_level(nrb: [i64; 3]) -> u32 {
     m.next_power_of_two().trailing_zeros()
 }
 
-fn bc_name(bc: BoundaryCondition) -> &'static str {
+/// The boundary condition as Parthenon names it in `Info/BoundaryConditions`.
+pub fn bc_name(bc: BoundaryCondition) -> &'static str {
     match bc {
         BoundaryCondition::Periodic => "periodic",
         BoundaryCondition::Outflow => "outflow",
@@ -201,7 +202,13 @@ fn write_contents(
     dataset(&blocks, "xmin", &[nb, ndim], &xmin)?;
     dataset(&blocks, "loc.lx123", &[nb, 3], &lx123)?;
     dataset(&blocks, "loc.level-gid-lid-cnghost-gflag", &[nb, 5], &lvl5)?;
-    dataset(&blocks, "derefinement_count", &[nb, 1], &vec![0i32; nb])?;
+    // Each leaf's pending derefinement requests: a restart takes them back.
+    let counts: Vec<i32> = mesh
+        .derefine_counts()
+        .iter()
+        .map(|&c| i32::try_from(c).unwrap_or(i32::MAX))
+        .collect();
+    dataset(&blocks, "derefinement_count", &[nb, 1], &counts)?;
 
     let axes = ["x", "y", "z"];
     let locations = file.create_group("Locations")?;

@@ -63,6 +63,14 @@ pub struct RestartData {
     pub stored: [usize; 3],
     /// Every block's location (levels from the root grid), in gid order.
     pub locations: Vec<LogicalLocation>,
+    /// Every block's derefinement count (`Blocks/derefinement_count`), in gid order.
+    pub derefine_counts: Vec<u32>,
+    /// Cells of the root grid per direction (`RootGridSize`).
+    pub root_grid_size: [usize; 3],
+    /// The domain: `[xmin, xmax]` per direction (from `RootGridDomain`).
+    pub domain: [[f64; 2]; 3],
+    /// Boundary conditions `ix1, ox1, ix2, ox2, ix3, ox3` by name.
+    pub boundary_conditions: Vec<String>,
     /// Blocks per rank of the writing run (its owners: contiguous gid ranges).
     pub blocks_per_rank: Vec<usize>,
     /// Variables by name: components and values `(NB, ncomp, n3, n2, n1)`.
@@ -245,6 +253,30 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         ));
     }
 
+    let counts: Vec<i64> = raw(&read("Blocks/derefinement_count", &[nb, 1])?, path)?;
+    let derefine_counts = counts
+        .iter()
+        .map(|&c| u32::try_from(c).map_err(|_| bad(format!("Blocks/derefinement_count {c}"))))
+        .collect::<Result<_, _>>()?;
+    let rgs: Vec<i64> = info
+        .attr("RootGridSize")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/RootGridSize: {e}")))?;
+    if rgs.len() != 3 || rgs.iter().any(|&n| n < 1) {
+        return Err(bad(format!("Info/RootGridSize = {rgs:?}")));
+    }
+    let dom: Vec<f64> = info
+        .attr("RootGridDomain")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/RootGridDomain: {e}")))?;
+    if dom.len() != 9 {
+        return Err(bad(format!("Info/RootGridDomain has {} values", dom.len())));
+    }
+    let bcs: Vec<VarLenUnicode> = info
+        .attr("BoundaryConditions")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| bad(format!("Info/BoundaryConditions: {e}")))?;
+
     let names: Vec<VarLenUnicode> = info
         .attr("OutputDatasetNames")
         .and_then(|a| a.read_raw())
@@ -295,6 +327,10 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         includes_ghost,
         stored,
         locations,
+        derefine_counts,
+        root_grid_size: [rgs[0] as usize, rgs[1] as usize, rgs[2] as usize],
+        domain: [0, 1, 2].map(|d| [dom[3 * d], dom[3 * d + 1]]),
+        boundary_conditions: bcs.iter().map(|b| b.as_str().to_string()).collect(),
         blocks_per_rank,
         variables,
         sparse,

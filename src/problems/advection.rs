@@ -19,11 +19,19 @@
 //! come from global indices), the time step is a minimum and the L1 error is summed in fixed
 //! point, so results are bit-for-bit identical for any block size and number of ranks.
 //!
-//! On a multilevel mesh the flux correction keeps the update conservative. With
-//! `parthenon/mesh/refinement: adaptive` the mesh follows the first field's gradient (see
+//! On a multilevel mesh the boundary crate's flux correction keeps the update conservative.
+//! With `parthenon/mesh/refinement: adaptive` the mesh follows the first field's gradient (see
 //! [`amr`]): refinement, merging, rebalancing and the data movement keep the total too.
 //!
-//! Not done here: restarts.
+//! Restarts: `file_type: rst` outputs write everything a continuation needs (fields with
+//! ghosts and sparse allocation, forest, derefinement counts, cycle, time, dt and every
+//! output's schedule, see [`crate::run::resume`]); `run DECK -r FILE` continues bit for bit.
+//!
+//! Sparse fields: `advection/sparse: true` (with `parthenon/sparse/enable_sparse`,
+//! `alloc_threshold`, `dealloc_threshold`) stores the fields only on blocks where they exceed
+//! the allocation threshold; unallocated blocks are skipped by the update and become
+//! allocated when a neighbour sends them data above the threshold. Blocks are never
+//! deallocated.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
@@ -35,6 +43,7 @@ use crate::deck::Deck;
 use crate::exit::bad_input;
 use crate::output::{write_output, FileNumber, FileType, OutputBlock, Schedule, Snapshot};
 use crate::run::collective::max_f64;
+use crate::run::resume::{self, Resume};
 use crate::run::stats::{CommTimer, Stop, Summary};
 use crate::run::RunContext;
 use anyhow::{Context as _, Result};
@@ -46,7 +55,7 @@ use starhalo_boundary::{
     BlockData, BoundaryType, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
-use starhalo_mesh::field::{Centering, Fields, Metadata};
+use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
 use std::cell::{Cell, RefCell};
 use std::io::Write as _;
@@ -56,12 +65,13 @@ use std::time::{Duration, Instant};
 const BLOCK: &str = "advection";
 const TIME: &str = "parthenon/time";
 const MESH: &str = "parthenon/mesh";
+const SPARSE: &str = "parthenon/sparse";
 
 /// The driver's entry for this problem.
 pub const INFO: ProblemInfo = ProblemInfo {
     name: "advection",
     block: BLOCK,
-    restarts: false,
+    restarts: true,
     setup,
 };
 
@@ -191,6 +201,8 @@ struct Advection {
     deck_text: String,
     amr: Option<amr::Amr>,
     amr_stats: amr::AmrStats,
+    /// Where a restarted run picks up (`-r FILE`); `None` starts from the profile.
+    resume: Option<Resume>,
 }
 
 /// The name of field copy `n`.
@@ -368,29 +380,36 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         deck.mark_read(&b.name, OUTPUT_KEYS);
         let o = OutputBlock::from_map(&map, n)
             .map_err(|e| bad_input!("block {} at {}: {e}", b.name, b.origin))?;
-        if o.file_type == FileType::Restart {
-            return Err(bad_input!(
-                "block {} at {}: restart outputs are not supported by advection yet",
-                b.name,
-                b.origin
-            ));
-        }
         outputs.push(o);
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
 
     let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
 
+    let sparse = sparse_thresholds(deck)?;
     let mut fields = Fields::default();
     for n in 0..num_vars {
+        let mut md = Metadata::new(Centering::Cell).fill_ghost();
+        if let Some(t) = sparse {
+            md = md.sparse(t);
+        }
         fields
-            .add(&field_name(n), Metadata::new(Centering::Cell).fill_ghost())
+            .add(&field_name(n), md)
             .map_err(|e| bad_input!("{e}"))?;
     }
-    let nranks = ctx.world.size() as usize;
-    let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("{e}"))?;
-    let data =
-        BlockData::new(&mesh, &fields, ctx.world.rank() as usize).map_err(|e| bad_input!("{e}"))?;
+    let (nranks, rank) = (ctx.world.size() as usize, ctx.world.rank() as usize);
+    let (mesh, data, resume) = match &ctx.restart {
+        Some(path) => {
+            let (m, d, r) =
+                resume::load(path, INFO.name, config, &fields, (nranks, rank), &outputs)?;
+            (m, d, Some(r))
+        }
+        None => {
+            let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("{e}"))?;
+            let data = BlockData::new(&mesh, &fields, rank).map_err(|e| bad_input!("{e}"))?;
+            (mesh, data, None)
+        }
+    };
     Ok(Box::new(Advection {
         mesh,
         fields,
@@ -409,6 +428,37 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         deck_text: deck.to_yaml(),
         amr,
         amr_stats: amr::AmrStats::default(),
+        resume,
+    }))
+}
+
+/// The advected fields' sparse thresholds: `advection/sparse` asks for sparse fields, and
+/// `parthenon/sparse` (`enable_sparse`, `alloc_threshold`, `dealloc_threshold`) can switch
+/// sparse storage off or set the thresholds, as in Parthenon.
+fn sparse_thresholds(deck: &Deck) -> Result<Option<SparseThresholds>> {
+    let wanted = deck.get_bool_or(BLOCK, "sparse", false)?;
+    let enabled = deck.get_bool_or(SPARSE, "enable_sparse", true)?;
+    let d = SparseThresholds::default();
+    let alloc = deck.get_f64_or(SPARSE, "alloc_threshold", d.allocation)?;
+    let dealloc = deck.get_f64_or(SPARSE, "dealloc_threshold", d.deallocation.min(alloc))?;
+    if !(alloc.is_finite() && alloc >= 0.0) {
+        return Err(deck
+            .invalid(SPARSE, "alloc_threshold", "must be a finite number >= 0")
+            .into());
+    }
+    if !(dealloc.is_finite() && (0.0..=alloc).contains(&dealloc)) {
+        return Err(deck
+            .invalid(
+                SPARSE,
+                "dealloc_threshold",
+                "must be a finite number in [0, alloc_threshold]",
+            )
+            .into());
+    }
+    Ok((wanted && enabled).then_some(SparseThresholds {
+        allocation: alloc,
+        deallocation: dealloc,
+        default_value: 0.0,
     }))
 }
 
@@ -540,6 +590,8 @@ impl Advection {
         self.profile_at(y)
     }
 
+    /// The profile on every block; a sparse field is allocated only on blocks where it
+    /// exceeds the allocation threshold somewhere.
     fn initialise(&self) {
         let mut data = self.data.borrow_mut();
         for b in 0..data.gids().len() {
@@ -549,6 +601,13 @@ impl Advection {
                 .map(|p| (geo.at(p), self.profile_at(geo.center(p))))
                 .collect();
             for s in 0..self.num_vars {
+                if let Some(t) = data.vars()[s].threshold {
+                    let live = vals.iter().any(|&(_, q)| q.abs() > t);
+                    data.set_allocated(b, s, live);
+                    if !live {
+                        continue;
+                    }
+                }
                 let u = data.fine_mut(b, s);
                 for &(i, q) in &vals {
                     u[i] = q;
@@ -613,6 +672,10 @@ impl Advection {
         for b in blocks {
             let geo = Geo::new(&self.mesh, data.gids()[b]);
             for s in 0..self.num_vars {
+                // An unallocated sparse field is zero with zero ghosts: nothing moves.
+                if !data.is_allocated(b, s) {
+                    continue;
+                }
                 let f = self.fluxes(data.fine(b, s), &geo);
                 for (d, fd) in f.iter().enumerate().take(self.ndim()) {
                     flux.flux_mut(b, s, d).copy_from_slice(fd);
@@ -634,6 +697,9 @@ impl Advection {
         for b in blocks {
             let geo = Geo::new(&self.mesh, data.gids()[b]);
             for s in 0..self.num_vars {
+                if !data.is_allocated(b, s) {
+                    continue;
+                }
                 let mut new = Vec::with_capacity(geo.ncells());
                 {
                     let u = data.fine(b, s);
@@ -789,7 +855,10 @@ impl Advection {
             deck: &self.deck_text,
             params: &[],
         };
-        for (o, s) in self.outputs.iter().zip(sched.iter_mut()) {
+        // Every schedule advances before anything is written, so that a restart file holds
+        // the schedules as they stand after this step.
+        let mut due = Vec::new();
+        for (i, (o, s)) in self.outputs.iter().zip(sched.iter_mut()).enumerate() {
             let number = if last {
                 if o.file_type == FileType::History {
                     // The history has a line for this step already if it was due.
@@ -805,6 +874,19 @@ impl Advection {
                 s.wrote(o, time)
             } else {
                 continue;
+            };
+            due.push((i, number));
+        }
+        let params = resume::params(INFO.name, &self.outputs, sched);
+        for (i, number) in due {
+            let o = &self.outputs[i];
+            let snap = if o.file_type == FileType::Restart {
+                Snapshot {
+                    params: &params,
+                    ..snap
+                }
+            } else {
+                snap
             };
             write_output(ctx.world, &snap, o, &ctx.problem_id, &ctx.out_dir, number)
                 .with_context(|| format!("writing output {}", o.block))?;
@@ -880,13 +962,24 @@ impl Problem for Advection {
         let comm = CommTimer::default();
         let mut comms =
             comm.time(|| Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced))?;
-        self.initialise();
+        let resume = self.resume.take();
+        if resume.is_none() {
+            self.initialise();
+        }
+        // After a restart the stored ghosts are already these values; the fill also leaves
+        // the coarse buffers (not stored) as the interrupted run had them.
         comm.time(|| self.fill_ghosts(ctx, &comms))?;
-        self.refine_initially(ctx, &comm, &mut comms)?;
 
-        let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
-        let (mut t, mut cycle, mut dt) = (0.0f64, 0u64, 0.0f64);
-        self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
+        let (mut sched, mut t, mut cycle, mut dt) = match resume {
+            // The outputs of the restart step were written by the interrupted run.
+            Some(r) => (r.schedules, r.time, r.cycle, r.dt),
+            None => {
+                self.refine_initially(ctx, &comm, &mut comms)?;
+                let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
+                self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false)?;
+                (sched, 0.0f64, 0u64, 0.0f64)
+            }
+        };
         let stages = self.integrator.stages();
         // Zone-cycles (cell updates of the whole mesh), in all and since the last progress line.
         let (mut zone_cycles, mut since_line, mut line_t0) = (0.0f64, 0.0f64, Instant::now());

@@ -8,6 +8,7 @@
 pub mod clock;
 pub mod collective;
 pub mod context;
+pub mod resume;
 pub mod stats;
 
 pub use collective::report;

@@ -1,0 +1,387 @@
+//! `starhalo run DECK -r FILE`: advection restarted from a restart file finishes bit for bit
+//! as the run that never stopped, on 1 and 2 ranks, and bad restart files stop every rank with
+//! exit code 2.
+//!
+//! The mesh is 2-D, periodic, with a static region two levels deep (so the flux correction
+//! runs), two advected fields, SSP RK2. The uninterrupted run does 12 cycles and writes a
+//! restart file every 5 cycles, a `.phdf` with ghosts every 0.03 in time and a history line
+//! every cycle; the second run restarts from the cycle-5 file. Checked:
+//!
+//! - every file the restarted run writes exists in the uninterrupted run's directory under
+//!   the same name (same file numbers) and holds the same datasets bit for bit, the same
+//!   cycle, time and time step; and it writes every file the other wrote after cycle 5, and
+//!   nothing for cycle 5 itself;
+//! - its history lines are the uninterrupted run's lines after cycle 5;
+//! - the final restart file is the same on 1 and 2 ranks;
+//! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
+//!   restart), and that file continued with dense fields ends with the same values;
+//! - a missing file, a `.phdf` file, a truncated file, a file of another problem and a deck
+//!   whose mesh differs from the file's exit 2 on every rank with a message naming the cause.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Output;
+
+const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
+const LIMIT_S: u64 = 120;
+const RESTART_CYCLE: i64 = 5;
+
+const DECK: &str = "\
+parthenon/job: {problem: advection, problem_id: adv}
+parthenon/mesh:
+  nx1: 32
+  nx2: 32
+  x1min: -0.5
+  x1max: 0.5
+  x2min: -0.5
+  x2max: 0.5
+  ix1_bc: periodic
+  ox1_bc: periodic
+  ix2_bc: periodic
+  ox2_bc: periodic
+  refinement: static
+  numlevel: 3
+parthenon/static_refinement0: {x1min: -0.1, x1max: 0.1, x2min: -0.1, x2max: 0.1, level: 2}
+parthenon/meshblock: {nx1: 8, nx2: 8}
+parthenon/time: {nlim: 12, tlim: 10.0, ncycle_out: 0, integrator: rk2}
+parthenon/output0: {file_type: hdf5, dt: 0.03, ghost_zones: true}
+parthenon/output1: {file_type: rst, dn: 5}
+parthenon/output2: {file_type: hst, dn: 1}
+advection:
+  num_vars: 2
+  vx: 1.0
+  vy: 0.5
+  profile: smooth_gaussian
+  amp: 1.0
+  cfl: 0.4
+";
+
+fn main() {
+    eprintln!("restart: bit-identical continuation of advection, and bad restart files");
+    let base = std::env::temp_dir().join(format!("starhalo-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).expect("scratch dir");
+    let deck = base.join("deck.yaml");
+    std::fs::write(&deck, DECK).expect("deck");
+    let deck = deck.to_str().expect("utf-8 path");
+
+    let mut finals = Vec::new();
+    // Dense fields on 1 and 2 ranks; sparse fields (a hard sphere: some blocks unallocated).
+    let sparse: &[&str] = &["advection/sparse=true", "advection/profile=hard_sphere"];
+    for (ranks, extra, tag) in [
+        (1, &[][..], "dense"),
+        (2, &[][..], "dense"),
+        (2, sparse, "sparse"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let name = if tag == "dense" {
+            format!("full{ranks}")
+        } else {
+            format!("{tag}{ranks}")
+        };
+        let full = base.join(&name);
+        let resumed = base.join(format!("{name}-resumed"));
+        let mut args = vec![deck, "-d", path_str(&full)];
+        args.extend_from_slice(extra);
+        let out = run(ranks, &args);
+        common::assert_ok(&format!("uninterrupted {tag} run on {ranks} ranks"), &out);
+        let rst = full.join("adv.out1.00001.rhdf");
+        assert_eq!(attr_i64(&rst, "NCycle"), RESTART_CYCLE);
+        let unallocated = hdf5::File::open(&rst)
+            .and_then(|f| f.dataset("SparseInfo"))
+            .and_then(|d| d.read_raw::<bool>())
+            .map_or(0, |f| f.iter().filter(|a| !**a).count());
+        assert_eq!(
+            unallocated > 0,
+            tag == "sparse",
+            "unallocated blocks in {tag} run"
+        );
+        let mut args = vec![deck, "-d", path_str(&resumed), "-r", path_str(&rst)];
+        args.extend_from_slice(extra);
+        let out = run(ranks, &args);
+        common::assert_ok(&format!("restarted {tag} run on {ranks} ranks"), &out);
+        check_continuation(&full, &resumed);
+        if tag == "dense" {
+            finals.push(full.join("adv.out1.final.rhdf"));
+        } else {
+            // The sparse file continued with dense fields: allocated everywhere, same values.
+            let densified = base.join(format!("{name}-dense"));
+            let args = [deck, "-d", path_str(&densified), "-r", path_str(&rst)];
+            let out = run(ranks, &args[..]);
+            common::assert_ok("sparse file restarted dense", &out);
+            let last = "adv.out1.final.rhdf";
+            let f = hdf5::File::open(densified.join(last)).expect("final restart file");
+            assert!(f.dataset("SparseInfo").is_err(), "dense fields expected");
+            for v in ["advected", "advected_1"] {
+                assert_eq!(
+                    field_bits(&full.join(last), v),
+                    field_bits(&densified.join(last), v)
+                );
+            }
+        }
+        eprintln!(
+            "  {tag}, {ranks} ranks: ok ({:.1} s)",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    same_file(&finals[0], &finals[1]);
+
+    bad_restarts(&base, deck);
+    eprintln!("  bad restart files: ok");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn run(ranks: usize, args: &[&str]) -> Output {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    common::mpirun(ranks, LIMIT_S, Path::new(EXE), &all, &[])
+}
+
+/// The `.phdf` and `.rhdf` files of a directory.
+fn hdf5_files(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".phdf") || n.ends_with(".rhdf"))
+        .collect()
+}
+
+fn attr_i64(path: &Path, name: &str) -> i64 {
+    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.group("Info")
+        .and_then(|g| g.attr(name))
+        .and_then(|a| a.read_scalar::<i64>())
+        .unwrap_or_else(|e| panic!("{}: Info/{name}: {e}", path.display()))
+}
+
+fn attr_f64(path: &Path, name: &str) -> f64 {
+    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.group("Info")
+        .and_then(|g| g.attr(name))
+        .and_then(|a| a.read_scalar::<f64>())
+        .unwrap_or_else(|e| panic!("{}: Info/{name}: {e}", path.display()))
+}
+
+fn check_continuation(full: &Path, resumed: &Path) {
+    let written = hdf5_files(resumed);
+    let expected: BTreeSet<String> = hdf5_files(full)
+        .into_iter()
+        .filter(|n| attr_i64(&full.join(n), "NCycle") > RESTART_CYCLE)
+        .collect();
+    assert_eq!(
+        written, expected,
+        "the restarted run writes exactly the files the uninterrupted run wrote after cycle \
+         {RESTART_CYCLE}, with the same numbers"
+    );
+    // A time-driven output, a cycle-driven output and the final ones.
+    for name in [
+        "adv.out0.00001.phdf",
+        "adv.out1.00002.rhdf",
+        "adv.out1.final.rhdf",
+    ] {
+        assert!(written.contains(name), "{name} missing: {written:?}");
+    }
+    for name in &written {
+        let (a, b) = (full.join(name), resumed.join(name));
+        assert_eq!(attr_i64(&a, "NCycle"), attr_i64(&b, "NCycle"), "{name}");
+        for key in ["Time", "dt"] {
+            assert_eq!(
+                attr_f64(&a, key).to_bits(),
+                attr_f64(&b, key).to_bits(),
+                "{name}: Info/{key}"
+            );
+        }
+        same_file(&a, &b);
+    }
+    // The history: the same lines after the restart cycle (column 3 is the cycle).
+    let lines = |dir: &Path| -> Vec<String> {
+        let p = dir.join("adv.out2.hst");
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    };
+    let after: Vec<String> = lines(full)
+        .into_iter()
+        .filter(|l| {
+            let cycle: i64 = l.split_whitespace().nth(2).unwrap().parse().unwrap();
+            cycle > RESTART_CYCLE
+        })
+        .collect();
+    let cycles: BTreeSet<&str> = after
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(cycles.len(), 7, "cycles 6 to 12: {after:?}");
+    assert_eq!(lines(resumed), after);
+}
+
+fn field_bits(path: &Path, name: &str) -> Vec<u64> {
+    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: Vec<f64> = f.dataset(name).and_then(|d| d.read_raw()).expect(name);
+    v.into_iter().map(f64::to_bits).collect()
+}
+
+/// Every dataset of `a` is in `b` with the same shape and the same bits.
+fn same_file(a: &Path, b: &Path) {
+    let fa = hdf5::File::open(a).unwrap_or_else(|e| panic!("{}: {e}", a.display()));
+    let fb = hdf5::File::open(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()));
+    let mut names = Vec::new();
+    for grp in ["/", "Blocks", "Locations", "VolumeLocations"] {
+        let g = fa.group(grp).expect("group");
+        for m in g.member_names().expect("members") {
+            if g.dataset(&m).is_ok() {
+                names.push(format!("{}/{m}", grp.trim_end_matches('/')));
+            }
+        }
+    }
+    // Two fields, Levels, LogicalLocations and the Blocks/Locations datasets at least.
+    assert!(names.len() >= 12, "{}: {names:?}", a.display());
+    for n in &names {
+        if n.ends_with("loc.level-gid-lid-cnghost-gflag") {
+            continue; // the local ids depend on the number of ranks
+        }
+        let (da, db) = (fa.dataset(n).unwrap(), fb.dataset(n).unwrap());
+        assert_eq!(da.shape(), db.shape(), "{n}");
+        let ty = da.dtype().unwrap().to_descriptor().unwrap().to_string();
+        let bits = |d: &hdf5::Dataset| -> Vec<u64> {
+            match ty.as_str() {
+                "float64" => d
+                    .read_raw::<f64>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect(),
+                "bool" => d
+                    .read_raw::<bool>()
+                    .unwrap()
+                    .into_iter()
+                    .map(u64::from)
+                    .collect(),
+                _ => d
+                    .read_raw::<i64>()
+                    .unwrap()
+                    .into_iter()
+                    .map(|x| x as u64)
+                    .collect(),
+            }
+        };
+        assert!(
+            bits(&da) == bits(&db),
+            "{n} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+/// Runs a restart on 2 ranks that must fail with exit code 2 and `what` in its message.
+fn expect_bad(deck: &str, dir: &Path, file: &Path, extra: &[&str], what: &str) {
+    let mut args = vec![deck, "-d", path_str(dir), "-r", path_str(file)];
+    args.extend_from_slice(extra);
+    let out = run(2, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "-r {} {extra:?}: expected exit 2 (124 = a rank hung)\n{err}",
+        file.display()
+    );
+    assert!(err.contains(what), "expected '{what}' in:\n{err}");
+    assert!(
+        !err.contains("panicked"),
+        "-r {}: a rank panicked\n{err}",
+        file.display()
+    );
+}
+
+fn bad_restarts(base: &Path, deck: &str) {
+    let full = base.join("full2");
+    let rst = full.join("adv.out1.00001.rhdf");
+    let dir = base.join("bad");
+    expect_bad(deck, &dir, &base.join("missing.rhdf"), &[], "no such file");
+    expect_bad(
+        deck,
+        &dir,
+        &full.join("adv.out0.00000.phdf"),
+        &[],
+        "not a restart file of starhalo run",
+    );
+    let truncated = base.join("truncated.rhdf");
+    let bytes = std::fs::read(&rst).expect("restart file");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated copy");
+    expect_bad(deck, &dir, &truncated, &[], "not a usable restart file");
+
+    // The same file, as if another problem had written it.
+    let other = base.join("other.rhdf");
+    std::fs::copy(&rst, &other).expect("copy");
+    {
+        let f = hdf5::File::open_rw(&other).expect("open copy");
+        let params = f.group("Params").expect("Params");
+        params.delete_attr("driver/problem").expect("delete");
+        let name: hdf5::types::VarLenUnicode = "heat2d".parse().unwrap();
+        params
+            .new_attr::<hdf5::types::VarLenUnicode>()
+            .shape(())
+            .create("driver/problem")
+            .and_then(|a| a.write_scalar(&name))
+            .expect("rewrite");
+    }
+    expect_bad(
+        deck,
+        &dir,
+        &other,
+        &[],
+        "written by problem 'heat2d', this deck runs 'advection'",
+    );
+
+    // Decks whose mesh is not the file's.
+    expect_bad(
+        deck,
+        &dir,
+        &rst,
+        &["parthenon/mesh/nx1=64"],
+        "root grid has [32, 32, 1] cells",
+    );
+    expect_bad(
+        deck,
+        &dir,
+        &rst,
+        &["parthenon/meshblock/nx1=16"],
+        "parthenon/meshblock gives [16, 8, 1]",
+    );
+    expect_bad(
+        deck,
+        &dir,
+        &rst,
+        &["parthenon/static_refinement0/level=1"],
+        "does not fit the mesh configuration",
+    );
+    expect_bad(
+        deck,
+        &dir,
+        &rst,
+        &["parthenon/mesh/x2max=0.6"],
+        "domain along x2",
+    );
+    expect_bad(
+        deck,
+        &dir,
+        &rst,
+        &["advection/num_vars=3"],
+        "no variable `advected_2`",
+    );
+}
