@@ -25,6 +25,7 @@ pub mod exchange;
 pub mod flux_correction;
 pub mod pool;
 pub mod prolong_restrict;
+mod rows;
 pub mod storage;
 pub mod tags;
 
