@@ -29,11 +29,12 @@ use starhalo_mesh::field::IndexShape;
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p::{self, MsgArena};
+use starhalo_sf::pool::BufferPool;
 
 use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, RankChannels};
-use crate::comm_buffer::BufferState;
+use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{restrict, Prolongation};
 use crate::storage::BlockData;
@@ -210,7 +211,8 @@ struct End {
     peer: i32,
     tag: i32,
     sparse: bool,
-    state: BufferState,
+    /// The five-state protocol of this end (storage and messages are the route's).
+    st: ChannelState,
     /// A receive is posted for this many values.
     posted: Option<usize>,
     /// Same-rank receive: the sender's route and end.
@@ -254,9 +256,7 @@ struct Route {
 impl Route {
     /// Whether every receive end holds data or a null message.
     fn all_arrived(&self) -> bool {
-        self.recv
-            .iter()
-            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+        self.recv.iter().all(|e| e.st.has_arrived())
     }
 }
 
@@ -274,6 +274,8 @@ fn var_comm(
 /// The ghost exchange of one rank.
 pub struct Exchange {
     opts: ExchangeOptions,
+    /// Where every message buffer of the routes comes from (and goes back to on drop).
+    pool: BufferPool,
     shape: IndexShape,
     var_comms: Vec<Option<SimpleCommunicator>>,
     coal_comm: SimpleCommunicator,
@@ -317,6 +319,19 @@ impl Exchange {
         mesh: &Mesh,
         data: &BlockData,
         opts: ExchangeOptions,
+    ) -> Result<Self, BoundaryError> {
+        Self::new_in(comm, mesh, data, opts, &BufferPool::new())
+    }
+
+    /// As [`new`](Self::new), with every message buffer drawn from `pool`: an exchange rebuilt
+    /// after a remesh on the pool of the one it replaces (see [`pool`](Self::pool)) reuses
+    /// the storage of every buffer whose size did not change.
+    pub fn new_in(
+        comm: &SimpleCommunicator,
+        mesh: &Mesh,
+        data: &BlockData,
+        opts: ExchangeOptions,
+        pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
         let rank = comm.rank() as usize;
         let nranks = comm.size() as usize;
@@ -432,7 +447,11 @@ impl Exchange {
                             peer: to_i32(peer, "rank")?,
                             tag: to_i32(tag, "tag")?,
                             sparse: data.vars()[c.key.var].threshold.is_some(),
-                            state: BufferState::Stale,
+                            st: ChannelState::new(if sending {
+                                Role::Sender
+                            } else {
+                                Role::Receiver
+                            }),
                             posted: None,
                             source: None,
                         });
@@ -491,9 +510,11 @@ impl Exchange {
                     g.status_at = len;
                     len += g.ends.len();
                 }
-                let send_buf = MsgArena::with_len(len);
-                let recv_buf = MsgArena::new(recv_ends.iter().map(|e| e.buf.clone()).collect())?;
-                let coal = MsgArena::new(
+                let send_buf = MsgArena::with_len_in(pool, len);
+                let recv_buf =
+                    MsgArena::new_in(pool, recv_ends.iter().map(|e| e.buf.clone()).collect())?;
+                let coal = MsgArena::new_in(
+                    pool,
                     recv_groups
                         .iter()
                         .scan(0, |at, g| {
@@ -586,6 +607,7 @@ impl Exchange {
 
         let mut ex = Self {
             opts,
+            pool: pool.clone(),
             shape,
             var_comms,
             coal_comm,
@@ -620,6 +642,11 @@ impl Exchange {
         }
     }
 
+    /// The pool its message buffers come from.
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
     /// Messages and bytes sent so far.
     pub fn traffic(&self) -> Traffic {
         self.traffic
@@ -652,11 +679,12 @@ impl Exchange {
                 want.push((g.peer, g.tag, digest(&r.recv[g.ends.clone()])));
             }
         }
-        let mut sends = MsgArena::with_len(out.len() * 3);
+        let mut sends = MsgArena::with_len_in(&self.pool, out.len() * 3);
         for (i, (_, _, d)) in out.iter().enumerate() {
             sends.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
         }
-        let mut recvs = MsgArena::new((0..want.len()).map(|i| i * 3..i * 3 + 3).collect())?;
+        let segs = (0..want.len()).map(|i| i * 3..i * 3 + 3).collect();
+        let mut recvs = MsgArena::new_in(&self.pool, segs)?;
         for (i, (peer, tag, _)) in want.iter().enumerate() {
             recvs.recv(&self.coal_comm, i, 3, *peer, *tag)?;
         }
@@ -711,7 +739,11 @@ impl Exchange {
         for k in 0..r.recv_order.len() {
             let i = r.recv_order[k];
             let e = &mut r.recv[i];
-            if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+            if e.ch.is_local()
+                || e.sparse
+                || e.posted.is_some()
+                || e.st.state() != BufferState::Stale
+            {
                 continue;
             }
             let comm = var_comm(&self.var_comms, e.var)?;
@@ -733,13 +765,16 @@ impl Exchange {
         // Same-rank receivers must have consumed the last exchange.
         if r.send
             .iter()
-            .any(|e| e.ch.is_local() && e.state != BufferState::Stale)
+            .any(|e| e.ch.is_local() && e.st.state() != BufferState::Stale)
         {
             return Ok(TaskStatus::Incomplete);
         }
         r.send_buf.wait();
+        // Remote sends have completed: their ends go stale (they are already, the first time).
         for e in r.send.iter_mut().filter(|e| !e.ch.is_local()) {
-            e.state = BufferState::Stale;
+            if e.st.state() != BufferState::Stale {
+                e.st.stale()?;
+            }
         }
         for &(b, v) in &r.restrict {
             if !data.is_allocated(b, v) {
@@ -762,11 +797,7 @@ impl Exchange {
                 && vs
                     .threshold
                     .is_none_or(|t| buf[e.buf.clone()].iter().any(|x| x.abs() > t));
-            e.state = if live {
-                BufferState::Sending
-            } else {
-                BufferState::SendingNull
-            };
+            e.st.sent(live)?;
         }
         if self.opts.coalesced {
             // Status values, and the live channels moved together (a no-op when all are live).
@@ -774,7 +805,7 @@ impl Exchange {
                 let start = r.send[g.ends.start].buf.start;
                 let mut at = start;
                 for (k, e) in r.send[g.ends.clone()].iter().enumerate() {
-                    let live = e.state == BufferState::Sending;
+                    let live = e.st.state() == BufferState::Sending;
                     buf[g.status_at + k] = f64::from(u8::from(live));
                     if live {
                         if e.buf.start != at {
@@ -801,7 +832,7 @@ impl Exchange {
                 if e.ch.is_local() {
                     continue;
                 }
-                let range = if e.state == BufferState::Sending {
+                let range = if e.st.state() == BufferState::Sending {
                     e.buf.clone()
                 } else {
                     e.buf.start..e.buf.start
@@ -822,11 +853,11 @@ impl Exchange {
         // Same-rank channels: the receiver reads the sender's packed values.
         for i in 0..self.routes[ri].recv.len() {
             let e = &self.routes[ri].recv[i];
-            let (Some((sr, j)), BufferState::Stale) = (e.source, e.state) else {
+            let (Some((sr, j)), BufferState::Stale) = (e.source, e.st.state()) else {
                 continue;
             };
             let src = &self.routes[sr].send[j];
-            let (state, range) = (src.state, src.buf.clone());
+            let (state, range) = (src.st.state(), src.buf.clone());
             let arrived = match state {
                 BufferState::Sending => {
                     if sr == ri {
@@ -839,12 +870,12 @@ impl Exchange {
                             .segment_mut(i)?
                             .copy_from_slice(&b.send_buf.buf()?[range]);
                     }
-                    BufferState::Received
+                    Arrival::Data
                 }
-                BufferState::SendingNull => BufferState::ReceivedNull,
+                BufferState::SendingNull => Arrival::Null,
                 _ => continue,
             };
-            self.routes[ri].recv[i].state = arrived;
+            self.routes[ri].recv[i].st.arrived(arrived)?;
         }
         let r = &mut self.routes[ri];
         if self.opts.coalesced {
@@ -887,7 +918,7 @@ impl Exchange {
                 let mut at = 0;
                 for (k, i) in g.ends.clone().enumerate() {
                     let e = &mut r.recv[i];
-                    e.state = if status[k] != 0.0 {
+                    let arrival = if status[k] != 0.0 {
                         let len = e.buf.len();
                         let Some(src) = payload.get(at..at + len) else {
                             return Err(BoundaryError::Mismatch(format!(
@@ -897,10 +928,11 @@ impl Exchange {
                         };
                         r.recv_buf.segment_mut(i)?.copy_from_slice(src);
                         at += len;
-                        BufferState::Received
+                        Arrival::Data
                     } else {
-                        BufferState::ReceivedNull
+                        Arrival::Null
                     };
+                    e.st.arrived(arrival)?;
                 }
             }
         } else {
@@ -910,7 +942,7 @@ impl Exchange {
                 if e.ch.is_local()
                     || !e.sparse
                     || e.posted.is_some()
-                    || e.state != BufferState::Stale
+                    || e.st.state() != BufferState::Stale
                 {
                     continue;
                 }
@@ -924,11 +956,7 @@ impl Exchange {
             if r.recv_buf.test() {
                 for e in r.recv.iter_mut() {
                     if let Some(n) = e.posted.take() {
-                        e.state = if n > 0 {
-                            BufferState::Received
-                        } else {
-                            BufferState::ReceivedNull
-                        };
+                        e.st.arrived(if n > 0 { Arrival::Data } else { Arrival::Null })?;
                     }
                 }
             }
@@ -954,7 +982,7 @@ impl Exchange {
             return Ok(TaskStatus::Incomplete);
         }
         for e in &r.recv {
-            let live = e.state == BufferState::Received;
+            let live = e.st.state() == BufferState::Received;
             r.recv_cache.set_allocated(e.halos.clone(), live);
             if live && !data.is_allocated(e.block, e.var) {
                 self.pending_alloc[part].push((e.block, e.var));
@@ -971,9 +999,9 @@ impl Exchange {
             g.data_in = false;
         }
         for i in 0..self.routes[ri].recv.len() {
-            self.routes[ri].recv[i].state = BufferState::Stale;
+            self.routes[ri].recv[i].st.stale()?;
             if let Some((sr, j)) = self.routes[ri].recv[i].source {
-                self.routes[sr].send[j].state = BufferState::Stale;
+                self.routes[sr].send[j].st.stale()?;
             }
         }
         Ok(TaskStatus::Complete)

@@ -6,7 +6,8 @@
 //!   built from the mesh's neighbour records;
 //! - [`tags`]: dense MPI tags per peer rank, computed identically on both ends;
 //! - [`comm_buffer`]: the five-state buffer of one channel, with the transport behind a trait;
-//! - [`pool`]: storage pools keyed by size, with owning and weak handles;
+//! - [`pool`] (from starhalo-sf): storage pools keyed by size, with owning and weak handles;
+//!   every message buffer of an exchange comes from one;
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
@@ -23,7 +24,7 @@ pub mod device_pack;
 pub mod error;
 pub mod exchange;
 pub mod flux_correction;
-pub mod pool;
+pub use starhalo_sf::pool;
 pub mod prolong_restrict;
 mod rows;
 pub mod storage;
