@@ -17,6 +17,9 @@
 //! staling, sending from a receiver, receiving on a sender, sending from unallocated storage,
 //! staling a buffer that is already stale.
 //!
+//! The transitions themselves live in [`ChannelState`], which the exchange's channel ends
+//! keep as well; a `CommBuffer` adds storage (from a [`BufferPool`]) and a transport.
+//!
 //! How bytes move is a [`Transport`]; [`same_rank_pair`] gives the same-rank one, where a send
 //! makes the values visible to the paired receiver. The MPI transport plugs in the same way,
 //! so callers never see the difference.

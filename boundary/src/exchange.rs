@@ -18,6 +18,12 @@
 //!
 //! Everything a route needs (channel lists, sub-halo caches, buffers, message groups, tags,
 //! posting order) is built once in [`Exchange::new`]; an exchange allocates nothing once warm.
+//!
+//! Each channel end keeps its state in a [`ChannelState`], the five-state protocol that
+//! [`CommBuffer`](crate::CommBuffer) uses too; the bytes of a route's channels live back to
+//! back in message arenas (so that a coalesced message is one contiguous range, sent without
+//! copying), and the arenas' storage comes from the exchange's [`BufferPool`]. Same-rank and
+//! cross-rank ends go through the same states; only where the bytes come from differs.
 
 use std::ops::Range;
 use std::str::FromStr;
