@@ -33,7 +33,7 @@ pub mod tags;
 pub use bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};
 pub use comm_buffer::{
-    same_rank_pair, Arrival, BufferState, CommBuffer, Role, SameRank, Transport,
+    same_rank_pair, Arrival, BufferState, ChannelState, CommBuffer, Role, SameRank, Transport,
 };
 pub use error::BoundaryError;
 pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};
