@@ -272,7 +272,8 @@ impl RunList {
 fn gather_runs<const N: usize>(array: &[f64], runs: &[[u32; 2]], buf: &mut [f64]) {
     for &[s, d] in runs {
         let (s, d) = (s as usize, d as usize);
-        // Indices below 2^32 cannot overflow `+ N`: one comparison per side.
+        // Indices below 2^32 cannot overflow `+ N`: one comparison per side. Both always
+        // hold (`BndCache::new` checked every box, `pack` the sizes).
         if let (Some(from), Some(to)) = (array.get(s..s + N), buf.get_mut(d..d + N)) {
             to.copy_from_slice(from);
         }
