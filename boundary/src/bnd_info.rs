@@ -25,6 +25,7 @@ use starhalo_sf::{PackPlan, Plan};
 
 use crate::channel::Channel;
 use crate::error::BoundaryError;
+use crate::rows::{Rows, RunList};
 
 /// A 3-D box of indices: one inclusive range per direction (x1, x2, x3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -343,6 +344,10 @@ impl BlockLayout {
 pub struct BndCache {
     layout: BlockLayout,
     infos: Vec<BndInfo>,
+    /// Per descriptor, its box as runs within its block's segment of the field storage.
+    rows: Vec<Rows>,
+    /// The same runs for the serial pack, in the order that reads each array once.
+    gathers: RunList,
     /// Buffer segment bounds: sub-halo `h` is `buf[seg[h]..seg[h + 1]]`.
     seg: Vec<usize>,
     /// Sub-halos sorted by block, and per block the range into `by_block`.
@@ -363,23 +368,45 @@ impl BndCache {
     ) -> Result<Self, BoundaryError> {
         let layout = layout.into();
         let mut seg = Vec::with_capacity(infos.len() + 1);
+        let mut rows = Vec::with_capacity(infos.len());
         let mut off = 0;
         seg.push(0);
         for b in &mut infos {
-            let fits = layout
+            let array = layout
                 .of(b)
-                .is_some_and(|l| b.var < l.nvar && b.index_box().fits(l.dims));
-            if b.block >= nblocks || !fits {
+                .filter(|l| b.var < l.nvar && b.index_box().fits(l.dims));
+            let Some(array) = array.filter(|_| b.block < nblocks) else {
                 return Err(BoundaryError::Geometry(format!(
                     "sub-halo {b:?} outside {nblocks} blocks of {layout:?}"
                 )));
-            }
+            };
+            let r = Rows::of_box(layout.index(b, b.s), b.index_box().dims(), array.dims);
+            debug_assert!(r.end() <= layout.block_len() && r.values() == b.len());
+            rows.push(r);
             b.buf_offset = off;
             off += b.len();
             seg.push(off);
         }
         let mut by_block: Vec<usize> = (0..infos.len()).collect();
         by_block.sort_by_key(|&h| infos[h].block);
+        let gathers = RunList::new(infos.iter().zip(&rows).zip(&seg).map(|((b, r), &at)| {
+            // Grouped by array: the block's base plus where the variable's array starts.
+            let array = layout.index(b, [0; 3]);
+            let base = b.block * layout.block_len() + array;
+            (
+                base,
+                Rows {
+                    start: r.start - array,
+                    ..*r
+                },
+                at,
+            )
+        }))
+        .ok_or_else(|| {
+            BoundaryError::Geometry(format!(
+                "a buffer of {off} values, or arrays of {layout:?}, exceed 2^32 values"
+            ))
+        })?;
         let mut block_start = vec![0; nblocks + 1];
         for b in &infos {
             block_start[b.block + 1] += 1;
@@ -390,6 +417,8 @@ impl BndCache {
         Ok(Self {
             layout,
             infos,
+            rows,
+            gathers,
             seg,
             by_block,
             block_start,
@@ -443,45 +472,26 @@ impl BndCache {
         Ok(())
     }
 
-    /// Packs every sub-halo from `data` into `buf` in one dispatch (outer: sub-halos, inner:
-    /// their cells). Flags are not consulted: every listed sub-halo is packed.
+    /// Packs every sub-halo from `data` into `buf` in one dispatch. Serial: one loop of
+    /// fixed-size moves per array and run length over the precomputed runs; threaded: outer
+    /// sub-halos, inner their rows. Flags are not consulted: every listed sub-halo is packed.
     pub fn pack(&self, policy: Policy, data: &[f64], buf: &mut [f64]) -> Result<(), BoundaryError> {
         self.check(data.len(), buf.len())?;
-        let l = self.layout;
+        let n = self.layout.block_len();
         let buf = &mut buf[..self.buffer_len()];
+        if policy == Policy::Serial {
+            self.gathers.gather(data, buf);
+            return Ok(());
+        }
         for_each_segment(policy, buf, &self.seg, |h, out| {
-            // Row copies: x1 is contiguous in storage, so each (k, j) row of the box is one
-            // slice, and rows follow each other in pack order (x1 fastest, then x2, then x3).
-            let b = &self.infos[h];
-            let base = b.block * l.block_len();
-            if out.is_empty() {
-                return; // an empty box (its segment has the box's length)
-            }
-            let nx = b.e[0] - b.s[0] + 1;
-            let dims = l.of(b).map_or([0; 3], |f| f.dims);
-            let first = base + l.index(b, b.s);
-            let mut rows = out.chunks_exact_mut(nx);
-            for k in 0..=b.e[2] - b.s[2] {
-                for j in 0..=b.e[1] - b.s[1] {
-                    let Some(row) = rows.next() else { return };
-                    let start = first + (k * dims[1] + j) * dims[0];
-                    let src = &data[start..start + nx];
-                    if nx <= 4 {
-                        // Ghost-width rows: a call to memcpy would cost more than the copy.
-                        for (o, x) in row.iter_mut().zip(src) {
-                            *o = *x;
-                        }
-                    } else {
-                        row.copy_from_slice(src);
-                    }
-                }
-            }
+            let block = self.infos[h].block;
+            self.rows[h].gather(&data[block * n..(block + 1) * n], out);
         });
         Ok(())
     }
 
     /// Unpacks every sub-halo from `buf` into `data` in one dispatch (outer: blocks, inner:
-    /// their sub-halos and cells). A sub-halo without [`FLAG_ALLOCATED`] is filled with its
+    /// their sub-halos, row by row). A sub-halo without [`FLAG_ALLOCATED`] is filled with its
     /// variable slot's default (`defaults[var]`, 0 where not given) instead.
     pub fn unpack(
         &self,
@@ -491,20 +501,14 @@ impl BndCache {
         defaults: &[f64],
     ) -> Result<(), BoundaryError> {
         self.check(data.len(), buf.len())?;
-        let l = self.layout;
         for_each_segment(policy, data, &self.blocks, |blk, cells| {
             for &h in &self.by_block[self.block_start[blk]..self.block_start[blk + 1]] {
                 let b = &self.infos[h];
-                let src = &buf[self.seg[h]..self.seg[h + 1]];
                 if b.flags & FLAG_ALLOCATED != 0 {
-                    for (v, p) in src.iter().zip(b.index_box().points()) {
-                        cells[l.index(b, p)] = *v;
-                    }
+                    self.rows[h].scatter(&buf[self.seg[h]..self.seg[h + 1]], cells);
                 } else {
                     let d = defaults.get(b.var).copied().unwrap_or(0.0);
-                    for p in b.index_box().points() {
-                        cells[l.index(b, p)] = d;
-                    }
+                    self.rows[h].fill(d, cells);
                 }
             }
         });

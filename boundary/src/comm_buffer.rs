@@ -17,11 +17,16 @@
 //! staling, sending from a receiver, receiving on a sender, sending from unallocated storage,
 //! staling a buffer that is already stale.
 //!
+//! The transitions themselves live in [`ChannelState`], which the exchange's channel ends
+//! keep as well; a `CommBuffer` adds storage (from a [`BufferPool`]) and a transport.
+//!
 //! How bytes move is a [`Transport`]; [`same_rank_pair`] gives the same-rank one, where a send
 //! makes the values visible to the paired receiver. The MPI transport plugs in the same way,
 //! so callers never see the difference.
 
 use std::sync::{Arc, Mutex};
+
+use starhalo_sf::pool::{BufferPool, Owned};
 
 use crate::error::BoundaryError;
 
@@ -71,41 +76,32 @@ pub enum Arrival {
     Null,
 }
 
-/// How a buffer's values reach the other end (same rank, MPI, ...).
-pub trait Transport {
-    /// Starts sending `payload` (`None`: a null message). The payload may be reused once this
-    /// returns for a same-rank transport; an MPI one keeps its own copy or request.
-    fn send(&mut self, payload: Option<&[f64]>) -> Result<(), BoundaryError>;
-    /// Posts the receive if that is possible yet; returns whether it is posted.
-    fn start_receive(&mut self) -> Result<bool, BoundaryError>;
-    /// Completes the receive if the message has arrived, writing data into `into` (resized to
-    /// the message); `None` when nothing has arrived yet.
-    fn poll_receive(&mut self, into: &mut Vec<f64>) -> Result<Option<Arrival>, BoundaryError>;
-}
-
-/// One channel's storage and state.
-#[derive(Debug)]
-pub struct CommBuffer<T> {
+/// The five-state protocol of one channel end, apart from storage and transport: the one
+/// place that decides which transitions are legal. A [`CommBuffer`] keeps its state in one,
+/// and so does every channel end of an [`Exchange`](crate::Exchange), whose coalesced and
+/// per-channel messages carry the bytes.
+///
+/// ```
+/// use starhalo_boundary::comm_buffer::{Arrival, BufferState, ChannelState, Role};
+/// let mut rx = ChannelState::new(Role::Receiver);
+/// assert!(rx.sent(true).is_err());
+/// rx.arrived(Arrival::Null).unwrap();
+/// assert!(rx.has_arrived() && rx.arrived(Arrival::Data).is_err());
+/// rx.stale().unwrap();
+/// assert_eq!(rx.state(), BufferState::Stale);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChannelState {
     role: Role,
     state: BufferState,
-    size: usize,
-    data: Vec<f64>,
-    allocated: bool,
-    posted: bool,
-    transport: T,
 }
 
-impl<T: Transport> CommBuffer<T> {
-    /// A stale, unallocated buffer of `size` values at `role` end of `transport`.
-    pub fn new(role: Role, size: usize, transport: T) -> Self {
+impl ChannelState {
+    /// A stale end.
+    pub fn new(role: Role) -> Self {
         Self {
             role,
             state: BufferState::Stale,
-            size,
-            data: Vec::new(),
-            allocated: false,
-            posted: false,
-            transport,
         }
     }
 
@@ -114,9 +110,150 @@ impl<T: Transport> CommBuffer<T> {
         self.state
     }
 
-    /// Which end this is.
+    /// Which end it is.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// True once a receiver holds data or a null message.
+    pub fn has_arrived(&self) -> bool {
+        matches!(
+            self.state,
+            BufferState::Received | BufferState::ReceivedNull
+        )
+    }
+
+    /// Succeeds when this is a `role` end and `ok`; else names the wrong role or the state.
+    pub(crate) fn require(
+        &self,
+        op: &'static str,
+        role: Role,
+        ok: bool,
+    ) -> Result<(), BoundaryError> {
+        if self.role != role {
+            let state = match self.role {
+                Role::Sender => "sender",
+                Role::Receiver => "receiver",
+            };
+            return Err(BoundaryError::IllegalTransition { op, state });
+        }
+        if !ok {
+            return Err(BoundaryError::IllegalTransition {
+                op,
+                state: self.state.name(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Succeeds while stale (storage may change only then).
+    pub fn require_stale(&self, op: &'static str) -> Result<(), BoundaryError> {
+        self.require(op, self.role, self.state == BufferState::Stale)
+    }
+
+    /// Succeeds when a sender may send now (it is stale).
+    pub fn can_send(&self, op: &'static str) -> Result<(), BoundaryError> {
+        self.require(op, Role::Sender, self.state == BufferState::Stale)
+    }
+
+    /// A sender sent data (`live`) or a null message: `Stale -> Sending / SendingNull`.
+    pub fn sent(&mut self, live: bool) -> Result<(), BoundaryError> {
+        let op = if live { "send" } else { "send_null" };
+        self.can_send(op)?;
+        self.state = if live {
+            BufferState::Sending
+        } else {
+            BufferState::SendingNull
+        };
+        Ok(())
+    }
+
+    /// Succeeds when a receiver may wait for a message (stale, or already arrived).
+    pub fn can_receive(&self, op: &'static str) -> Result<(), BoundaryError> {
+        let ok = self.state == BufferState::Stale || self.has_arrived();
+        self.require(op, Role::Receiver, ok)
+    }
+
+    /// A receiver's message arrived: `Stale -> Received / ReceivedNull`.
+    pub fn arrived(&mut self, a: Arrival) -> Result<(), BoundaryError> {
+        self.require("receive", Role::Receiver, self.state == BufferState::Stale)?;
+        self.state = match a {
+            Arrival::Data => BufferState::Received,
+            Arrival::Null => BufferState::ReceivedNull,
+        };
+        Ok(())
+    }
+
+    /// The contents are no longer needed: `Sending / SendingNull` (sender) or `Received /
+    /// ReceivedNull` (receiver) to `Stale`.
+    pub fn stale(&mut self) -> Result<(), BoundaryError> {
+        let ok = match self.role {
+            Role::Sender => matches!(self.state, BufferState::Sending | BufferState::SendingNull),
+            Role::Receiver => self.has_arrived(),
+        };
+        if !ok {
+            return Err(BoundaryError::IllegalTransition {
+                op: "stale",
+                state: self.state.name(),
+            });
+        }
+        self.state = BufferState::Stale;
+        Ok(())
+    }
+}
+
+/// How a buffer's values reach the other end (same rank, MPI, ...).
+pub trait Transport {
+    /// Starts sending `payload` (`None`: a null message). The payload may be reused once this
+    /// returns for a same-rank transport; an MPI one keeps its own copy or request.
+    fn send(&mut self, payload: Option<&[f64]>) -> Result<(), BoundaryError>;
+    /// Posts the receive if that is possible yet; returns whether it is posted.
+    fn start_receive(&mut self) -> Result<bool, BoundaryError>;
+    /// Completes the receive if the message has arrived, writing data into `into` (the
+    /// receiver's storage, of the channel's size); `None` when nothing has arrived yet.
+    fn poll_receive(&mut self, into: &mut [f64]) -> Result<Option<Arrival>, BoundaryError>;
+}
+
+/// One channel's storage and state: the storage comes from a [`BufferPool`] (allocated on
+/// [`allocate`](Self::allocate), or on the first receive; returned on [`free`](Self::free)
+/// or drop), the state is a [`ChannelState`].
+#[derive(Debug)]
+pub struct CommBuffer<T> {
+    st: ChannelState,
+    size: usize,
+    pool: BufferPool,
+    data: Option<Owned>,
+    posted: bool,
+    transport: T,
+}
+
+impl<T: Transport> CommBuffer<T> {
+    /// A stale, unallocated buffer of `size` values at `role` end of `transport`, with
+    /// storage from a pool of its own.
+    pub fn new(role: Role, size: usize, transport: T) -> Self {
+        Self::new_in(&BufferPool::new(), role, size, transport)
+    }
+
+    /// As [`new`](Self::new), with storage from `pool`.
+    pub fn new_in(pool: &BufferPool, role: Role, size: usize, transport: T) -> Self {
+        Self {
+            st: ChannelState::new(role),
+            size,
+            pool: pool.clone(),
+            data: None,
+            posted: false,
+            transport,
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> BufferState {
+        self.st.state()
+    }
+
+    /// Which end this is.
+    pub fn role(&self) -> Role {
+        self.st.role()
     }
 
     /// Values the channel carries when it carries data.
@@ -126,85 +263,61 @@ impl<T: Transport> CommBuffer<T> {
 
     /// Whether storage is allocated.
     pub fn is_allocated(&self) -> bool {
-        self.allocated
+        self.data.is_some()
     }
 
     /// The values (empty while unallocated).
     pub fn data(&self) -> &[f64] {
-        &self.data
+        self.data.as_deref().unwrap_or_default()
     }
 
     /// The values, for packing.
     pub fn data_mut(&mut self) -> &mut [f64] {
-        &mut self.data
+        self.data.as_deref_mut().unwrap_or_default()
     }
 
-    fn illegal(&self, op: &'static str) -> BoundaryError {
-        BoundaryError::IllegalTransition {
-            op,
-            state: self.state.name(),
-        }
-    }
-
-    fn require(&self, op: &'static str, role: Role, ok: bool) -> Result<(), BoundaryError> {
-        if self.role != role || !ok {
-            return Err(BoundaryError::IllegalTransition {
-                op,
-                state: if self.role != role {
-                    match self.role {
-                        Role::Sender => "sender",
-                        Role::Receiver => "receiver",
-                    }
-                } else {
-                    self.state.name()
-                },
-            });
-        }
-        Ok(())
-    }
-
-    /// Allocates storage of [`size`](Self::size) values (zeroed); only while stale.
+    /// Allocates storage of [`size`](Self::size) values (zeroed) from the pool; only while
+    /// stale.
     pub fn allocate(&mut self) -> Result<(), BoundaryError> {
-        if self.state != BufferState::Stale {
-            return Err(self.illegal("allocate"));
+        self.st.require_stale("allocate")?;
+        match &mut self.data {
+            Some(d) => d.fill(0.0),
+            None => self.data = Some(self.pool.get(self.size)),
         }
-        self.data.clear();
-        self.data.resize(self.size, 0.0);
-        self.allocated = true;
         Ok(())
     }
 
-    /// Releases storage; only while stale.
+    /// Returns the storage to the pool; only while stale.
     pub fn free(&mut self) -> Result<(), BoundaryError> {
-        if self.state != BufferState::Stale {
-            return Err(self.illegal("free"));
-        }
-        self.data = Vec::new();
-        self.allocated = false;
+        self.st.require_stale("free")?;
+        self.data = None;
         Ok(())
     }
 
     /// Sends the packed values: `Stale -> Sending`. Needs allocated storage.
     pub fn send(&mut self) -> Result<(), BoundaryError> {
-        let ok = self.state == BufferState::Stale && self.allocated;
-        self.require("send", Role::Sender, ok)?;
-        self.transport.send(Some(&self.data))?;
-        self.state = BufferState::Sending;
-        Ok(())
+        self.st.can_send("send")?;
+        let Some(d) = &self.data else {
+            return Err(BoundaryError::IllegalTransition {
+                op: "send",
+                state: "unallocated",
+            });
+        };
+        self.transport.send(Some(d))?;
+        self.st.sent(true)
     }
 
     /// Sends a null message: `Stale -> SendingNull`.
     pub fn send_null(&mut self) -> Result<(), BoundaryError> {
-        self.require("send_null", Role::Sender, self.state == BufferState::Stale)?;
+        self.st.can_send("send_null")?;
         self.transport.send(None)?;
-        self.state = BufferState::SendingNull;
-        Ok(())
+        self.st.sent(false)
     }
 
     /// Posts the receive if possible; returns whether it is posted. Only while stale.
     pub fn try_start_receive(&mut self) -> Result<bool, BoundaryError> {
-        let ok = self.state == BufferState::Stale;
-        self.require("try_start_receive", Role::Receiver, ok)?;
+        let ok = self.st.state() == BufferState::Stale;
+        self.st.require("try_start_receive", Role::Receiver, ok)?;
         if !self.posted {
             self.posted = self.transport.start_receive()?;
         }
@@ -215,26 +328,20 @@ impl<T: Transport> CommBuffer<T> {
     /// `ReceivedNull`; returns `true` once received (again `true`, unchanged, when called on
     /// a buffer already received).
     pub fn try_receive(&mut self) -> Result<bool, BoundaryError> {
-        self.require("try_receive", Role::Receiver, true)?;
-        match self.state {
-            BufferState::Received | BufferState::ReceivedNull => return Ok(true),
-            BufferState::Stale => {}
-            _ => return Err(self.illegal("try_receive")),
+        self.st.can_receive("try_receive")?;
+        if self.st.has_arrived() {
+            return Ok(true);
         }
         if !self.try_start_receive()? {
             return Ok(false);
         }
-        match self.transport.poll_receive(&mut self.data)? {
+        let size = self.size;
+        let into = self.data.get_or_insert_with(|| self.pool.get(size));
+        match self.transport.poll_receive(into)? {
             None => Ok(false),
             Some(a) => {
                 self.posted = false;
-                self.state = match a {
-                    Arrival::Data => {
-                        self.allocated = true;
-                        BufferState::Received
-                    }
-                    Arrival::Null => BufferState::ReceivedNull,
-                };
+                self.st.arrived(a)?;
                 Ok(true)
             }
         }
@@ -243,20 +350,7 @@ impl<T: Transport> CommBuffer<T> {
     /// Marks the contents as no longer needed: from `Sending`/`SendingNull` (sender) or
     /// `Received`/`ReceivedNull` (receiver) to `Stale`.
     pub fn stale(&mut self) -> Result<(), BoundaryError> {
-        let ok = match self.role {
-            Role::Sender => matches!(self.state, BufferState::Sending | BufferState::SendingNull),
-            Role::Receiver => {
-                matches!(
-                    self.state,
-                    BufferState::Received | BufferState::ReceivedNull
-                )
-            }
-        };
-        if !ok {
-            return Err(self.illegal("stale"));
-        }
-        self.state = BufferState::Stale;
-        Ok(())
+        self.st.stale()
     }
 }
 
@@ -304,14 +398,19 @@ impl Transport for SameRank {
         Ok(true)
     }
 
-    fn poll_receive(&mut self, into: &mut Vec<f64>) -> Result<Option<Arrival>, BoundaryError> {
+    fn poll_receive(&mut self, into: &mut [f64]) -> Result<Option<Arrival>, BoundaryError> {
         let mut s = self.lock()?;
-        let a = s.pending.take();
-        if a == Some(Arrival::Data) {
-            // Swap storage: no copy, and no allocation once both sides have capacity.
-            std::mem::swap(into, &mut s.values);
+        if s.pending == Some(Arrival::Data) {
+            if s.values.len() != into.len() {
+                return Err(BoundaryError::Size {
+                    what: "same-rank message",
+                    expected: into.len(),
+                    got: s.values.len(),
+                });
+            }
+            into.copy_from_slice(&s.values);
         }
-        Ok(a)
+        Ok(s.pending.take())
     }
 }
 

@@ -18,6 +18,12 @@
 //!
 //! Everything a route needs (channel lists, sub-halo caches, buffers, message groups, tags,
 //! posting order) is built once in [`Exchange::new`]; an exchange allocates nothing once warm.
+//!
+//! Each channel end keeps its state in a [`ChannelState`], the five-state protocol that
+//! [`CommBuffer`](crate::CommBuffer) uses too; the bytes of a route's channels live back to
+//! back in message arenas (so that a coalesced message is one contiguous range, sent without
+//! copying), and the arenas' storage comes from the exchange's [`BufferPool`]. Same-rank and
+//! cross-rank ends go through the same states; only where the bytes come from differs.
 
 use std::ops::Range;
 use std::str::FromStr;
@@ -29,12 +35,13 @@ pub use starhalo_exec::TaskStatus;
 use starhalo_mesh::field::IndexShape;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p::{self, MsgArena};
+use starhalo_sf::pool::BufferPool;
 
 use crate::block_set::BlockSet;
 use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, RankChannels};
-use crate::comm_buffer::BufferState;
+use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{restrict, Prolongation};
 use crate::storage::BlockData;
@@ -203,7 +210,8 @@ struct End {
     peer: i32,
     tag: i32,
     sparse: bool,
-    state: BufferState,
+    /// The five-state protocol of this end (storage and messages are the route's).
+    st: ChannelState,
     /// A receive is posted for this many values.
     posted: Option<usize>,
     /// Same-rank receive: the sender's route and end.
@@ -247,9 +255,7 @@ struct Route {
 impl Route {
     /// Whether every receive end holds data or a null message.
     fn all_arrived(&self) -> bool {
-        self.recv
-            .iter()
-            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+        self.recv.iter().all(|e| e.st.has_arrived())
     }
 }
 
@@ -267,6 +273,8 @@ fn var_comm(
 /// The ghost exchange of one rank.
 pub struct Exchange {
     opts: ExchangeOptions,
+    /// Where every message buffer of the routes comes from (and goes back to on drop).
+    pool: BufferPool,
     shape: IndexShape,
     var_comms: Vec<Option<SimpleCommunicator>>,
     coal_comm: SimpleCommunicator,
@@ -312,6 +320,19 @@ impl Exchange {
         mesh: &B,
         data: &BlockData,
         opts: ExchangeOptions,
+    ) -> Result<Self, BoundaryError> {
+        Self::new_in(comm, mesh, data, opts, &BufferPool::new())
+    }
+
+    /// As [`new`](Self::new), with every message buffer drawn from `pool`: an exchange rebuilt
+    /// after a remesh on the pool of the one it replaces (see [`pool`](Self::pool)) reuses
+    /// the storage of every buffer whose size did not change.
+    pub fn new_in<B: BlockSet + ?Sized>(
+        comm: &SimpleCommunicator,
+        mesh: &B,
+        data: &BlockData,
+        opts: ExchangeOptions,
+        pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
         let rank = comm.rank() as usize;
         let nranks = comm.size() as usize;
@@ -427,7 +448,11 @@ impl Exchange {
                             peer: to_i32(peer, "rank")?,
                             tag: to_i32(tag, "tag")?,
                             sparse: data.vars()[c.key.var].threshold.is_some(),
-                            state: BufferState::Stale,
+                            st: ChannelState::new(if sending {
+                                Role::Sender
+                            } else {
+                                Role::Receiver
+                            }),
                             posted: None,
                             source: None,
                         });
@@ -486,9 +511,11 @@ impl Exchange {
                     g.status_at = len;
                     len += g.ends.len();
                 }
-                let send_buf = MsgArena::with_len(len);
-                let recv_buf = MsgArena::new(recv_ends.iter().map(|e| e.buf.clone()).collect())?;
-                let coal = MsgArena::new(
+                let send_buf = MsgArena::with_len_in(pool, len);
+                let recv_buf =
+                    MsgArena::new_in(pool, recv_ends.iter().map(|e| e.buf.clone()).collect())?;
+                let coal = MsgArena::new_in(
+                    pool,
                     recv_groups
                         .iter()
                         .scan(0, |at, g| {
@@ -581,6 +608,7 @@ impl Exchange {
 
         let mut ex = Self {
             opts,
+            pool: pool.clone(),
             shape,
             var_comms,
             coal_comm,
@@ -615,6 +643,11 @@ impl Exchange {
         }
     }
 
+    /// The pool its message buffers come from.
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
     /// Messages and bytes sent so far.
     pub fn traffic(&self) -> Traffic {
         self.traffic
@@ -647,11 +680,12 @@ impl Exchange {
                 want.push((g.peer, g.tag, digest(&r.recv[g.ends.clone()])));
             }
         }
-        let mut sends = MsgArena::with_len(out.len() * 3);
+        let mut sends = MsgArena::with_len_in(&self.pool, out.len() * 3);
         for (i, (_, _, d)) in out.iter().enumerate() {
             sends.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
         }
-        let mut recvs = MsgArena::new((0..want.len()).map(|i| i * 3..i * 3 + 3).collect())?;
+        let segs = (0..want.len()).map(|i| i * 3..i * 3 + 3).collect();
+        let mut recvs = MsgArena::new_in(&self.pool, segs)?;
         for (i, (peer, tag, _)) in want.iter().enumerate() {
             recvs.recv(&self.coal_comm, i, 3, *peer, *tag)?;
         }
@@ -701,7 +735,7 @@ impl Exchange {
         self.routes[ri]
             .recv
             .iter()
-            .filter(|e| !matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+            .filter(|e| !e.st.has_arrived())
             .map(|e| e.ch.to_string())
             .collect()
     }
@@ -720,7 +754,11 @@ impl Exchange {
         for k in 0..r.recv_order.len() {
             let i = r.recv_order[k];
             let e = &mut r.recv[i];
-            if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+            if e.ch.is_local()
+                || e.sparse
+                || e.posted.is_some()
+                || e.st.state() != BufferState::Stale
+            {
                 continue;
             }
             let comm = var_comm(&self.var_comms, e.var)?;
@@ -742,13 +780,16 @@ impl Exchange {
         // Same-rank receivers must have consumed the last exchange.
         if r.send
             .iter()
-            .any(|e| e.ch.is_local() && e.state != BufferState::Stale)
+            .any(|e| e.ch.is_local() && e.st.state() != BufferState::Stale)
         {
             return Ok(TaskStatus::Incomplete);
         }
         r.send_buf.wait();
+        // Remote sends have completed: their ends go stale (they are already, the first time).
         for e in r.send.iter_mut().filter(|e| !e.ch.is_local()) {
-            e.state = BufferState::Stale;
+            if e.st.state() != BufferState::Stale {
+                e.st.stale()?;
+            }
         }
         for &(b, v) in &r.restrict {
             if !data.is_allocated(b, v) {
@@ -771,11 +812,7 @@ impl Exchange {
                 && vs
                     .threshold
                     .is_none_or(|t| buf[e.buf.clone()].iter().any(|x| x.abs() > t));
-            e.state = if live {
-                BufferState::Sending
-            } else {
-                BufferState::SendingNull
-            };
+            e.st.sent(live)?;
         }
         if self.opts.coalesced {
             // Status values, and the live channels moved together (a no-op when all are live).
@@ -783,7 +820,7 @@ impl Exchange {
                 let start = r.send[g.ends.start].buf.start;
                 let mut at = start;
                 for (k, e) in r.send[g.ends.clone()].iter().enumerate() {
-                    let live = e.state == BufferState::Sending;
+                    let live = e.st.state() == BufferState::Sending;
                     buf[g.status_at + k] = f64::from(u8::from(live));
                     if live {
                         if e.buf.start != at {
@@ -810,7 +847,7 @@ impl Exchange {
                 if e.ch.is_local() {
                     continue;
                 }
-                let range = if e.state == BufferState::Sending {
+                let range = if e.st.state() == BufferState::Sending {
                     e.buf.clone()
                 } else {
                     e.buf.start..e.buf.start
@@ -831,11 +868,11 @@ impl Exchange {
         // Same-rank channels: the receiver reads the sender's packed values.
         for i in 0..self.routes[ri].recv.len() {
             let e = &self.routes[ri].recv[i];
-            let (Some((sr, j)), BufferState::Stale) = (e.source, e.state) else {
+            let (Some((sr, j)), BufferState::Stale) = (e.source, e.st.state()) else {
                 continue;
             };
             let src = &self.routes[sr].send[j];
-            let (state, range) = (src.state, src.buf.clone());
+            let (state, range) = (src.st.state(), src.buf.clone());
             let arrived = match state {
                 BufferState::Sending => {
                     if sr == ri {
@@ -848,12 +885,12 @@ impl Exchange {
                             .segment_mut(i)?
                             .copy_from_slice(&b.send_buf.buf()?[range]);
                     }
-                    BufferState::Received
+                    Arrival::Data
                 }
-                BufferState::SendingNull => BufferState::ReceivedNull,
+                BufferState::SendingNull => Arrival::Null,
                 _ => continue,
             };
-            self.routes[ri].recv[i].state = arrived;
+            self.routes[ri].recv[i].st.arrived(arrived)?;
         }
         let r = &mut self.routes[ri];
         if self.opts.coalesced {
@@ -896,7 +933,7 @@ impl Exchange {
                 let mut at = 0;
                 for (k, i) in g.ends.clone().enumerate() {
                     let e = &mut r.recv[i];
-                    e.state = if status[k] != 0.0 {
+                    let arrival = if status[k] != 0.0 {
                         let len = e.buf.len();
                         let Some(src) = payload.get(at..at + len) else {
                             return Err(BoundaryError::Mismatch(format!(
@@ -906,10 +943,11 @@ impl Exchange {
                         };
                         r.recv_buf.segment_mut(i)?.copy_from_slice(src);
                         at += len;
-                        BufferState::Received
+                        Arrival::Data
                     } else {
-                        BufferState::ReceivedNull
+                        Arrival::Null
                     };
+                    e.st.arrived(arrival)?;
                 }
             }
         } else {
@@ -919,7 +957,7 @@ impl Exchange {
                 if e.ch.is_local()
                     || !e.sparse
                     || e.posted.is_some()
-                    || e.state != BufferState::Stale
+                    || e.st.state() != BufferState::Stale
                 {
                     continue;
                 }
@@ -933,11 +971,7 @@ impl Exchange {
             if r.recv_buf.test() {
                 for e in r.recv.iter_mut() {
                     if let Some(n) = e.posted.take() {
-                        e.state = if n > 0 {
-                            BufferState::Received
-                        } else {
-                            BufferState::ReceivedNull
-                        };
+                        e.st.arrived(if n > 0 { Arrival::Data } else { Arrival::Null })?;
                     }
                 }
             }
@@ -963,7 +997,7 @@ impl Exchange {
             return Ok(TaskStatus::Incomplete);
         }
         for e in &r.recv {
-            let live = e.state == BufferState::Received;
+            let live = e.st.state() == BufferState::Received;
             r.recv_cache.set_allocated(e.halos.clone(), live);
             if live && !data.is_allocated(e.block, e.var) {
                 self.pending_alloc[part].push((e.block, e.var));
@@ -980,9 +1014,9 @@ impl Exchange {
             g.data_in = false;
         }
         for i in 0..self.routes[ri].recv.len() {
-            self.routes[ri].recv[i].state = BufferState::Stale;
+            self.routes[ri].recv[i].st.stale()?;
             if let Some((sr, j)) = self.routes[ri].recv[i].source {
-                self.routes[sr].send[j].state = BufferState::Stale;
+                self.routes[sr].send[j].st.stale()?;
             }
         }
         Ok(TaskStatus::Complete)

@@ -6,7 +6,8 @@
 //!   built from the mesh's neighbour records;
 //! - [`tags`]: dense MPI tags per peer rank, computed identically on both ends;
 //! - [`comm_buffer`]: the five-state buffer of one channel, with the transport behind a trait;
-//! - [`pool`]: storage pools keyed by size, with owning and weak handles;
+//! - [`pool`] (from starhalo-sf): storage pools keyed by size, with owning and weak handles;
+//!   every message buffer of an exchange comes from one;
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
@@ -30,9 +31,10 @@ pub mod error;
 pub mod exchange;
 pub mod flux_correction;
 pub mod gmg;
-pub mod pool;
+pub use starhalo_sf::pool;
 pub mod prolong_restrict;
 pub mod remesh;
+mod rows;
 pub mod storage;
 pub mod tags;
 pub mod tasks;
@@ -41,7 +43,7 @@ pub use block_set::BlockSet;
 pub use bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, IndexBox, Space};
 pub use channel::{Channel, ChannelKey, RankChannels};
 pub use comm_buffer::{
-    same_rank_pair, Arrival, BufferState, CommBuffer, Role, SameRank, Transport,
+    same_rank_pair, Arrival, BufferState, ChannelState, CommBuffer, Role, SameRank, Transport,
 };
 pub use error::BoundaryError;
 pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};

@@ -20,6 +20,7 @@ mod graph;
 mod link;
 pub mod p2p;
 mod plan;
+pub mod pool;
 mod raw;
 mod transport;
 mod unit;

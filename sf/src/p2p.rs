@@ -6,6 +6,10 @@
 //! owns its buffer instead and hands it out only while no request is in flight, so the MPI
 //! rule (do not touch a buffer while MPI may read or write it) is kept by the type.
 //!
+//! The buffer comes from a [`BufferPool`] (a private one unless the caller shares one, as the
+//! boundary exchange does), and goes back to it when the arena is dropped; growing swaps it
+//! for a larger one from the same pool.
+//!
 //! Sends may read any range of the buffer, overlapping or not. Receives write into fixed
 //! segments (ordered and disjoint), each carrying at most one message at a time, so any
 //! posting order is safe. While receives are in flight the buffer is not readable; while
@@ -15,6 +19,7 @@ use std::ops::Range;
 
 use mpi::topology::SimpleCommunicator;
 
+use crate::pool::{BufferPool, Owned};
 use crate::raw;
 
 /// Why a message could not be posted.
@@ -38,9 +43,9 @@ pub enum P2pError {
 }
 
 /// A buffer of `f64` cut into segments, with at most one message in flight per segment.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MsgArena {
-    buf: Vec<f64>,
+    buf: Owned,
     segs: Vec<Range<usize>>,
     busy: Vec<bool>,
     receiving: usize,
@@ -57,18 +62,46 @@ impl MsgArena {
     /// assert!(MsgArena::new(vec![0..4, 3..6]).is_err());
     /// ```
     pub fn new(segs: Vec<Range<usize>>) -> Result<Self, P2pError> {
-        let mut a = Self::default();
+        Self::new_in(&BufferPool::new(), segs)
+    }
+
+    /// As [`new`](Self::new), with the buffer drawn from `pool`.
+    ///
+    /// ```
+    /// use starhalo_sf::{p2p::MsgArena, pool::BufferPool};
+    /// let pool = BufferPool::new();
+    /// drop(MsgArena::new_in(&pool, vec![0..4, 4..6]).unwrap());
+    /// assert_eq!(pool.available(6), 1);
+    /// let _again = MsgArena::new_in(&pool, vec![0..6]).unwrap();
+    /// assert_eq!((pool.available(6), pool.created()), (0, 1));
+    /// ```
+    pub fn new_in(pool: &BufferPool, segs: Vec<Range<usize>>) -> Result<Self, P2pError> {
+        let mut a = Self::empty(pool, segs.last().map_or(0, |s| s.end));
         a.reshape(segs)?;
         Ok(a)
     }
 
     /// An arena of one segment of `len` values (a send buffer).
     pub fn with_len(len: usize) -> Self {
-        let mut a = Self::default();
-        a.buf = vec![0.0; len];
+        Self::with_len_in(&BufferPool::new(), len)
+    }
+
+    /// As [`with_len`](Self::with_len), with the buffer drawn from `pool`.
+    pub fn with_len_in(pool: &BufferPool, len: usize) -> Self {
+        let mut a = Self::empty(pool, len);
         a.segs = std::iter::once(0..len).collect();
         a.busy = vec![false];
         a
+    }
+
+    fn empty(pool: &BufferPool, len: usize) -> Self {
+        Self {
+            buf: pool.get(len),
+            segs: Vec::new(),
+            busy: Vec::new(),
+            receiving: 0,
+            reqs: raw::Requests::default(),
+        }
     }
 
     /// Replaces the segments (the buffer grows to cover them, keeping its capacity); only
@@ -82,7 +115,7 @@ impl MsgArena {
         }
         let end = segs.last().map_or(0, |s| s.end);
         if self.buf.len() < end {
-            self.buf.resize(end, 0.0);
+            self.buf.resize(end);
         }
         self.busy.clear();
         self.busy.resize(segs.len(), false);
@@ -126,7 +159,7 @@ impl MsgArena {
             r.end += shift;
         }
         let end = self.segs.last().map_or(0, |s| s.end);
-        self.buf.resize(end, 0.0);
+        self.buf.resize(end);
         // The later segments keep what they hold (a message received earlier).
         self.buf.copy_within(tail.clone(), tail.start + shift);
         Ok(true)
@@ -217,8 +250,10 @@ impl MsgArena {
             return Err(P2pError::OutOfRange(range, self.buf.len()));
         }
         let data = &self.buf[range];
-        // SAFETY: `data` lies in `self.buf`, which is neither resized nor handed out while the
-        // request is in flight (`idle` guards every access), and `Drop` completes the request.
+        // SAFETY: `data` lies in `self.buf`, whose storage moves only in `Owned::resize`,
+        // called by `reshape`/`grow` once nothing is in flight; it is neither resized nor
+        // handed out while the request is in flight (`idle` guards every access), and `Drop`
+        // completes the request before the storage goes back to its pool.
         unsafe { self.reqs.isend(raw::raw_comm(comm), data, dest, tag) };
         Ok(())
     }

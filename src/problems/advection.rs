@@ -52,7 +52,7 @@ use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
 use starhalo_boundary::tasks::{add_exchange, add_flux_correction};
 use starhalo_boundary::{
-    BlockData, BoundaryType, Exchange, ExchangeOptions, FluxCorrection, FluxData,
+    BlockData, BoundaryType, BufferPool, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
@@ -933,13 +933,21 @@ struct Comms {
 }
 
 impl Comms {
-    fn new(ctx: &RunContext, mesh: &Mesh, data: &BlockData, coalesced: bool) -> Result<Self> {
+    /// Built for `mesh`; message buffers come from `pool` (the previous exchange's, after a
+    /// remesh, so buffers whose size did not change are reused).
+    fn new(
+        ctx: &RunContext,
+        mesh: &Mesh,
+        data: &BlockData,
+        coalesced: bool,
+        pool: &BufferPool,
+    ) -> Result<Self> {
         let opts = ExchangeOptions {
             coalesced,
             ..ExchangeOptions::default()
         };
-        let exchange =
-            Exchange::new(ctx.world, mesh, data, opts).context("setting up the ghost exchange")?;
+        let exchange = Exchange::new_in(ctx.world, mesh, data, opts, pool)
+            .context("setting up the ghost exchange")?;
         let correction = if mesh.config().is_multilevel() {
             Some(RefCell::new(
                 FluxCorrection::new(ctx.world, mesh, data)
@@ -960,8 +968,10 @@ impl Problem for Advection {
     fn run(&mut self, ctx: &RunContext) -> Result<Summary> {
         let world = ctx.world;
         let comm = CommTimer::default();
-        let mut comms =
-            comm.time(|| Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced))?;
+        let mut comms = comm.time(|| {
+            let pool = BufferPool::new();
+            Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced, &pool)
+        })?;
         let resume = self.resume.take();
         if resume.is_none() {
             self.initialise();

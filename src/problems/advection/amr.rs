@@ -311,7 +311,10 @@ impl Advection {
             .context("moving block data after a remesh")?;
         *self.data.get_mut() = data;
         *c = comm
-            .time(|| Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced))
+            .time(|| {
+                let pool = c.exchange.borrow().pool().clone();
+                Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced, &pool)
+            })
             .context("after a remesh")?;
         let n = self.mesh.forest().len();
         let refined = outcome

@@ -1,4 +1,6 @@
-//! Object pools of value buffers, keyed by size.
+//! Object pools of value buffers, keyed by size: the one place message and channel storage
+//! comes from ([`MsgArena`](crate::p2p::MsgArena) draws its buffer here, and so, through it,
+//! does every exchange built on it).
 //!
 //! [`BufferPool::get`] hands out an [`Owned`] buffer of the requested length, reusing one
 //! returned earlier when there is one (then nothing is allocated). Dropping the owner puts
@@ -39,7 +41,7 @@ impl BufferPool {
     /// A zeroed buffer of `len` values: a returned one when available, else a new one.
     ///
     /// ```
-    /// use starhalo_boundary::pool::BufferPool;
+    /// use starhalo_sf::pool::BufferPool;
     /// let pool = BufferPool::new();
     /// let a = pool.get(4);
     /// let weak = a.downgrade();
@@ -115,6 +117,34 @@ impl Deref for Owned {
     type Target = [f64];
     fn deref(&self) -> &[f64] {
         &self.data
+    }
+}
+
+impl Owned {
+    /// Makes this buffer `len` values long, keeping the first values (new ones zero): the
+    /// storage is swapped for one of the new length from the same pool, and the old one goes
+    /// back to it (a no-op when the length is unchanged).
+    ///
+    /// ```
+    /// use starhalo_sf::pool::BufferPool;
+    /// let pool = BufferPool::new();
+    /// let mut a = pool.get(2);
+    /// a.copy_from_slice(&[1.0, 2.0]);
+    /// a.resize(3);
+    /// assert_eq!((&a[..], pool.available(2)), (&[1.0, 2.0, 0.0][..], 1));
+    /// ```
+    pub fn resize(&mut self, len: usize) {
+        if len == self.data.len() {
+            return;
+        }
+        let mut next = BufferPool {
+            inner: Arc::clone(&self.pool),
+        }
+        .get(len);
+        let n = len.min(self.data.len());
+        next[..n].copy_from_slice(&self.data[..n]);
+        std::mem::swap(self, &mut next);
+        // `next` now holds the old storage and returns it to the pool as it drops.
     }
 }
 

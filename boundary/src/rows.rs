@@ -1,0 +1,373 @@
+//! A sub-halo's box as runs of contiguous values in its block's storage, and the copies
+//! between those runs and a packed buffer.
+//!
+//! Ghost boxes are thin: on 8^3 blocks with 2 ghosts the 26 send boxes of one array are 368
+//! runs of 3.3 values (26 bytes) on average, so a pack is bound by the cost per run, not
+//! per byte. The runs are worked out once, when the cache is built (merging rows and planes
+//! the box spans whole), and copied by loops whose run length is a compile-time constant for
+//! the common widths, so that a run is one or two vector moves rather than a call to
+//! `memcpy`, with one bounds comparison per side.
+
+/// `count[0] * count[1]` runs of `len` values: run `(j, k)` starts at
+/// `start + j * stride[0] + k * stride[1]`, in pack order (j fastest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Rows {
+    /// First value, relative to the array the box indexes into.
+    pub start: usize,
+    /// Values per run.
+    pub len: usize,
+    /// Runs per plane, planes.
+    pub count: [usize; 2],
+    /// Distance between runs, between planes.
+    pub stride: [usize; 2],
+}
+
+impl Rows {
+    /// The runs of a box of `n` points per direction whose first point is at `start` in a
+    /// row-major array of `dims` points (x1 fastest). Runs that follow each other without a
+    /// gap (the box spans whole rows, or whole planes) become one.
+    pub fn of_box(start: usize, n: [usize; 3], dims: [usize; 3]) -> Self {
+        let mut r = Self {
+            start,
+            len: n[0],
+            count: [n[1], n[2]],
+            stride: [dims[0], dims[0] * dims[1]],
+        };
+        for _ in 0..2 {
+            if r.count[0] == 1 || r.len == r.stride[0] {
+                r.len *= r.count[0];
+                r.count = [r.count[1], 1];
+                r.stride = [r.stride[1], r.stride[1]];
+            }
+        }
+        r
+    }
+
+    /// Values in all runs.
+    pub fn values(&self) -> usize {
+        self.len * self.count[0] * self.count[1]
+    }
+
+    /// One past the last value the runs touch, relative to the array (`start` when empty).
+    pub fn end(&self) -> usize {
+        if self.values() == 0 {
+            return self.start;
+        }
+        self.start
+            + (self.count[0] - 1) * self.stride[0]
+            + (self.count[1] - 1) * self.stride[1]
+            + self.len
+    }
+
+    /// Copies the runs out of `array` into `out` (of [`values`](Self::values) length).
+    pub fn gather(&self, array: &[f64], out: &mut [f64]) {
+        match self.len {
+            1 => self.walk::<1>(array, out, |o, r| *o = *r),
+            2 => self.walk::<2>(array, out, |o, r| *o = *r),
+            3 => self.walk::<3>(array, out, |o, r| *o = *r),
+            4 => self.walk::<4>(array, out, |o, r| *o = *r),
+            5 => self.walk::<5>(array, out, |o, r| *o = *r),
+            6 => self.walk::<6>(array, out, |o, r| *o = *r),
+            8 => self.walk::<8>(array, out, |o, r| *o = *r),
+            16 => self.walk::<16>(array, out, |o, r| *o = *r),
+            n => self.walk_any(out, |o, s| o.copy_from_slice(&array[s..s + n])),
+        }
+    }
+
+    /// Copies `buf` (of [`values`](Self::values) length) into the runs of `array`.
+    pub fn scatter(&self, buf: &[f64], array: &mut [f64]) {
+        match self.len {
+            1 => self.walk_in::<1>(buf, array, |b, r| *r = *b),
+            2 => self.walk_in::<2>(buf, array, |b, r| *r = *b),
+            3 => self.walk_in::<3>(buf, array, |b, r| *r = *b),
+            4 => self.walk_in::<4>(buf, array, |b, r| *r = *b),
+            5 => self.walk_in::<5>(buf, array, |b, r| *r = *b),
+            6 => self.walk_in::<6>(buf, array, |b, r| *r = *b),
+            8 => self.walk_in::<8>(buf, array, |b, r| *r = *b),
+            16 => self.walk_in::<16>(buf, array, |b, r| *r = *b),
+            n => self.walk_in_any(buf, |b, s| array[s..s + n].copy_from_slice(b)),
+        }
+    }
+
+    /// Sets every value of the runs of `array` to `v`.
+    pub fn fill(&self, v: f64, array: &mut [f64]) {
+        for k in 0..self.count[1] {
+            let mut s = self.start + k * self.stride[1];
+            for _ in 0..self.count[0] {
+                array[s..s + self.len].fill(v);
+                s += self.stride[0];
+            }
+        }
+    }
+
+    /// Calls `f(chunk, row)` for each run, with `chunk` the run's `N` values of `out` and
+    /// `row` the run's `N` values of `array`.
+    #[inline(always)]
+    fn walk<const N: usize>(
+        &self,
+        array: &[f64],
+        out: &mut [f64],
+        mut f: impl FnMut(&mut [f64; N], &[f64; N]),
+    ) {
+        debug_assert_eq!(self.len, N);
+        let (runs, _) = out.as_chunks_mut::<N>();
+        let mut runs = runs.iter_mut();
+        let [s0, s1] = self.stride;
+        for k in 0..self.count[1] {
+            let mut rest = &array[self.start + k * s1..];
+            for o in runs.by_ref().take(self.count[0]) {
+                let Some((row, _)) = rest.split_first_chunk::<N>() else {
+                    return; // outside the array: `BndCache::new` checked that it is not
+                };
+                f(o, row);
+                rest = rest.get(s0..).unwrap_or_default();
+            }
+        }
+    }
+
+    /// As [`walk`](Self::walk), reading `buf` and writing `array`.
+    #[inline(always)]
+    fn walk_in<const N: usize>(
+        &self,
+        buf: &[f64],
+        array: &mut [f64],
+        mut f: impl FnMut(&[f64; N], &mut [f64; N]),
+    ) {
+        debug_assert_eq!(self.len, N);
+        let (runs, _) = buf.as_chunks::<N>();
+        let mut runs = runs.iter();
+        let [s0, s1] = self.stride;
+        for k in 0..self.count[1] {
+            let mut rest = &mut array[self.start + k * s1..];
+            for b in runs.by_ref().take(self.count[0]) {
+                let Some((row, _)) = rest.split_first_chunk_mut::<N>() else {
+                    return;
+                };
+                f(b, row);
+                rest = std::mem::take(&mut rest).get_mut(s0..).unwrap_or_default();
+            }
+        }
+    }
+
+    /// [`walk`](Self::walk) for a length known only at run time.
+    fn walk_any(&self, out: &mut [f64], mut f: impl FnMut(&mut [f64], usize)) {
+        let mut runs = out.chunks_exact_mut(self.len.max(1));
+        for k in 0..self.count[1] {
+            let mut s = self.start + k * self.stride[1];
+            for o in runs.by_ref().take(self.count[0]) {
+                f(o, s);
+                s += self.stride[0];
+            }
+        }
+    }
+
+    /// [`walk_in`](Self::walk_in) for a length known only at run time.
+    fn walk_in_any(&self, buf: &[f64], mut f: impl FnMut(&[f64], usize)) {
+        let mut runs = buf.chunks_exact(self.len.max(1));
+        for k in 0..self.count[1] {
+            let mut s = self.start + k * self.stride[1];
+            for b in runs.by_ref().take(self.count[0]) {
+                f(b, s);
+                s += self.stride[0];
+            }
+        }
+    }
+}
+
+/// Every run of a set of sub-halos as (source, destination) pairs, grouped by source array
+/// and run length, in buffer order within a group. One group is one tight loop of
+/// fixed-size moves over an array that stays in L1 while its ~26 sub-halos are copied out;
+/// no per-plane or per-sub-halo set-up is left in the copy. (Measured on 8^3 blocks: in
+/// buffer order within an array this is ~1.4x faster than sweeping the array in source
+/// order, and ~1.5x faster than walking each sub-halo's rows and planes.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RunList {
+    groups: Vec<RunGroup>,
+    /// Per run: first value relative to its group's `base`, first buffer value.
+    runs: Vec<[u32; 2]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunGroup {
+    /// Where the group's array starts in the field storage.
+    base: usize,
+    /// Values per run.
+    len: usize,
+    /// Its slice of `runs`.
+    first: usize,
+    end: usize,
+}
+
+impl RunList {
+    /// The runs of `(base, rows, at)` items: `rows` indexes the array starting at `base` in
+    /// the field storage and packs to the buffer from `at`. `None` when an index does not fit
+    /// in 32 bits (an array or a buffer of more than 2^32 values).
+    pub fn new(items: impl IntoIterator<Item = (usize, Rows, usize)>) -> Option<Self> {
+        let mut all: Vec<(usize, usize, u32, u32)> = Vec::new();
+        for (base, r, mut at) in items {
+            for k in 0..r.count[1] {
+                for j in 0..r.count[0] {
+                    let src = r.start + j * r.stride[0] + k * r.stride[1];
+                    all.push((
+                        base,
+                        r.len,
+                        u32::try_from(src).ok()?,
+                        u32::try_from(at).ok()?,
+                    ));
+                    at += r.len;
+                }
+            }
+        }
+        // By array, then run length (one loop per length), then buffer position.
+        all.sort_unstable_by_key(|&(base, len, _, dst)| (base, len, dst));
+        let mut list = Self::default();
+        for (base, len, src, dst) in all {
+            if len == 0 {
+                continue;
+            }
+            match list.groups.last_mut() {
+                Some(g) if g.base == base && g.len == len => g.end += 1,
+                _ => {
+                    let first = list.runs.len();
+                    list.groups.push(RunGroup {
+                        base,
+                        len,
+                        first,
+                        end: first + 1,
+                    });
+                }
+            }
+            list.runs.push([src, dst]);
+        }
+        Some(list)
+    }
+
+    /// Copies every run from `data` (the field storage) to its place in `buf`.
+    pub fn gather(&self, data: &[f64], buf: &mut [f64]) {
+        for g in &self.groups {
+            let array = &data[g.base..];
+            let runs = &self.runs[g.first..g.end];
+            match g.len {
+                1 => gather_runs::<1>(array, runs, buf),
+                2 => gather_runs::<2>(array, runs, buf),
+                3 => gather_runs::<3>(array, runs, buf),
+                4 => gather_runs::<4>(array, runs, buf),
+                5 => gather_runs::<5>(array, runs, buf),
+                6 => gather_runs::<6>(array, runs, buf),
+                8 => gather_runs::<8>(array, runs, buf),
+                16 => gather_runs::<16>(array, runs, buf),
+                n => {
+                    for &[s, d] in runs {
+                        let (s, d) = (s as usize, d as usize);
+                        buf[d..d + n].copy_from_slice(&array[s..s + n]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs of `N` values: each a fixed-size move, not a call to `memcpy`.
+#[inline(always)]
+fn gather_runs<const N: usize>(array: &[f64], runs: &[[u32; 2]], buf: &mut [f64]) {
+    for &[s, d] in runs {
+        let (s, d) = (s as usize, d as usize);
+        // Indices below 2^32 cannot overflow `+ N`: one comparison per side. Both always
+        // hold (`BndCache::new` checked every box, `pack` the sizes).
+        if let (Some(from), Some(to)) = (array.get(s..s + N), buf.get_mut(d..d + N)) {
+            to.copy_from_slice(from);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Flat indices of a box, point by point: the reference.
+    fn points(start: [usize; 3], n: [usize; 3], dims: [usize; 3]) -> Vec<usize> {
+        let mut v = Vec::new();
+        for k in 0..n[2] {
+            for j in 0..n[1] {
+                for i in 0..n[0] {
+                    v.push(((start[2] + k) * dims[1] + start[1] + j) * dims[0] + start[0] + i);
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn runs_merge_whole_rows_and_planes_only() {
+        let d = [6, 5, 4];
+        let rows = Rows::of_box(0, [6, 5, 2], d);
+        assert_eq!((rows.len, rows.count), (60, [1, 1]));
+        let rows = Rows::of_box(6, [6, 2, 3], d);
+        assert_eq!((rows.len, rows.count, rows.stride[0]), (12, [3, 1], 30));
+        let strip = Rows::of_box(1, [2, 5, 4], d);
+        assert_eq!((strip.len, strip.count), (2, [5, 4]));
+        // One row per plane: the planes are the runs.
+        let col = Rows::of_box(1, [3, 1, 4], d);
+        assert_eq!((col.len, col.count, col.stride[0]), (3, [4, 1], 30));
+    }
+
+    /// Gather and scatter visit exactly the box's points in pack order, for every run length
+    /// the copies specialise and some they do not, merged or not.
+    #[test]
+    fn gather_and_scatter_match_the_point_walk() {
+        let dims = [20, 7, 5];
+        let array: Vec<f64> = (0..dims.iter().product::<usize>())
+            .map(|i| i as f64)
+            .collect();
+        for nx in [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 20] {
+            for (s, n) in [([0, 0, 0], [nx, 7, 5]), ([20 - nx, 1, 2], [nx, 3, 2])] {
+                let want = points(s, n, dims);
+                let first = (s[2] * dims[1] + s[1]) * dims[0] + s[0];
+                let r = Rows::of_box(first, n, dims);
+                assert_eq!(r.values(), want.len());
+                assert_eq!(r.end(), want.last().unwrap() + 1);
+                let mut out = vec![-1.0; want.len()];
+                r.gather(&array, &mut out);
+                let got: Vec<usize> = out.iter().map(|&x| x as usize).collect();
+                assert_eq!(got, want, "nx {nx} box {s:?} {n:?}");
+                let mut back = vec![-1.0; array.len()];
+                r.scatter(&out, &mut back);
+                let mut filled = vec![-1.0; array.len()];
+                r.fill(7.0, &mut filled);
+                for (i, (b, f)) in back.iter().zip(&filled).enumerate() {
+                    let inside = want.contains(&i);
+                    assert_eq!(*b, if inside { i as f64 } else { -1.0 });
+                    assert_eq!(*f, if inside { 7.0 } else { -1.0 });
+                }
+            }
+        }
+    }
+
+    /// The run list writes each box to its own buffer offset, whatever order it copies in:
+    /// several arrays, run lengths with and without a specialised loop, boxes listed out of
+    /// array order.
+    #[test]
+    fn run_list_gathers_every_box_to_its_offset() {
+        let dims = [20, 7, 5];
+        let alen: usize = dims.iter().product();
+        let data: Vec<f64> = (0..3 * alen).map(|i| i as f64).collect();
+        let mut items = Vec::new();
+        let mut want = Vec::new();
+        for (a, nx) in [(2, 2), (0, 7), (1, 2), (0, 16), (2, 1), (0, 2), (1, 20)] {
+            let (s, n) = ([20 - nx, 1, 1], [nx, 3, 4]);
+            let first = (s[2] * dims[1] + s[1]) * dims[0] + s[0];
+            items.push((a * alen, Rows::of_box(first, n, dims), want.len()));
+            want.extend(
+                points(s, n, dims)
+                    .into_iter()
+                    .map(|p| (a * alen + p) as f64),
+            );
+        }
+        let list = RunList::new(items).unwrap();
+        let mut buf = vec![-1.0; want.len() + 2];
+        list.gather(&data, &mut buf);
+        assert_eq!(&buf[..want.len()], &want[..]);
+        assert_eq!(&buf[want.len()..], &[-1.0, -1.0]);
+        assert!(RunList::new([(0, Rows::of_box(1 << 33, [1, 1, 1], dims), 0)]).is_none());
+    }
+}
