@@ -15,6 +15,8 @@
 //! - the final restart file is the same on 1 and 2 ranks;
 //! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
 //!   restart), and that file continued with dense fields ends with the same values;
+//! - and on 3 ranks with adaptive refinement, where the mesh still changes after the
+//!   restart point;
 //! - a missing file, a `.phdf` file, a truncated file, a file of another problem and a deck
 //!   whose mesh differs from the file's exit 2 on every rank with a message naming the cause.
 
@@ -70,10 +72,20 @@ fn main() {
     let mut finals = Vec::new();
     // Dense fields on 1 and 2 ranks; sparse fields (a hard sphere: some blocks unallocated).
     let sparse: &[&str] = &["advection/sparse=true", "advection/profile=hard_sphere"];
+    // Adaptive refinement on top of the static region: the mesh keeps changing after the
+    // restart point, so the continuation must restore the forest and derefinement counts.
+    let amr: &[&str] = &[
+        "parthenon/mesh/refinement=adaptive",
+        "parthenon/mesh/derefine_count=2",
+        "advection/width=0.05",
+        "advection/refine_tol=0.05",
+        "advection/derefine_tol=0.01",
+    ];
     for (ranks, extra, tag) in [
         (1, &[][..], "dense"),
         (2, &[][..], "dense"),
         (2, sparse, "sparse"),
+        (3, amr, "amr"),
     ] {
         let t0 = std::time::Instant::now();
         let name = if tag == "dense" {
@@ -105,6 +117,14 @@ fn main() {
         check_continuation(&full, &resumed);
         if tag == "dense" {
             finals.push(full.join("adv.out1.final.rhdf"));
+        } else if tag == "amr" {
+            let blocks = |f: &str| attr_i64(&full.join(f), "NumMeshBlocks");
+            let (at_restart, at_end) =
+                (blocks("adv.out1.00001.rhdf"), blocks("adv.out1.final.rhdf"));
+            assert_ne!(
+                at_restart, at_end,
+                "the mesh changes after the restart point"
+            );
         } else {
             // The sparse file continued with dense fields: allocated everywhere, same values.
             let densified = base.join(format!("{name}-dense"));

@@ -982,7 +982,15 @@ impl Problem for Advection {
 
         let (mut sched, mut t, mut cycle, mut dt) = match resume {
             // The outputs of the restart step were written by the interrupted run.
-            Some(r) => (r.schedules, r.time, r.cycle, r.dt),
+            Some(r) => {
+                let n = self.mesh.forest().len();
+                self.amr_stats = amr::AmrStats {
+                    min_blocks: n,
+                    max_blocks: n,
+                    ..amr::AmrStats::default()
+                };
+                (r.schedules, r.time, r.cycle, r.dt)
+            }
             None => {
                 self.refine_initially(ctx, &comm, &mut comms)?;
                 let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
