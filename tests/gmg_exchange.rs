@@ -34,33 +34,9 @@ use starhalo_mesh::{LogicalLocation, Mesh};
 use starhalo_sf::mpi::datatype::PartitionMut;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::Root;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-
-/// Counts heap allocations, to show that warm V-cycle legs make none.
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, AtomicOrdering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, AtomicOrdering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::alloc::Counting = common::alloc::Counting;
 
 const MESHES: u64 = 4;
 /// Variable ids and slots: `lin` (slot 0), `code` (slots 1, 2), `flat` (3), all with ghosts;
@@ -359,13 +335,10 @@ fn child() {
         }
         // A whole V-cycle leg up; then both legs again, warm: no heap allocation.
         gx.prolongate_up(&mut data).unwrap();
-        let (a0, t0) = (
-            ALLOCS.load(AtomicOrdering::Relaxed),
-            std::time::Instant::now(),
-        );
+        let (a0, t0) = (common::alloc::allocations(), std::time::Instant::now());
         gx.restrict_down(&mut data).unwrap();
         gx.prolongate_up(&mut data).unwrap();
-        let (allocs, legs) = (ALLOCS.load(AtomicOrdering::Relaxed) - a0, t0.elapsed());
+        let (allocs, legs) = (common::alloc::allocations() - a0, t0.elapsed());
         assert_eq!(
             allocs, 0,
             "seed {seed}: warm V-cycle legs allocated {allocs} times"

@@ -6,32 +6,9 @@ mod common;
 
 use starhalo_sf::mpi::topology::Communicator;
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::alloc::Counting = common::alloc::Counting;
 
 fn main() {
     if std::env::var_os(common::CHILD_ENV).is_some() {
@@ -77,14 +54,14 @@ fn count_warm_allocations(world: &impl Communicator) -> bool {
     };
     cycle(&mut root, &mut leaf, &mut upd); // warm: links and requests are made here
     cycle(&mut root, &mut leaf, &mut upd);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = common::alloc::allocations();
     for _ in 0..100 {
         cycle(&mut root, &mut leaf, &mut upd);
     }
-    let during = ALLOCS.load(Ordering::Relaxed) - before;
+    let during = common::alloc::allocations() - before;
     // The counter itself must work, or the zero above proves nothing.
     let probe = std::hint::black_box(vec![0u8; 64]);
-    let counted = ALLOCS.load(Ordering::Relaxed) - before - during;
+    let counted = common::alloc::allocations() - before - during;
     drop(probe);
     if during != 0 || counted == 0 {
         eprintln!("[rank {r}] FAIL: {during} allocations in 600 warm operations (counter probe saw {counted})");
