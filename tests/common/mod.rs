@@ -57,3 +57,33 @@ pub fn relaunch_self(ranks: &[usize], limit_s: u64) {
         eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
     }
 }
+
+/// Results that must not depend on the rank count: the `DIGEST ...` lines a child job prints
+/// (one per case), compared with the first job's.
+#[derive(Default)]
+pub struct SameDigests {
+    first: Option<(usize, Vec<String>)>,
+}
+
+impl SameDigests {
+    /// Checks that the job on `ranks` ranks printed `cases` digests equal to the first job's
+    /// first `cases` (a job may run fewer cases). Returns the job's stdout.
+    pub fn check(&mut self, ranks: usize, out: &Output, cases: usize) -> String {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let d: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("DIGEST"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(d.len(), cases, "{text}");
+        match &self.first {
+            None => self.first = Some((ranks, d)),
+            Some((m, first)) => assert_eq!(
+                d[..],
+                first[..cases.min(first.len())],
+                "results on {ranks} ranks differ from {m} ranks"
+            ),
+        }
+        text
+    }
+}
