@@ -97,51 +97,45 @@ fn measure(
         )
     };
     let sf = StarForest::new(world, &graph, SfOptions::default())?;
-    // Page-aligned buffers for both ping-pongs, so neither gains from a luckier alignment.
+    // Both ping-pongs move the same bytes in the same page-aligned memory (rank 0 its roots,
+    // rank 1 its leaves), so neither gains from luckier placement or alignment.
     const PAGE: usize = 4096;
     let stride = bytes.next_multiple_of(PAGE);
-    let mut arena = vec![1u8; 3 * stride + PAGE];
+    let mut arena = vec![1u8; 2 * stride + PAGE];
     let skip = arena.as_ptr().align_offset(PAGE);
-    let (root, rest) = arena[skip..].split_at_mut(stride);
-    let (leaf, raw) = rest.split_at_mut(stride);
-    let (root, leaf, raw) = (
-        &mut root[..sf.nroots()],
-        &mut leaf[..sf.leaf_space()],
-        &mut raw[..bytes],
-    );
+    let (root, leaf) = arena[skip..].split_at_mut(stride);
+    let (root, leaf) = (&mut root[..sf.nroots()], &mut leaf[..sf.leaf_space()]);
     let iters = (4_000_000 / (bytes + 512)).clamp(60, 20_000);
 
     let peer = comm.process_at_rank(1 - rank);
-    let mut raw_pingpong = |n: usize| {
+    // `which`: 0 raw MPI send/receive, 1 the SF's bcast + reduce.
+    let mut pingpong = |which: usize, n: usize| -> Result<()> {
         for _ in 0..n {
-            if rank == 0 {
-                peer.send(&raw[..]);
-                peer.receive_into(&mut raw[..]);
-            } else {
-                peer.receive_into(&mut raw[..]);
-                peer.send(&raw[..]);
+            match (which, rank) {
+                (0, 0) => {
+                    peer.send(&root[..]);
+                    peer.receive_into(&mut root[..]);
+                }
+                (0, _) => {
+                    peer.receive_into(&mut leaf[..]);
+                    peer.send(&leaf[..]);
+                }
+                _ => {
+                    sf.bcast(root, leaf, Op::Replace)?;
+                    sf.reduce(leaf, root, Op::Replace)?;
+                }
             }
-        }
-    };
-    let mut sf_pingpong = |n: usize| -> Result<()> {
-        for _ in 0..n {
-            sf.bcast(root, leaf, Op::Replace)?;
-            sf.reduce(leaf, root, Op::Replace)?;
         }
         Ok(())
     };
-    raw_pingpong(iters / 4 + 1);
-    sf_pingpong(iters / 4 + 1)?;
+    pingpong(0, iters / 4 + 1)?;
+    pingpong(1, iters / 4 + 1)?;
     let (mut t_mpi, mut t_sf) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         for which in [round % 2, 1 - round % 2] {
             comm.barrier();
             let t0 = Instant::now();
-            if which == 0 {
-                raw_pingpong(iters);
-            } else {
-                sf_pingpong(iters)?;
-            }
+            pingpong(which, iters)?;
             let one_way_us = t0.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
             if which == 0 { &mut t_mpi } else { &mut t_sf }.push(one_way_us);
         }
