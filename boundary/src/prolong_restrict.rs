@@ -107,7 +107,8 @@ impl Geometry {
     }
 }
 
-fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
+/// Flat index of point `p` in one row-major array of `dims` points (x fastest).
+pub(crate) fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
     (p[2] * dims[1] + p[1]) * dims[0] + p[0]
 }
 

@@ -27,7 +27,7 @@ use starhalo_sf::p2p::MsgArena;
 
 use crate::bnd_info::{FieldLayout, IndexBox};
 use crate::error::BoundaryError;
-use crate::prolong_restrict::{prolongate, restrict, Prolongation};
+use crate::prolong_restrict::{at, prolongate, restrict, Prolongation};
 use crate::storage::BlockData;
 
 /// The values of one old block, wherever they came from.
@@ -323,10 +323,6 @@ struct Multilevel {
     interior: IndexBox,
     /// The interior with one layer of face neighbours (what prolongation reads).
     with_halo: IndexBox,
-}
-
-fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
-    (p[2] * dims[1] + p[1]) * dims[0] + p[0]
 }
 
 impl Halves {

@@ -17,7 +17,7 @@ use starhalo_mesh::LogicalLocation;
 
 use crate::bnd_info::FieldLayout;
 use crate::error::BoundaryError;
-use crate::prolong_restrict::{minmod, Prolongation};
+use crate::prolong_restrict::{at, minmod, Prolongation};
 
 /// Where a finer block lies in the block containing it on the next coarser level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,10 +112,6 @@ impl Placement {
     pub fn prolong_len(&self) -> usize {
         (0..3).map(|d| self.size[d] + 2 * self.halo(d)).product()
     }
-}
-
-fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
-    (p[2] * dims[1] + p[1]) * dims[0] + p[0]
 }
 
 fn points(n: [usize; 3]) -> impl Iterator<Item = [usize; 3]> {
