@@ -29,6 +29,18 @@ pub enum Prolongation {
     MinmodLinear,
 }
 
+impl Prolongation {
+    /// The slope across a coarse cell from its one-sided differences `dl` (centre minus
+    /// lower neighbour) and `dr` (upper neighbour minus centre); zero for `Constant`.
+    pub(crate) fn slope(self, dl: f64, dr: f64) -> f64 {
+        match self {
+            Prolongation::Constant => 0.0,
+            Prolongation::Linear => 0.5 * (dl + dr),
+            Prolongation::MinmodLinear => minmod(dl, dr),
+        }
+    }
+}
+
 /// `minmod(a, b)`: the smaller in magnitude when both have the same sign, else zero.
 pub fn minmod(a: f64, b: f64) -> f64 {
     if a * b <= 0.0 {
@@ -185,10 +197,7 @@ pub fn prolongate(
                 hi[d] += 1;
                 let dl = u - coarse[at(geo.coarse, lo)];
                 let dr = coarse[at(geo.coarse, hi)] - u;
-                *s = match op {
-                    Prolongation::Linear => 0.5 * (dl + dr),
-                    _ => minmod(dl, dr),
-                };
+                *s = op.slope(dl, dr);
             }
         }
         for (f, off) in children(&geo, c) {

@@ -17,7 +17,7 @@ use starhalo_mesh::LogicalLocation;
 
 use crate::bnd_info::FieldLayout;
 use crate::error::BoundaryError;
-use crate::prolong_restrict::{at, minmod, Prolongation};
+use crate::prolong_restrict::{at, Prolongation};
 
 /// Where a finer block lies in the block containing it on the next coarser level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,10 +223,7 @@ pub fn prolongate_block(
                 hi[d] += 1;
                 let dl = u - region[at(rdims, lo)];
                 let dr = region[at(rdims, hi)] - u;
-                let s = match op {
-                    Prolongation::Linear => 0.5 * (dl + dr),
-                    _ => minmod(dl, dr),
-                };
+                let s = op.slope(dl, dr);
                 // Child centres lie a quarter of a coarse cell either side of the centre.
                 let side = if p[d] % 2 == 0 { -1.0 } else { 1.0 };
                 v += 0.25 * side * s;
