@@ -401,13 +401,7 @@ impl Transport for SameRank {
     fn poll_receive(&mut self, into: &mut [f64]) -> Result<Option<Arrival>, BoundaryError> {
         let mut s = self.lock()?;
         if s.pending == Some(Arrival::Data) {
-            if s.values.len() != into.len() {
-                return Err(BoundaryError::Size {
-                    what: "same-rank message",
-                    expected: into.len(),
-                    got: s.values.len(),
-                });
-            }
+            BoundaryError::check_size("same-rank message", into.len(), s.values.len())?;
             into.copy_from_slice(&s.values);
         }
         Ok(s.pending.take())

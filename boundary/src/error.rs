@@ -67,3 +67,18 @@ pub enum BoundaryError {
     #[error(transparent)]
     Mesh(#[from] starhalo_mesh::MeshError),
 }
+
+impl BoundaryError {
+    /// `Ok` when `got` is `expected`, else a [`Size`](Self::Size) error naming `what`.
+    pub(crate) fn check_size(what: &'static str, expected: usize, got: usize) -> Result<(), Self> {
+        if got == expected {
+            Ok(())
+        } else {
+            Err(Self::Size {
+                what,
+                expected,
+                got,
+            })
+        }
+    }
+}

@@ -212,13 +212,7 @@ pub fn restrict_face(
             .collect();
     }
     let want: usize = coarse.iter().map(ExactSizeIterator::len).product();
-    if out.len() != want {
-        return Err(BoundaryError::Size {
-            what: "restricted face",
-            expected: want,
-            got: out.len(),
-        });
-    }
+    BoundaryError::check_size("restricted face", want, out.len())?;
     let scale = 1.0 / kids.len() as f64;
     let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];
     for (o, q) in out.iter_mut().zip(points(coarse)) {

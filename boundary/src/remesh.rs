@@ -166,28 +166,17 @@ fn check(
     old: &BlockData,
 ) -> Result<(), BoundaryError> {
     let rank = comm.rank() as usize;
-    let size = |what, expected, got| {
-        if expected == got {
-            Ok(())
-        } else {
-            Err(BoundaryError::Size {
-                what,
-                expected,
-                got,
-            })
-        }
-    };
-    size(
+    BoundaryError::check_size(
         "ranks of the remeshed partition",
         comm.size() as usize,
         mesh.partition().nranks(),
     )?;
-    size(
+    BoundaryError::check_size(
         "new blocks of the remesh map",
         mesh.forest().len(),
         outcome.map.origin.len(),
     )?;
-    size(
+    BoundaryError::check_size(
         "old blocks of the remesh map",
         old_forest.len(),
         outcome.map.fate.len(),

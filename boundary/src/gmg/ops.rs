@@ -118,18 +118,6 @@ fn points(n: [usize; 3]) -> impl Iterator<Item = [usize; 3]> {
     (0..n[2]).flat_map(move |k| (0..n[1]).flat_map(move |j| (0..n[0]).map(move |i| [i, j, k])))
 }
 
-fn check(what: &'static str, len: usize, expected: usize) -> Result<(), BoundaryError> {
-    if len == expected {
-        Ok(())
-    } else {
-        Err(BoundaryError::Size {
-            what,
-            expected,
-            got: len,
-        })
-    }
-}
-
 /// Restricts the interior of one slot of the finer block (`fine`, on `shape`) into `out`:
 /// the coarse box of `pl`, x fastest.
 pub fn restrict_block(
@@ -139,8 +127,8 @@ pub fn restrict_block(
     out: &mut [f64],
 ) -> Result<(), BoundaryError> {
     let dims = FieldLayout::of_shape(shape, 1).dims;
-    check("fine block array", fine.len(), dims.iter().product())?;
-    check("restricted values", out.len(), pl.restrict_len())?;
+    BoundaryError::check_size("fine block array", dims.iter().product(), fine.len())?;
+    BoundaryError::check_size("restricted values", pl.restrict_len(), out.len())?;
     let g = [0, 1, 2].map(|d| shape.ghosts(d));
     let r = [0, 1, 2].map(|d| if d < pl.ndim { pl.ratio } else { 1 });
     let w = 1.0 / r.iter().product::<usize>() as f64;
@@ -162,8 +150,8 @@ pub fn store_restricted(
     coarse: &mut [f64],
 ) -> Result<(), BoundaryError> {
     let dims = FieldLayout::of_shape(shape, 1).dims;
-    check("coarse block array", coarse.len(), dims.iter().product())?;
-    check("restricted values", vals.len(), pl.restrict_len())?;
+    BoundaryError::check_size("coarse block array", dims.iter().product(), coarse.len())?;
+    BoundaryError::check_size("restricted values", pl.restrict_len(), vals.len())?;
     let g = [0, 1, 2].map(|d| shape.ghosts(d));
     for (v, q) in vals.iter().zip(points(pl.size)) {
         coarse[at(dims, [0, 1, 2].map(|d| g[d] + pl.offset[d] + q[d]))] = *v;
@@ -180,8 +168,8 @@ pub fn gather_coarse(
     out: &mut [f64],
 ) -> Result<(), BoundaryError> {
     let dims = FieldLayout::of_shape(shape, 1).dims;
-    check("coarse block array", coarse.len(), dims.iter().product())?;
-    check("prolongation values", out.len(), pl.prolong_len())?;
+    BoundaryError::check_size("coarse block array", dims.iter().product(), coarse.len())?;
+    BoundaryError::check_size("prolongation values", pl.prolong_len(), out.len())?;
     let h = [0, 1, 2].map(|d| pl.halo(d));
     if (0..3).any(|d| h[d] > shape.ghosts(d)) {
         return Err(BoundaryError::Geometry(
@@ -206,8 +194,8 @@ pub fn prolongate_block(
     fine: &mut [f64],
 ) -> Result<(), BoundaryError> {
     let dims = FieldLayout::of_shape(shape, 1).dims;
-    check("fine block array", fine.len(), dims.iter().product())?;
-    check("prolongation values", region.len(), pl.prolong_len())?;
+    BoundaryError::check_size("fine block array", dims.iter().product(), fine.len())?;
+    BoundaryError::check_size("prolongation values", pl.prolong_len(), region.len())?;
     let h = [0, 1, 2].map(|d| pl.halo(d));
     let rdims = [0, 1, 2].map(|d| pl.size[d] + 2 * h[d]);
     let g = [0, 1, 2].map(|d| shape.ghosts(d));
