@@ -731,20 +731,10 @@ impl Advection {
         }
     }
 
-    /// This rank's mesh-data partitions as ranges of local block indices.
-    fn partitions(&self, rank: usize) -> Vec<Range<usize>> {
-        let first = self.mesh.partition().blocks_of(rank).start;
-        self.mesh
-            .pack_partitions(rank)
-            .iter()
-            .map(|p| p[0] - first..p[0] - first + p.len())
-            .collect()
-    }
-
     /// The ghost fill of every partition as one task region.
     fn fill_ghosts(&self, ctx: &RunContext, comms: &Comms) -> Result<()> {
         let mut region = TaskRegion::new(ctx.recv_timeout);
-        for p in 0..self.partitions(ctx.world.rank() as usize).len() {
+        for p in 0..comms.parts.len() {
             let mut list = TaskList::new(format!("partition {p}"));
             add_exchange(
                 &mut list,
@@ -780,10 +770,9 @@ impl Advection {
             compute.set(compute.get() + t.elapsed());
             Ok(TaskStatus::Complete)
         };
-        let parts = self.partitions(ctx.world.rank() as usize);
 
         let mut region = TaskRegion::new(ctx.recv_timeout);
-        for (p, blocks) in parts.iter().enumerate() {
+        for (p, blocks) in comms.parts.iter().enumerate() {
             let mut list = TaskList::new(format!("partition {p}"));
             list.add("fluxes", &[], || {
                 timed(&|| {
@@ -804,7 +793,7 @@ impl Advection {
         }
 
         let mut region = TaskRegion::new(ctx.recv_timeout);
-        for (p, blocks) in parts.iter().enumerate() {
+        for (p, blocks) in comms.parts.iter().enumerate() {
             let mut list = TaskList::new(format!("partition {p}"));
             let update = list.add("update", &[], || {
                 timed(&|| {
@@ -925,11 +914,14 @@ impl Advection {
 }
 
 /// What the tasks of a cycle share besides the block data: the ghost exchange, the flux
-/// correction (multilevel meshes only) and the face fluxes. Built for one mesh.
+/// correction (multilevel meshes only), the face fluxes and the partitions. Built for one
+/// mesh.
 struct Comms {
     exchange: RefCell<Exchange>,
     correction: Option<RefCell<FluxCorrection>>,
     flux: RefCell<FluxData>,
+    /// This rank's mesh-data partitions as ranges of local block indices.
+    parts: Vec<Range<usize>>,
 }
 
 impl Comms {
@@ -956,10 +948,18 @@ impl Comms {
         } else {
             None
         };
+        let rank = ctx.world.rank() as usize;
+        let first = mesh.partition().blocks_of(rank).start;
+        let parts = mesh
+            .pack_partitions(rank)
+            .iter()
+            .map(|p| p[0] - first..p[0] - first + p.len())
+            .collect();
         Ok(Comms {
             exchange: RefCell::new(exchange),
             correction,
             flux: RefCell::new(FluxData::new(data)),
+            parts,
         })
     }
 }
