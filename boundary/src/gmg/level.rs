@@ -126,27 +126,24 @@ impl GmgData {
     /// Copies the block arrays of `leaves` (the leaf storage of the same rank) into the
     /// finest level, which holds the same blocks.
     pub fn load_leaves(&mut self, leaves: &BlockData) -> Result<(), BoundaryError> {
-        let finest = self.level_mut(0)?;
-        same_blocks(leaves, finest)?;
-        for b in 0..leaves.gids().len() {
-            for s in 0..leaves.slot_defaults().len() {
-                finest.fine_mut(b, s).copy_from_slice(leaves.fine(b, s));
-            }
-        }
-        Ok(())
+        copy_blocks(leaves, self.level_mut(0)?)
     }
 
     /// Copies the finest level's block arrays back into `leaves`.
     pub fn store_leaves(&self, leaves: &mut BlockData) -> Result<(), BoundaryError> {
-        let finest = self.level(0)?;
-        same_blocks(finest, leaves)?;
-        for b in 0..finest.gids().len() {
-            for s in 0..finest.slot_defaults().len() {
-                leaves.fine_mut(b, s).copy_from_slice(finest.fine(b, s));
-            }
-        }
-        Ok(())
+        copy_blocks(self.level(0)?, leaves)
     }
+}
+
+/// Copies every block array of `from` into `to`, which must hold the same blocks.
+fn copy_blocks(from: &BlockData, to: &mut BlockData) -> Result<(), BoundaryError> {
+    same_blocks(from, to)?;
+    for b in 0..from.gids().len() {
+        for s in 0..from.slot_defaults().len() {
+            to.fine_mut(b, s).copy_from_slice(from.fine(b, s));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn missing(level: usize, levels: usize) -> BoundaryError {
