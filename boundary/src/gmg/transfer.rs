@@ -47,6 +47,17 @@ struct Message {
     range: Range<usize>,
 }
 
+impl Message {
+    /// Adds `range` (which follows the last one) to the messages: the last message grows
+    /// when it goes to `peer` as well, else a new one starts.
+    fn append(msgs: &mut Vec<Message>, peer: i32, range: Range<usize>) {
+        match msgs.last_mut() {
+            Some(m) if m.peer == peer => m.range.end = range.end,
+            _ => msgs.push(Message { peer, range }),
+        }
+    }
+}
+
 /// The transfer between levels `i` and `i + 1` in one direction.
 #[derive(Debug)]
 pub(crate) struct Transfer {
@@ -143,13 +154,7 @@ impl Transfer {
             if dr == rank {
                 local_at.insert(f, off..off + n);
             } else {
-                match send_msgs.last_mut() {
-                    Some(m) if m.peer == peer(dr)? => m.range.end = off + n,
-                    _ => send_msgs.push(Message {
-                        peer: peer(dr)?,
-                        range: off..off + n,
-                    }),
-                }
+                Message::append(&mut send_msgs, peer(dr)?, off..off + n);
             }
             items.push(Item {
                 pl,
@@ -174,13 +179,7 @@ impl Transfer {
                 })?;
                 (r, true)
             } else {
-                match recv_msgs.last_mut() {
-                    Some(m) if m.peer == peer(sr)? => m.range.end = off + n,
-                    _ => recv_msgs.push(Message {
-                        peer: peer(sr)?,
-                        range: off..off + n,
-                    }),
-                }
+                Message::append(&mut recv_msgs, peer(sr)?, off..off + n);
                 off += n;
                 (off - n..off, false)
             };
