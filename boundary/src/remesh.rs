@@ -20,12 +20,11 @@ use std::collections::{BTreeSet, HashMap};
 use starhalo_mesh::field::{IndexRange, IndexShape};
 use starhalo_mesh::refine::BlockOrigin;
 use starhalo_mesh::{Forest, Mesh, RemeshOutcome};
-use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::mpi::traits::CommunicatorCollectives;
 use starhalo_sf::p2p::MsgArena;
 
 use crate::bnd_info::{FieldLayout, IndexBox};
+use crate::collective;
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{at, prolongate, restrict, Prolongation};
 use crate::storage::BlockData;
@@ -76,16 +75,11 @@ pub fn redistribute(
 ) -> Result<BlockData, BoundaryError> {
     let rank = comm.rank() as usize;
     // A rank whose inputs do not fit the plan must not leave the others waiting for it.
-    let mine = check(comm, old_forest, mesh, outcome, old);
-    let failed = [i32::from(mine.is_err())];
-    let mut any = [0i32];
-    comm.all_reduce_into(&failed[..], &mut any[..], SystemOperation::max());
-    mine?;
-    if any[0] != 0 {
-        return Err(BoundaryError::Mismatch(
-            "another rank's storage does not fit the remesh".into(),
-        ));
-    }
+    collective::agree(
+        comm,
+        check(comm, old_forest, mesh, outcome, old),
+        "another rank's storage does not fit the remesh",
+    )?;
     let mut new = old.for_blocks_of(mesh, rank)?;
     let nvar = old.vars().len();
     let item = nvar + old.layout().fine.block_len();

@@ -31,11 +31,10 @@ pub use level::{level_blocks_of, level_shapes, GmgData, LevelBlocks};
 pub use ops::Placement;
 
 use starhalo_mesh::Mesh;
-use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::mpi::traits::CommunicatorCollectives;
 use starhalo_sf::p2p;
 
+use crate::collective;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, Exchange, ExchangeOptions, TaskStatus, Traffic};
 use crate::prolong_restrict::Prolongation;
@@ -152,20 +151,11 @@ impl GmgExchange {
                 ));
             }
         }
-        let mut any_bad = 0i32;
-        comm.all_reduce_into(
-            &i32::from(bad.is_some()),
-            &mut any_bad,
-            SystemOperation::max(),
-        );
-        if let Some(m) = bad {
-            return Err(BoundaryError::Mismatch(m));
-        }
-        if any_bad != 0 {
-            return Err(BoundaryError::Mismatch(
-                "another rank's multigrid storage does not match the mesh".into(),
-            ));
-        }
+        collective::agree(
+            comm,
+            bad.map_or(Ok(()), |m| Err(BoundaryError::Mismatch(m))),
+            "another rank's multigrid storage does not match the mesh",
+        )?;
 
         let mut same = Vec::with_capacity(levels.len());
         for (i, l) in levels.iter().enumerate() {

@@ -1,0 +1,25 @@
+//! Decisions every rank takes together, so that a rank whose inputs are wrong never leaves
+//! the others waiting for messages it will not send.
+
+use starhalo_sf::mpi::collective::SystemOperation;
+use starhalo_sf::mpi::topology::SimpleCommunicator;
+use starhalo_sf::mpi::traits::CommunicatorCollectives;
+
+use crate::error::BoundaryError;
+
+/// Fails on every rank of `comm` when any rank's `mine` failed (collective): a rank that
+/// failed keeps its own error, the others report `Mismatch(others)`.
+pub(crate) fn agree<T>(
+    comm: &SimpleCommunicator,
+    mine: Result<T, BoundaryError>,
+    others: &str,
+) -> Result<T, BoundaryError> {
+    let failed = i32::from(mine.is_err());
+    let mut any = 0i32;
+    comm.all_reduce_into(&failed, &mut any, SystemOperation::max());
+    let v = mine?;
+    if any != 0 {
+        return Err(BoundaryError::Mismatch(others.into()));
+    }
+    Ok(v)
+}
