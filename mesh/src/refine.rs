@@ -238,11 +238,6 @@ impl DerefineCounter {
         self.counts.get(loc).copied().unwrap_or(0)
     }
 
-    /// The threshold.
-    pub fn threshold(&self) -> u32 {
-        self.threshold
-    }
-
     /// The count of every leaf of `forest`, in gid order: all a restart needs, since
     /// [`DerefineCounter::filter`] only ever reads the counts of the current leaves.
     pub fn counts_of(&self, forest: &Forest) -> Vec<u32> {
