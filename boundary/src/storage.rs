@@ -94,16 +94,22 @@ impl BlockData {
         for v in &vars {
             slot_default[v.slots.clone()].fill(v.default);
         }
-        let mut s = Self {
-            data: vec![0.0; gids.len() * layout.block_len()],
-            allocated: vec![true; gids.len() * vars.len()],
+        Ok(Self::zeroed(Self {
+            data: Vec::new(),
+            allocated: Vec::new(),
             gids,
             shape,
             coarse_shape,
             layout,
             vars,
             slot_default,
-        };
+        }))
+    }
+
+    /// `s` with storage for its blocks: dense variables zero, sparse ones unallocated.
+    fn zeroed(mut s: Self) -> Self {
+        s.data = vec![0.0; s.gids.len() * s.layout.block_len()];
+        s.allocated = vec![true; s.gids.len() * s.vars.len()];
         for b in 0..s.gids.len() {
             for v in 0..s.vars.len() {
                 if s.vars[v].threshold.is_some() {
@@ -111,7 +117,7 @@ impl BlockData {
                 }
             }
         }
-        Ok(s)
+        s
     }
 
     /// Storage with the same variables for `rank`'s blocks of `mesh` (a remeshed mesh whose
@@ -127,30 +133,21 @@ impl BlockData {
                 self.shape.nghost()
             )));
         }
-        let gids: Vec<usize> = mesh.partition().blocks_of(rank).collect();
-        let mut s = Self {
-            data: vec![0.0; gids.len() * self.layout.block_len()],
-            allocated: vec![true; gids.len() * self.vars.len()],
-            gids,
-            shape,
-            coarse_shape: mesh.coarse_shape()?,
-            layout: self.layout,
-            vars: self.vars.clone(),
-            slot_default: self.slot_default.clone(),
-        };
-        if s.coarse_shape != self.coarse_shape {
+        if mesh.coarse_shape()? != self.coarse_shape {
             return Err(BoundaryError::Geometry(
                 "the remeshed mesh differs in having coarse buffers".into(),
             ));
         }
-        for b in 0..s.gids.len() {
-            for v in 0..s.vars.len() {
-                if s.vars[v].threshold.is_some() {
-                    s.set_allocated(b, v, false);
-                }
-            }
-        }
-        Ok(s)
+        Ok(Self::zeroed(Self {
+            data: Vec::new(),
+            allocated: Vec::new(),
+            gids: mesh.partition().blocks_of(rank).collect(),
+            shape,
+            coarse_shape: self.coarse_shape,
+            layout: self.layout,
+            vars: self.vars.clone(),
+            slot_default: self.slot_default.clone(),
+        }))
     }
 
     /// Global ids of the blocks, ascending; local block `b` is `gids()[b]`.
