@@ -16,7 +16,6 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
 const LIMIT_S: u64 = 120;
 const THRESHOLD: f64 = 1e-12;
 
@@ -129,9 +128,7 @@ fn s(p: &Path) -> &str {
 }
 
 fn run(ranks: usize, args: &[&str]) -> Output {
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    common::mpirun(ranks, LIMIT_S, Path::new(EXE), &all, &[])
+    common::starhalo_run(ranks, LIMIT_S, args)
 }
 
 fn field(path: &Path, name: &str) -> Vec<u64> {

@@ -23,9 +23,7 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 }
 
 fn run(ranks: usize, args: &[&str]) -> Output {
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    common::mpirun(ranks, LIMIT_S, Path::new(EXE), &all, &[])
+    common::starhalo_run(ranks, LIMIT_S, args)
 }
 
 fn stdout(o: &Output) -> String {

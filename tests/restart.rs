@@ -26,7 +26,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Output;
 
-const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
 const LIMIT_S: u64 = 120;
 const RESTART_CYCLE: i64 = 5;
 
@@ -158,9 +157,7 @@ fn path_str(p: &Path) -> &str {
 }
 
 fn run(ranks: usize, args: &[&str]) -> Output {
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    common::mpirun(ranks, LIMIT_S, Path::new(EXE), &all, &[])
+    common::starhalo_run(ranks, LIMIT_S, args)
 }
 
 /// The `.phdf` and `.rhdf` files of a directory.

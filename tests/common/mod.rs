@@ -36,6 +36,19 @@ pub fn mpirun(
         .expect("cannot start timeout/mpiexec: is MPICH installed?")
 }
 
+/// Runs `starhalo run args...` on `ranks` ranks, killed after `limit_s` seconds.
+pub fn starhalo_run(ranks: usize, limit_s: u64, args: &[&str]) -> Output {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    mpirun(
+        ranks,
+        limit_s,
+        Path::new(env!("CARGO_BIN_EXE_starhalo")),
+        &all,
+        &[],
+    )
+}
+
 /// Panics with both output streams unless the job exited 0; 124 means it hit the time limit.
 pub fn assert_ok(what: &str, out: &Output) {
     assert!(
