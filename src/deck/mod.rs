@@ -390,6 +390,22 @@ impl Deck {
         get_list, get_list_or, Vec<String>, Vec<String>, to_list, "a list";
     }
 
+    /// `block/key` as a finite number `>= 0` (a tolerance, a threshold, a time), or
+    /// `default` when absent.
+    pub fn get_nonneg_f64_or(
+        &self,
+        block: &str,
+        key: &str,
+        default: f64,
+    ) -> Result<f64, DeckError> {
+        let x = self.get_f64_or(block, key, default)?;
+        if x.is_finite() && x >= 0.0 {
+            Ok(x)
+        } else {
+            Err(self.invalid(block, key, "must be a finite number >= 0"))
+        }
+    }
+
     /// `block/key` as a file path; a relative path is taken relative to the directory of the
     /// deck file that gave it (overrides: the current directory). `None` when absent.
     pub fn get_path(&self, block: &str, key: &str) -> Result<Option<PathBuf>, DeckError> {

@@ -353,12 +353,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .into())
         }
     };
-    let tlim = deck.get_f64_or(TIME, "tlim", 1.0)?;
-    if !(tlim.is_finite() && tlim >= 0.0) {
-        return Err(deck
-            .invalid(TIME, "tlim", "must be a finite number >= 0")
-            .into());
-    }
+    let tlim = deck.get_nonneg_f64_or(TIME, "tlim", 1.0)?;
     let nlim = match deck.get_i64_or(TIME, "nlim", -1)? {
         n if n < 0 => None,
         n => Some(n as u64),
@@ -439,13 +434,8 @@ fn sparse_thresholds(deck: &Deck) -> Result<Option<SparseThresholds>> {
     let wanted = deck.get_bool_or(BLOCK, "sparse", false)?;
     let enabled = deck.get_bool_or(SPARSE, "enable_sparse", true)?;
     let d = SparseThresholds::default();
-    let alloc = deck.get_f64_or(SPARSE, "alloc_threshold", d.allocation)?;
+    let alloc = deck.get_nonneg_f64_or(SPARSE, "alloc_threshold", d.allocation)?;
     let dealloc = deck.get_f64_or(SPARSE, "dealloc_threshold", d.deallocation.min(alloc))?;
-    if !(alloc.is_finite() && alloc >= 0.0) {
-        return Err(deck
-            .invalid(SPARSE, "alloc_threshold", "must be a finite number >= 0")
-            .into());
-    }
     if !(dealloc.is_finite() && (0.0..=alloc).contains(&dealloc)) {
         return Err(deck
             .invalid(

@@ -96,12 +96,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .invalid(BLOCK, "nx", format!("nx * ny exceeds {MAX_POINTS} points"))
             .into());
     }
-    let tol = deck.get_f64_or(BLOCK, "tol", 1e-8)?;
-    if !(tol >= 0.0 && tol.is_finite()) {
-        return Err(deck
-            .invalid(BLOCK, "tol", "must be a finite number >= 0")
-            .into());
-    }
+    let tol = deck.get_nonneg_f64_or(BLOCK, "tol", 1e-8)?;
     let positive = |key: &str, default: usize| -> Result<u64> {
         match deck.get_usize_or(BLOCK, key, default)? {
             0 => Err(deck.invalid(BLOCK, key, "must be at least 1").into()),

@@ -88,15 +88,7 @@ impl Amr {
     ) -> Result<Option<Self>> {
         let finest = config.numlevel.saturating_sub(1);
         let tolerances = |block: &str, refine: f64, derefine: f64| -> Result<(f64, f64)> {
-            let tol = |key: &str, default: f64| -> Result<f64> {
-                let x = deck.get_f64_or(block, key, default)?;
-                if !(x.is_finite() && x >= 0.0) {
-                    return Err(deck
-                        .invalid(block, key, "must be a finite number >= 0")
-                        .into());
-                }
-                Ok(x)
-            };
+            let tol = |key: &str, default: f64| deck.get_nonneg_f64_or(block, key, default);
             let (r, d) = (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?);
             if d >= r {
                 return Err(deck

@@ -140,12 +140,7 @@ fn setup(deck: &Deck, _ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .into())
         }
     };
-    let tol = deck.get_f64_or(BLOCK, "tol", 1e-10)?;
-    if !(tol >= 0.0 && tol.is_finite()) {
-        return Err(deck
-            .invalid(BLOCK, "tol", "must be a finite number >= 0")
-            .into());
-    }
+    let tol = deck.get_nonneg_f64_or(BLOCK, "tol", 1e-10)?;
     let max_iters = deck.get_usize_or(BLOCK, "max_iters", 1000)? as u64;
     let check = deck.get_bool_or(BLOCK, "check", true)?;
     Ok(Box::new(Spmv {
