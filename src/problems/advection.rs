@@ -813,27 +813,6 @@ impl Advection {
         (cycle, time, dt): (u64, f64, f64),
         last: bool,
     ) -> Result<()> {
-        let data = self.data.borrow();
-        let values = data.fine_values();
-        let nv = data.vars().len();
-        let allocated: Vec<bool> = (0..data.gids().len() * nv)
-            .map(|i| data.is_allocated(i / nv, i % nv))
-            .collect();
-        let snap = Snapshot {
-            mesh: &self.mesh,
-            fields: &self.fields,
-            layout: data.layout().fine,
-            nghost: self.mesh.config().nghost,
-            gids: data.gids(),
-            data: &values,
-            allocated: &allocated,
-            cycle,
-            time,
-            dt,
-            wall_time: ctx.deadline.elapsed().as_secs_f64(),
-            deck: &self.deck_text,
-            params: &[],
-        };
         // Every schedule advances before anything is written, so that a restart file holds
         // the schedules as they stand after this step.
         let mut due = Vec::new();
@@ -856,6 +835,31 @@ impl Advection {
             };
             due.push((i, number));
         }
+        if due.is_empty() {
+            // Nothing to write (the same on every rank): no copy of the fields.
+            return Ok(());
+        }
+        let data = self.data.borrow();
+        let values = data.fine_values();
+        let nv = data.vars().len();
+        let allocated: Vec<bool> = (0..data.gids().len() * nv)
+            .map(|i| data.is_allocated(i / nv, i % nv))
+            .collect();
+        let snap = Snapshot {
+            mesh: &self.mesh,
+            fields: &self.fields,
+            layout: data.layout().fine,
+            nghost: self.mesh.config().nghost,
+            gids: data.gids(),
+            data: &values,
+            allocated: &allocated,
+            cycle,
+            time,
+            dt,
+            wall_time: ctx.deadline.elapsed().as_secs_f64(),
+            deck: &self.deck_text,
+            params: &[],
+        };
         let params = resume::params(INFO.name, &self.outputs, sched);
         for (i, number) in due {
             let o = &self.outputs[i];
