@@ -132,7 +132,8 @@ pub struct PingpongArgs {
     /// Largest message in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_bytes: usize,
-    /// Timed rounds per size (alternating raw MPI and the forest); the median is reported.
+    /// Timed rounds per size, each timing raw MPI and the forest back to back; medians are
+    /// reported, the overhead as the median of the per-round differences.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
     /// Print JSON instead of a table.
