@@ -66,7 +66,7 @@ pub(crate) fn exchange(
     if sync {
         let mut barrier: Option<raw::Ibarrier> = None;
         loop {
-            if let Some(msg) = raw::probe_any(raw_comm, TAG, false) {
+            if let Some(msg) = raw::probe(raw_comm, None, TAG, false) {
                 incoming.push((msg.source, raw::recv_u64s(raw_comm, &msg, TAG)));
             }
             match &mut barrier {
@@ -92,7 +92,7 @@ pub(crate) fn exchange(
         comm.all_reduce_into(&mine[..], &mut total[..], SystemOperation::sum());
         for _ in 0..total[comm.rank() as usize] {
             let msg =
-                raw::probe_any(raw_comm, TAG, true).expect("blocking probe returns a message");
+                raw::probe(raw_comm, None, TAG, true).expect("blocking probe returns a message");
             incoming.push((msg.source, raw::recv_u64s(raw_comm, &msg, TAG)));
         }
         while !sends.iter_mut().all(SyncSend::test) {}

@@ -307,7 +307,8 @@ impl Drop for MsgArena {
 /// The length, in `f64`s, of a message from `src` with `tag` that has arrived and not yet
 /// been received, if there is one.
 pub fn probe(comm: &SimpleCommunicator, src: i32, tag: i32) -> Option<usize> {
-    raw::iprobe(raw::raw_comm(comm), src, tag).map(|bytes| bytes / std::mem::size_of::<f64>())
+    raw::probe(raw::raw_comm(comm), Some(src), tag, false)
+        .map(|m| m.bytes / std::mem::size_of::<f64>())
 }
 
 /// The largest tag `comm` accepts (`MPI_TAG_UB`).

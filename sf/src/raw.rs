@@ -221,28 +221,24 @@ fn test(req: &mut ffi::MPI_Request) -> bool {
     flag != 0
 }
 
-/// A message found by probing: its source and length in `u64`s.
+/// A message found by probing: its source and length in bytes.
 pub(crate) struct Probed {
     pub source: i32,
-    pub len: usize,
+    pub bytes: usize,
 }
 
-/// Probes for a `u64`-list message with `tag` from any source; blocking when `block`.
-pub(crate) fn probe_any(comm: RawComm, tag: i32, block: bool) -> Option<Probed> {
+/// Probes for a message with `tag` from `src` (`None`: any source); blocking when `block`.
+pub(crate) fn probe(comm: RawComm, src: Option<i32>, tag: i32, block: bool) -> Option<Probed> {
+    // SAFETY: reading a constant handle exported by the MPI shim.
+    let src = src.unwrap_or(unsafe { ffi::RSMPI_ANY_SOURCE });
     let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
     let mut flag: c_int = 1;
     // SAFETY: `status` and `flag` are out-parameters MPI writes before we read them.
     let code = unsafe {
         if block {
-            ffi::MPI_Probe(ffi::RSMPI_ANY_SOURCE, tag, comm, status.as_mut_ptr())
+            ffi::MPI_Probe(src, tag, comm, status.as_mut_ptr())
         } else {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                tag,
-                comm,
-                &mut flag,
-                status.as_mut_ptr(),
-            )
+            ffi::MPI_Iprobe(src, tag, comm, &mut flag, status.as_mut_ptr())
         }
     };
     check(code, "MPI_Probe/MPI_Iprobe");
@@ -257,14 +253,14 @@ pub(crate) fn probe_any(comm: RawComm, tag: i32, block: bool) -> Option<Probed> 
     check(code, "MPI_Get_count");
     Some(Probed {
         source: status.MPI_SOURCE,
-        len: count as usize / std::mem::size_of::<u64>(),
+        bytes: count as usize,
     })
 }
 
 /// Receives the probed message into a new vector.
 pub(crate) fn recv_u64s(comm: RawComm, msg: &Probed, tag: i32) -> Vec<u64> {
-    let mut data = vec![0u64; msg.len];
-    let count = (msg.len * std::mem::size_of::<u64>()) as c_int;
+    let mut data = vec![0u64; msg.bytes / std::mem::size_of::<u64>()];
+    let count = std::mem::size_of_val(&data[..]) as c_int;
     // SAFETY: `data` has exactly the probed size; MPI writes into it before returning.
     let code = unsafe {
         ffi::MPI_Recv(
@@ -404,25 +400,6 @@ impl Requests {
             }
         }
     }
-}
-
-/// Bytes of a pending message from `src` with `tag`, if one has arrived.
-pub(crate) fn iprobe(comm: RawComm, src: i32, tag: i32) -> Option<usize> {
-    let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-    let mut flag: c_int = 0;
-    // SAFETY: `status` and `flag` are out-parameters MPI writes before we read them.
-    let code = unsafe { ffi::MPI_Iprobe(src, tag, comm, &mut flag, status.as_mut_ptr()) };
-    check(code, "MPI_Iprobe");
-    if flag == 0 {
-        return None;
-    }
-    // SAFETY: MPI filled the status because a message was found.
-    let status = unsafe { status.assume_init() };
-    let mut count: c_int = 0;
-    // SAFETY: `status` is a valid status from the probe above.
-    let code = unsafe { ffi::MPI_Get_count(&status, byte_type(), &mut count) };
-    check(code, "MPI_Get_count");
-    Some(count as usize)
 }
 
 /// The communicator's `MPI_TAG_UB` attribute.
