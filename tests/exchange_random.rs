@@ -39,15 +39,10 @@ fn main() {
         return;
     }
     eprintln!("exchange_random: ghost fill on random AMR meshes, all modes");
-    let exe = std::env::current_exe().expect("test binary path");
     let mut same = common::SameDigests::default();
-    for n in [1, 2, 3, 4, 8] {
-        let t0 = std::time::Instant::now();
-        let out = common::mpirun(n, 300, &exe, &[], &[(common::CHILD_ENV, "1")]);
-        common::assert_ok(&format!("exchange_random on {n} ranks"), &out);
-        same.check(n, &out, MESHES as usize);
-        eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
-    }
+    common::relaunch_checked([1, 2, 3, 4, 8].map(|n| (n, vec![])), 300, |n, out| {
+        same.check(n, out, MESHES as usize);
+    });
 }
 
 /// The linear field.

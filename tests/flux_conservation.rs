@@ -35,23 +35,19 @@ fn main() {
         return;
     }
     eprintln!("flux_conservation: conservative advection on random AMR meshes");
-    let exe = std::env::current_exe().expect("test binary path");
     let mut same = common::SameDigests::default();
     // Eight ranks oversubscribe the cores badly: they run the first two meshes (one 2-D, one
     // 3-D) only.
-    for (n, meshes) in [(1, MESHES), (2, MESHES), (3, MESHES), (4, MESHES), (8, 2)] {
-        let t0 = std::time::Instant::now();
-        let arg = meshes.to_string();
-        let out = common::mpirun(n, 300, &exe, &[&arg], &[(common::CHILD_ENV, "1")]);
-        common::assert_ok(&format!("flux_conservation on {n} ranks"), &out);
-        let text = same.check(n, &out, meshes as usize);
+    let meshes = |n: usize| if n == 8 { 2 } else { MESHES };
+    let jobs = [1, 2, 3, 4, 8].map(|n| (n, vec![meshes(n).to_string()]));
+    common::relaunch_checked(jobs, 300, |n, out| {
+        let text = same.check(n, out, meshes(n) as usize);
         if n == 1 {
             for l in text.lines().filter(|l| l.starts_with("DRIFT")) {
                 eprintln!("  {l}");
             }
         }
-        eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
-    }
+    });
 }
 
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {

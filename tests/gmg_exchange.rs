@@ -54,20 +54,15 @@ fn main() {
         return;
     }
     eprintln!("gmg_exchange: multigrid ghost fill, restriction and prolongation");
-    let exe = std::env::current_exe().expect("test binary path");
     let mut same = common::SameDigests::default();
-    for n in [1, 2, 3, 4] {
-        let t0 = std::time::Instant::now();
-        let out = common::mpirun(n, 300, &exe, &[], &[(common::CHILD_ENV, "1")]);
-        common::assert_ok(&format!("gmg_exchange on {n} ranks"), &out);
-        let text = same.check(n, &out, MESHES as usize);
+    common::relaunch_checked([1, 2, 3, 4].map(|n| (n, vec![])), 300, |n, out| {
+        let text = same.check(n, out, MESHES as usize);
         if n == 4 {
             for l in text.lines().filter(|l| l.starts_with("CHECKED")) {
                 eprintln!("  {l}");
             }
         }
-        eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
-    }
+    });
 }
 
 fn linear(x: [f64; 3]) -> f64 {

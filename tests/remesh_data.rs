@@ -35,18 +35,13 @@ fn main() {
         return;
     }
     eprintln!("remesh_data: block data through random remeshes");
-    let exe = std::env::current_exe().expect("test binary path");
     let mut same = common::SameDigests::default();
-    for n in [1, 2, 3, 4] {
-        let t0 = std::time::Instant::now();
-        let out = common::mpirun(n, 240, &exe, &[], &[(common::CHILD_ENV, "1")]);
-        common::assert_ok(&format!("remesh_data on {n} ranks"), &out);
-        let text = same.check(n, &out, 2);
+    common::relaunch_checked([1, 2, 3, 4].map(|n| (n, vec![])), 240, |n, out| {
+        let text = same.check(n, out, 2);
         for l in text.lines().filter(|l| l.starts_with("MOVED")) {
             eprintln!("  {n} ranks: {l}");
         }
-        eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
-    }
+    });
 }
 
 fn mesh(ndim: usize, nranks: usize) -> Mesh {

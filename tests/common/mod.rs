@@ -62,11 +62,23 @@ pub fn assert_ok(what: &str, out: &Output) {
 
 /// Relaunches the running test binary on each rank count, marked as a child.
 pub fn relaunch_self(ranks: &[usize], limit_s: u64) {
+    relaunch_checked(ranks.iter().map(|&n| (n, Vec::new())), limit_s, |_, _| ());
+}
+
+/// Relaunches the running test binary, marked as a child, for each `(ranks, args)` job, and
+/// hands each successful job's output to `check`.
+pub fn relaunch_checked(
+    jobs: impl IntoIterator<Item = (usize, Vec<String>)>,
+    limit_s: u64,
+    mut check: impl FnMut(usize, &Output),
+) {
     let exe = std::env::current_exe().expect("test binary path");
-    for &n in ranks {
+    for (n, args) in jobs {
         let t0 = std::time::Instant::now();
-        let out = mpirun(n, limit_s, &exe, &[], &[(CHILD_ENV, "1")]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = mpirun(n, limit_s, &exe, &args, &[(CHILD_ENV, "1")]);
         assert_ok(&format!("{} on {n} ranks", exe.display()), &out);
+        check(n, &out);
         eprintln!("  {n} ranks: ok ({:.1} s)", t0.elapsed().as_secs_f64());
     }
 }
