@@ -11,14 +11,18 @@
 //!   gid order on rank 0) stays equal to its initial value to 1e-13 relative over 100 steps;
 //! - without it the same run drifts by more than 1e-10 relative, so the check means something;
 //! - the final values are bit-identical on every rank count (the parent compares the digests
-//!   the children print).
+//!   the children print), and with coalesced and per-channel correction messages;
+//! - coalesced, each correction sends exactly one status and one data message per peer rank
+//!   this rank has fine–coarse faces with; per channel, one message per cross-rank channel.
 
 mod common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use starhalo_boundary::flux_correction::flux_channels;
-use starhalo_boundary::{BlockData, Exchange, ExchangeOptions, FluxCorrection, FluxData};
+use starhalo_boundary::{
+    BlockData, BufferPool, Exchange, ExchangeOptions, FluxCorrection, FluxData,
+};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::datatype::PartitionMut;
@@ -230,14 +234,32 @@ fn change(t: &[f64], t0: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Runs `STEPS` steps; returns the largest relative change of a slot's total, on rank 0.
-fn run(world: &SimpleCommunicator, mesh: &Mesh, seed: u64, correct: bool) -> (f64, BlockData) {
+/// The flux correction of every variable, `coalesced` or per channel.
+fn correction(
+    world: &SimpleCommunicator,
+    mesh: &Mesh,
+    data: &BlockData,
+    coalesced: bool,
+) -> FluxCorrection {
+    let vars: Vec<usize> = (0..data.vars().len()).collect();
+    FluxCorrection::new_in(world, mesh, data, &vars, coalesced, &BufferPool::new()).unwrap()
+}
+
+/// Runs `STEPS` steps, with the correction's messages coalesced or per channel (`correct`),
+/// or without correction (`None`); returns the largest relative change of a slot's total
+/// (on rank 0), the final data and the correction messages this rank sent.
+fn run(
+    world: &SimpleCommunicator,
+    mesh: &Mesh,
+    seed: u64,
+    correct: Option<bool>,
+) -> (f64, BlockData, u64) {
     let rank = world.rank() as usize;
     let f = fields();
     let mut data = initial(mesh, &f, rank, seed);
     let nslots = data.vars().iter().map(|v| v.slots.end).max().unwrap();
     let mut ex = Exchange::new(world, mesh, &data, ExchangeOptions::default()).unwrap();
-    let mut fc = FluxCorrection::new(world, mesh, &data).unwrap();
+    let mut fc = correction(world, mesh, &data, correct.unwrap_or(true));
     let mut flux = FluxData::new(&data);
     let ndim = mesh.ndim();
     let top = mesh
@@ -257,19 +279,18 @@ fn run(world: &SimpleCommunicator, mesh: &Mesh, seed: u64, correct: bool) -> (f6
     for _ in 0..STEPS {
         ex.fill_ghosts(&mut data).unwrap();
         fluxes(&data, &mut flux);
-        if correct {
+        if correct.is_some() {
             fc.correct(&mut flux, &data).unwrap();
-        }
-        update(mesh, &mut data, &flux, dt);
-        if correct {
+            update(mesh, &mut data, &flux, dt);
             drift = drift.max(change(&totals(world, mesh, &data, nslots), &t0));
+        } else {
+            update(mesh, &mut data, &flux, dt);
         }
     }
-    if !correct {
+    if correct.is_none() {
         drift = change(&totals(world, mesh, &data, nslots), &t0);
     }
-    let _ = rank;
-    (drift, data)
+    (drift, data, fc.traffic().messages)
 }
 
 fn child() {
@@ -289,14 +310,39 @@ fn child() {
             .map(|r| flux_channels(&nb, &[0], r).send.len())
             .sum();
         assert!(faces > 0, "seed {seed}: no fine-coarse faces");
-        sparse_check(&world, &mesh, seed);
-        let (with, data) = run(&world, &mesh, seed, true);
-        let (without, _) = run(&world, &mesh, seed, false);
+        let mine = flux_channels(&nb, &[0, 1], rank);
+        let remote = mine.send.iter().filter(|c| !c.is_local());
+        let mut peers: Vec<usize> = remote.clone().map(|c| c.receiver_rank).collect();
+        peers.sort_unstable();
+        peers.dedup();
+        for coalesced in [true, false] {
+            sparse_check(&world, &mesh, seed, coalesced);
+        }
+        let (with, data, sent) = run(&world, &mesh, seed, Some(true));
+        let (with_pc, data_pc, sent_pc) = run(&world, &mesh, seed, Some(false));
+        let (without, _, _) = run(&world, &mesh, seed, None);
+        let steps = STEPS as u64;
+        assert_eq!(
+            sent,
+            2 * peers.len() as u64 * steps,
+            "seed {seed}: coalesced messages"
+        );
+        assert_eq!(
+            sent_pc,
+            remote.count() as u64 * steps,
+            "seed {seed}: per-channel messages"
+        );
+        let bits = |d: &BlockData| d.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&data) == bits(&data_pc),
+            "seed {seed}: coalesced and per-channel correction differ"
+        );
         let d = digest(&world, &mesh, &data);
         if rank == 0 {
             assert!(
-                with <= 1e-13,
-                "seed {seed}: total drifts by {with:e} with flux correction"
+                with.max(with_pc) <= 1e-13,
+                "seed {seed}: total drifts by {with:e} (coalesced), {with_pc:e} (per channel) \
+                 with flux correction"
             );
             assert!(
                 without > 1e-10,
@@ -322,7 +368,7 @@ fn sparse_on(seed: u64, gid: usize) -> bool {
 /// mean of a fine face is that too). After a correction, a coarse face holds the sender's
 /// code exactly where both blocks have the variable allocated (always, for the dense one),
 /// its own code elsewhere, and nothing else has changed. Twice, on the same channels.
-fn sparse_check(world: &SimpleCommunicator, mesh: &Mesh, seed: u64) {
+fn sparse_check(world: &SimpleCommunicator, mesh: &Mesh, seed: u64, coalesced: bool) {
     let rank = world.rank() as usize;
     let mut f = Fields::default();
     let cell = || Metadata::new(Centering::Cell).with_fluxes();
@@ -333,7 +379,7 @@ fn sparse_check(world: &SimpleCommunicator, mesh: &Mesh, seed: u64) {
     for b in 0..data.gids().len() {
         data.set_allocated(b, 0, sparse_on(seed, data.gids()[b]));
     }
-    let mut fc = FluxCorrection::new(world, mesh, &data).unwrap();
+    let mut fc = correction(world, mesh, &data, coalesced);
     let mut flux = FluxData::new(&data);
     let code = |gid: usize| (gid + 1) as f64;
     let nx = data.shape().nx();

@@ -41,6 +41,7 @@ use crate::block_set::BlockSet;
 use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, RankChannels};
+use crate::coalesce::{self, Group};
 use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{restrict, Prolongation};
@@ -216,20 +217,6 @@ struct End {
     posted: Option<usize>,
     /// Same-rank receive: the sender's route and end.
     source: Option<(usize, usize)>,
-}
-
-/// The channels of one (peer rank, partition pair) in a coalesced route.
-#[derive(Debug, Clone)]
-struct Group {
-    peer: i32,
-    ends: Range<usize>,
-    tag: i32,
-    /// Send side: where the status values go in the send buffer, and the data range.
-    status_at: usize,
-    data: Range<usize>,
-    /// Receive side: state of the two messages.
-    status_in: bool,
-    data_in: bool,
 }
 
 /// Everything one (partition, type) needs.
@@ -463,69 +450,25 @@ impl Exchange {
                 let (send_ends, send_cache) = build(&send, true)?;
                 let (recv_ends, recv_cache) = build(&recv, false)?;
 
-                // Coalesced groups: runs of remote ends with the same (peer, peer partition).
-                let groups = |ends: &[End],
-                              peer_part: &dyn Fn(&Channel) -> usize,
-                              sending: bool|
-                 -> Result<Vec<Group>, BoundaryError> {
-                    let mut out: Vec<Group> = Vec::new();
-                    for (i, e) in ends.iter().enumerate().filter(|(_, e)| !e.ch.is_local()) {
-                        let pp = peer_part(&e.ch);
-                        let same = out.last().is_some_and(|g| {
-                            g.peer == e.peer
-                                && part_of[ends[g.ends.start].ch.key.sender]
-                                    == part_of[e.ch.key.sender]
-                                && part_of[ends[g.ends.start].ch.key.receiver]
-                                    == part_of[e.ch.key.receiver]
-                        });
-                        if same {
-                            if let Some(g) = out.last_mut() {
-                                g.ends.end = i + 1;
-                            }
-                            continue;
-                        }
-                        let tag = if sending {
-                            coal_tag(p, pp)?
-                        } else {
-                            coal_tag(pp, p)?
-                        };
-                        out.push(Group {
-                            peer: e.peer,
-                            ends: i..i + 1,
-                            tag,
-                            status_at: 0,
-                            data: 0..0,
-                            status_in: false,
-                            data_in: false,
-                        });
-                    }
-                    Ok(out)
+                // Coalesced groups: runs of remote ends with the same peer and partition pair.
+                let groups = |ends: &[End]| {
+                    coalesce::groups(
+                        ends.iter().map(|e| {
+                            let parts = (part_of[e.ch.key.sender], part_of[e.ch.key.receiver]);
+                            (!e.ch.is_local()).then_some((e.peer, parts))
+                        }),
+                        |&(from, to)| coal_tag(from, to),
+                    )
                 };
-                let mut send_groups = groups(&send_ends, &|c| part_of[c.key.receiver], true)?;
-                let recv_groups = groups(&recv_ends, &|c| part_of[c.key.sender], false)?;
+                let mut send_groups = groups(&send_ends)?;
+                let recv_groups = groups(&recv_ends)?;
 
-                // Send buffer: the packed sub-halos, then one status value per channel of each
-                // coalesced group.
-                let mut len = send_cache.buffer_len();
-                for g in &mut send_groups {
-                    g.status_at = len;
-                    len += g.ends.len();
-                }
+                // Send buffer: the packed sub-halos, then the coalesced groups' status values.
+                let len = coalesce::place_status(&mut send_groups, send_cache.buffer_len());
                 let send_buf = MsgArena::with_len_in(pool, len);
                 let recv_buf =
                     MsgArena::new_in(pool, recv_ends.iter().map(|e| e.buf.clone()).collect())?;
-                let coal = MsgArena::new_in(
-                    pool,
-                    recv_groups
-                        .iter()
-                        .scan(0, |at, g| {
-                            let s = *at..*at + g.ends.len();
-                            *at += g.ends.len();
-                            Some([s, *at..*at])
-                        })
-                        .flatten()
-                        .collect(),
-                )?;
+                let coal = coalesce::recv_arena(pool, &recv_groups)?;
                 let coalesced = opts.coalesced;
                 let send_order = if coalesced {
                     order(&send_groups, opts.ordering, |g| g.ends.start)
@@ -606,7 +549,7 @@ impl Exchange {
             finish.push(list);
         }
 
-        let mut ex = Self {
+        let ex = Self {
             opts,
             pool: pool.clone(),
             shape,
@@ -621,7 +564,17 @@ impl Exchange {
             defaults: data.slot_defaults().to_vec(),
         };
         if opts.coalesced {
-            ex.agree_on_groups(comm)?;
+            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+            for r in ex.routes.iter().step_by(3) {
+                let digest = |ends: &[End]| coalesce::digest(ends.iter().map(|e| e.ch.key));
+                for g in &r.send_groups {
+                    sends.push((g.peer, g.tag, digest(&r.send[g.ends.clone()])));
+                }
+                for g in &r.recv_groups {
+                    recvs.push((g.peer, g.tag, digest(&r.recv[g.ends.clone()])));
+                }
+            }
+            coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
         }
         Ok(ex)
     }
@@ -651,66 +604,6 @@ impl Exchange {
     /// Messages and bytes sent so far.
     pub fn traffic(&self) -> Traffic {
         self.traffic
-    }
-
-    /// Sender and receiver of each coalesced message check that they list the same channels:
-    /// each sends the count and a hash of its channel keys to the other.
-    fn agree_on_groups(&mut self, comm: &SimpleCommunicator) -> Result<(), BoundaryError> {
-        let digest = |ends: &[End]| -> [f64; 3] {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for e in ends {
-                let k = e.ch.key;
-                for x in [k.sender, k.receiver, k.var, k.element.index()] {
-                    h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
-                }
-            }
-            [
-                ends.len() as f64,
-                (h >> 32) as f64,
-                (h & 0xffff_ffff) as f64,
-            ]
-        };
-        let mut out = Vec::new();
-        let mut want = Vec::new();
-        for r in self.routes.iter().step_by(3) {
-            for g in &r.send_groups {
-                out.push((g.peer, g.tag, digest(&r.send[g.ends.clone()])));
-            }
-            for g in &r.recv_groups {
-                want.push((g.peer, g.tag, digest(&r.recv[g.ends.clone()])));
-            }
-        }
-        let mut sends = MsgArena::with_len_in(&self.pool, out.len() * 3);
-        for (i, (_, _, d)) in out.iter().enumerate() {
-            sends.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
-        }
-        let segs = (0..want.len()).map(|i| i * 3..i * 3 + 3).collect();
-        let mut recvs = MsgArena::new_in(&self.pool, segs)?;
-        for (i, (peer, tag, _)) in want.iter().enumerate() {
-            recvs.recv(&self.coal_comm, i, 3, *peer, *tag)?;
-        }
-        for (i, (peer, tag, _)) in out.iter().enumerate() {
-            sends.send(&self.coal_comm, i * 3..i * 3 + 3, *peer, *tag)?;
-        }
-        recvs.wait();
-        sends.wait();
-        let got = recvs.buf()?;
-        let mut bad = None;
-        for (i, (peer, _, d)) in want.iter().enumerate() {
-            if got[i * 3..i * 3 + 3] != d[..] {
-                bad = Some(format!(
-                    "rank {} expects {} channels from rank {peer} in one coalesced message, \
-                     which lists {}",
-                    comm.rank(),
-                    d[0],
-                    got[i * 3]
-                ));
-            }
-        }
-        match bad {
-            Some(m) => Err(BoundaryError::Mismatch(m)),
-            None => Ok(()),
-        }
     }
 
     fn route_index(&self, part: usize, ty: BoundaryType) -> Result<usize, BoundaryError> {
@@ -815,32 +708,20 @@ impl Exchange {
             e.st.sent(live)?;
         }
         if self.opts.coalesced {
-            // Status values, and the live channels moved together (a no-op when all are live).
-            for g in &mut r.send_groups {
-                let start = r.send[g.ends.start].buf.start;
-                let mut at = start;
-                for (k, e) in r.send[g.ends.clone()].iter().enumerate() {
-                    let live = e.st.state() == BufferState::Sending;
-                    buf[g.status_at + k] = f64::from(u8::from(live));
-                    if live {
-                        if e.buf.start != at {
-                            buf.copy_within(e.buf.clone(), at);
-                        }
-                        at += e.buf.len();
-                    }
-                }
-                g.data = start..at;
-            }
-            for &gi in &r.send_order {
-                let g = &r.send_groups[gi];
-                let n = g.ends.len();
-                r.send_buf
-                    .send(&self.coal_comm, g.status_at..g.status_at + n, g.peer, g.tag)?;
-                r.send_buf
-                    .send(&self.coal_comm, g.data.clone(), g.peer, g.tag + 1)?;
-                self.traffic.messages += 2;
-                self.traffic.bytes += ((n + g.data.len()) * 8) as u64;
-            }
+            let send = &r.send;
+            coalesce::compact(&mut r.send_groups, buf, |i| {
+                (
+                    send[i].buf.clone(),
+                    send[i].st.state() == BufferState::Sending,
+                )
+            });
+            coalesce::send(
+                &r.send_groups,
+                r.send_order.iter().copied(),
+                &mut r.send_buf,
+                &self.coal_comm,
+                &mut self.traffic,
+            )?;
         } else {
             for &i in &r.send_order {
                 let e = &r.send[i];
@@ -895,57 +776,23 @@ impl Exchange {
         let r = &mut self.routes[ri];
         if self.opts.coalesced {
             for k in 0..r.recv_order.len() {
-                let gi = r.recv_order[k];
-                let g = &mut r.recv_groups[gi];
-                if !g.status_in {
-                    let Some(n) = p2p::probe(&self.coal_comm, g.peer, g.tag) else {
-                        continue;
-                    };
-                    if n != g.ends.len() {
-                        return Err(BoundaryError::Mismatch(format!(
-                            "rank {} sent a status of {n} channels, expected {}",
-                            g.peer,
-                            g.ends.len()
-                        )));
-                    }
-                    r.coal.recv(&self.coal_comm, 2 * gi, n, g.peer, g.tag)?;
-                    r.coal.wait();
-                    g.status_in = true;
-                }
-                if g.data_in {
-                    continue;
-                }
-                let Some(n) = p2p::probe(&self.coal_comm, g.peer, g.tag + 1) else {
+                let Some((ends, mut msg)) = coalesce::receive(
+                    &mut r.recv_groups,
+                    r.recv_order[k],
+                    &mut r.coal,
+                    &self.coal_comm,
+                )?
+                else {
                     continue;
                 };
-                r.coal.grow(2 * gi + 1, n)?;
-                r.coal
-                    .recv(&self.coal_comm, 2 * gi + 1, n, g.peer, g.tag + 1)?;
-                r.coal.wait();
-                g.data_in = true;
-                // Live channels lie back to back in the message, in group order.
-                let (st, msg) = (
-                    r.coal.segment(2 * gi).unwrap_or(0..0),
-                    r.coal.segment(2 * gi + 1).unwrap_or(0..0),
-                );
-                let all = r.coal.buf()?;
-                let (status, payload) = (&all[st], &all[msg][..n]);
-                let mut at = 0;
-                for (k, i) in g.ends.clone().enumerate() {
+                for (k, i) in ends.enumerate() {
                     let e = &mut r.recv[i];
-                    let arrival = if status[k] != 0.0 {
-                        let len = e.buf.len();
-                        let Some(src) = payload.get(at..at + len) else {
-                            return Err(BoundaryError::Mismatch(format!(
-                                "rank {} sent {n} values, fewer than its status announces",
-                                g.peer
-                            )));
-                        };
-                        r.recv_buf.segment_mut(i)?.copy_from_slice(src);
-                        at += len;
-                        Arrival::Data
-                    } else {
-                        Arrival::Null
+                    let arrival = match msg.take(k, e.buf.len())? {
+                        Some(values) => {
+                            r.recv_buf.segment_mut(i)?.copy_from_slice(values);
+                            Arrival::Data
+                        }
+                        None => Arrival::Null,
                     };
                     e.st.arrived(arrival)?;
                 }
@@ -1009,10 +856,7 @@ impl Exchange {
             data.data_mut(),
             &self.defaults,
         )?;
-        for g in &mut r.recv_groups {
-            g.status_in = false;
-            g.data_in = false;
-        }
+        coalesce::rearm(&mut r.recv_groups);
         for i in 0..self.routes[ri].recv.len() {
             self.routes[ri].recv[i].st.stale()?;
             if let Some((sr, j)) = self.routes[ri].recv[i].source {

@@ -14,10 +14,12 @@
 //! - [`FluxCorrection`] is built per rank after each remesh (collectively, like
 //!   [`Exchange`](crate::Exchange)). Its channels are the fine→coarse channels through faces
 //!   only (receiver one level coarser, sender element a face): same-level faces, edges and
-//!   corners carry no flux correction. Same-rank channels copy; cross-rank channels use
-//!   owned-buffer messages with dense tags on a communicator of its own.
-//! - Sparse variables: a sender whose variable is unallocated sends a null (empty) message,
-//!   and a receiver whose variable is unallocated ignores what arrives. Flux correction never
+//!   corners carry no flux correction. Same-rank channels copy; cross-rank channels travel
+//!   on a communicator of its own, coalesced by default (one status and one data message per
+//!   peer rank, as the ghost exchange sends them), or one message per channel with dense
+//!   tags. Message buffers come from a [`BufferPool`], shared with the exchange in a driver.
+//! - Sparse variables: a sender whose variable is unallocated sends a null (an empty message,
+//!   or a 0 in the coalesced status), and a receiver whose variable is unallocated ignores what arrives. Flux correction never
 //!   allocates.
 //!
 //! Task order per cycle: [`FluxCorrection::start_receive`] (`flxcor_recv`),
@@ -31,8 +33,10 @@ use starhalo_mesh::field::IndexShape;
 use starhalo_mesh::{BlockNeighbors, ElementKind, Mesh};
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p::{self, MsgArena};
+use starhalo_sf::pool::BufferPool;
 
 use crate::channel::{Channel, RankChannels};
+use crate::coalesce::{self, Group};
 use crate::comm_buffer::BufferState;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, TaskStatus, Traffic};
@@ -271,10 +275,16 @@ struct End {
 pub struct FluxCorrection {
     shape: IndexShape,
     comm: SimpleCommunicator,
+    coalesced: bool,
+    /// Ends sorted by (peer rank, key): each coalesced group is a run of them.
     send: Vec<End>,
     recv: Vec<End>,
+    send_groups: Vec<Group>,
+    recv_groups: Vec<Group>,
     send_buf: MsgArena,
     recv_buf: MsgArena,
+    /// Receive side of coalesced messages: per group a status and a data segment.
+    coal: MsgArena,
     traffic: Traffic,
 }
 
@@ -297,24 +307,28 @@ fn expect(ty: BoundaryType, want: BoundaryType) -> Result<(), BoundaryError> {
 }
 
 impl FluxCorrection {
-    /// The flux correction of this rank of `comm` for every variable of `data` on `mesh`.
-    /// Collective: every rank of `comm` must call it (it duplicates the communicator).
+    /// The coalesced flux correction of this rank of `comm` for every variable of `data` on
+    /// `mesh`. Collective: every rank of `comm` must call it (it duplicates the communicator
+    /// and checks with each peer what each coalesced message will hold).
     pub fn new(
         comm: &SimpleCommunicator,
         mesh: &Mesh,
         data: &BlockData,
     ) -> Result<Self, BoundaryError> {
         let vars: Vec<usize> = (0..data.vars().len()).collect();
-        Self::for_vars(comm, mesh, data, &vars)
+        Self::new_in(comm, mesh, data, &vars, true, &BufferPool::new())
     }
 
     /// The flux correction for the variables `vars` (ids in `data.vars()`, e.g. those with
-    /// fluxes). Collective.
-    pub fn for_vars(
+    /// fluxes), `coalesced` or one message per channel, with its message buffers drawn from
+    /// `pool`. Collective.
+    pub fn new_in(
         comm: &SimpleCommunicator,
         mesh: &Mesh,
         data: &BlockData,
         vars: &[usize],
+        coalesced: bool,
+        pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
         let rank = comm.rank() as usize;
         let shape = *data.shape();
@@ -329,8 +343,10 @@ impl FluxCorrection {
         let own = comm.duplicate();
         let tag_ub = p2p::tag_ub(&own);
         let neighbors = mesh.neighbors()?;
-        let rc = flux_channels(&neighbors, vars, rank);
+        let mut rc = flux_channels(&neighbors, vars, rank);
         let tags = TagMap::new(&rc, usize::MAX)?;
+        rc.send.sort_by_key(|c| (c.receiver_rank, c.key));
+        rc.recv.sort_by_key(|c| (c.sender_rank, c.key));
         let tag_of = |t: Option<usize>, var: usize, peer: usize| -> Result<i32, BoundaryError> {
             let Some(t) = t else {
                 return Ok(-1);
@@ -421,19 +437,44 @@ impl FluxCorrection {
         let recv = build(&rc.recv, false)?;
         for e in send.iter_mut().filter(|e| e.ch.is_local()) {
             let j = recv
-                .binary_search_by_key(&e.ch.key, |r| r.ch.key)
+                .binary_search_by_key(&(rank, e.ch.key), |r| (r.ch.sender_rank, r.ch.key))
                 .map_err(|_| BoundaryError::Mismatch(format!("no receiver for {:?}", e.ch.key)))?;
             e.target = Some(j);
         }
+        // One group per peer rank: status on tag 0, data on tag 1.
+        let groups = |ends: &[End]| {
+            coalesce::groups(
+                ends.iter()
+                    .map(|e| (coalesced && !e.ch.is_local()).then_some((e.peer, ()))),
+                |()| Ok(0),
+            )
+        };
+        let mut send_groups = groups(&send)?;
+        let recv_groups = groups(&recv)?;
         let send_len = send.last().map_or(0, |e| e.buf.end);
-        let recv_buf = MsgArena::new(recv.iter().map(|e| e.buf.clone()).collect())?;
+        let send_len = coalesce::place_status(&mut send_groups, send_len);
+        if coalesced {
+            let digest = |ends: &[End]| coalesce::digest(ends.iter().map(|e| e.ch.key));
+            let of = |groups: &[Group], ends: &[End]| -> Vec<(i32, i32, [f64; 3])> {
+                groups
+                    .iter()
+                    .map(|g| (g.peer, g.tag, digest(&ends[g.ends.clone()])))
+                    .collect()
+            };
+            let (sends, recvs) = (of(&send_groups, &send), of(&recv_groups, &recv));
+            coalesce::agree(&own, comm.rank(), pool, &sends, &recvs)?;
+        }
         Ok(Self {
             shape,
+            coalesced,
+            send_buf: MsgArena::with_len_in(pool, send_len),
+            recv_buf: MsgArena::new_in(pool, recv.iter().map(|e| e.buf.clone()).collect())?,
+            coal: coalesce::recv_arena(pool, &recv_groups)?,
             comm: own,
             send,
             recv,
-            send_buf: MsgArena::with_len(send_len),
-            recv_buf,
+            send_groups,
+            recv_groups,
             traffic: Traffic::default(),
         })
     }
@@ -453,10 +494,13 @@ impl FluxCorrection {
         self.traffic
     }
 
-    /// Posts the receives of dense cross-rank channels (`flxcor_recv`); sparse ones are probed
-    /// for their size in [`FluxCorrection::receive`].
+    /// Posts the receives of dense cross-rank channels (`flxcor_recv`); sparse ones, and
+    /// coalesced messages, are probed for their size in [`FluxCorrection::receive`].
     pub fn start_receive(&mut self, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
         expect(ty, BoundaryType::FlxcorRecv)?;
+        if self.coalesced {
+            return Ok(TaskStatus::Complete);
+        }
         for (i, e) in self.recv.iter_mut().enumerate() {
             if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
                 continue;
@@ -528,6 +572,21 @@ impl FluxCorrection {
                 }
             }
         }
+        if self.coalesced {
+            let send = &self.send;
+            coalesce::compact(&mut self.send_groups, buf, |i| {
+                (send[i].buf.clone(), send[i].state == BufferState::Sending)
+            });
+            let all = 0..self.send_groups.len();
+            coalesce::send(
+                &self.send_groups,
+                all,
+                &mut self.send_buf,
+                &self.comm,
+                &mut self.traffic,
+            )?;
+            return Ok(TaskStatus::Complete);
+        }
         for e in self.send.iter().filter(|e| !e.ch.is_local()) {
             let range = if e.state == BufferState::Sending {
                 e.buf.clone()
@@ -544,8 +603,30 @@ impl FluxCorrection {
     /// Polls the incoming corrections (`flxcor_recv`): `Incomplete` until all have arrived.
     pub fn receive(&mut self, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
         self.start_receive(ty)?;
+        for gi in 0..self.recv_groups.len() {
+            let Some((ends, mut msg)) =
+                coalesce::receive(&mut self.recv_groups, gi, &mut self.coal, &self.comm)?
+            else {
+                continue;
+            };
+            for (k, i) in ends.enumerate() {
+                let e = &mut self.recv[i];
+                e.state = match msg.take(k, e.buf.len())? {
+                    Some(values) => {
+                        self.recv_buf.segment_mut(i)?.copy_from_slice(values);
+                        BufferState::Received
+                    }
+                    None => BufferState::ReceivedNull,
+                };
+            }
+        }
         for (i, e) in self.recv.iter_mut().enumerate() {
-            if e.ch.is_local() || !e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+            if e.ch.is_local()
+                || !e.sparse
+                || self.coalesced
+                || e.posted.is_some()
+                || e.state != BufferState::Stale
+            {
                 continue;
             }
             if let Some(n) = p2p::probe(&self.comm, e.peer, e.tag) {
@@ -658,6 +739,7 @@ impl FluxCorrection {
             }
             e.state = BufferState::Stale;
         }
+        coalesce::rearm(&mut self.recv_groups);
         Ok(TaskStatus::Complete)
     }
 

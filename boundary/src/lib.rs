@@ -25,6 +25,7 @@ pub mod block_set;
 pub mod bnd_info;
 pub mod bounds;
 pub mod channel;
+mod coalesce;
 mod collective;
 pub mod comm_buffer;
 pub mod device_pack;

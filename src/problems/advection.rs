@@ -934,9 +934,10 @@ impl Comms {
         };
         let exchange = Exchange::new_in(ctx.world, mesh, data, opts, pool)
             .context("setting up the ghost exchange")?;
+        let all_vars: Vec<usize> = (0..data.vars().len()).collect();
         let correction = if mesh.config().is_multilevel() {
             Some(RefCell::new(
-                FluxCorrection::new(ctx.world, mesh, data)
+                FluxCorrection::new_in(ctx.world, mesh, data, &all_vars, coalesced, pool)
                     .context("setting up the flux correction")?,
             ))
         } else {

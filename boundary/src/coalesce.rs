@@ -1,0 +1,270 @@
+//! Coalesced messages: the cross-rank channels of a route that go to one peer (and, for the
+//! ghost exchange, one partition pair) travel as two messages: a status of one value per
+//! channel (1: data, 0: null) on `tag`, and the values of the live channels back to back on
+//! `tag + 1`. Both ends list a group's channels in the same order, so the status is all the
+//! receiver needs to cut the data apart; [`agree`] checks at set-up that they do. The
+//! receiver probes the data message for its size and grows its segment by doubling.
+//!
+//! Used by the ghost [`Exchange`](crate::Exchange) and the
+//! [`FluxCorrection`](crate::FluxCorrection), each on a communicator of its own.
+
+use std::ops::Range;
+
+use starhalo_sf::mpi::topology::SimpleCommunicator;
+use starhalo_sf::p2p::{self, MsgArena};
+use starhalo_sf::pool::BufferPool;
+
+use crate::channel::ChannelKey;
+use crate::error::BoundaryError;
+use crate::exchange::Traffic;
+
+/// The channels of one coalesced message pair.
+#[derive(Debug, Clone)]
+pub(crate) struct Group {
+    pub peer: i32,
+    /// Its channel ends: a run of its owner's end list.
+    pub ends: Range<usize>,
+    /// Tag of the status message; the data message has `tag + 1`.
+    pub tag: i32,
+    /// Send side: where the status values go in the send buffer, and the data range.
+    status_at: usize,
+    data: Range<usize>,
+    /// Receive side: which of the two messages have arrived.
+    status_in: bool,
+    data_in: bool,
+}
+
+/// Groups the remote ends of an end list: `ends` yields, per end, `None` for a same-rank end
+/// and `Some((peer, key))` otherwise; consecutive remote ends with the same peer and key form
+/// one group, whose tag is `tag(key)`.
+pub(crate) fn groups<K: PartialEq>(
+    ends: impl IntoIterator<Item = Option<(i32, K)>>,
+    mut tag: impl FnMut(&K) -> Result<i32, BoundaryError>,
+) -> Result<Vec<Group>, BoundaryError> {
+    let mut out: Vec<Group> = Vec::new();
+    let mut last: Option<(i32, K)> = None;
+    for (i, end) in ends.into_iter().enumerate() {
+        let Some((peer, key)) = end else {
+            continue;
+        };
+        if let (Some(g), Some(l)) = (out.last_mut(), &last) {
+            if l.0 == peer && l.1 == key {
+                g.ends.end = i + 1;
+                continue;
+            }
+        }
+        out.push(Group {
+            peer,
+            ends: i..i + 1,
+            tag: tag(&key)?,
+            status_at: 0,
+            data: 0..0,
+            status_in: false,
+            data_in: false,
+        });
+        last = Some((peer, key));
+    }
+    Ok(out)
+}
+
+/// Places the status values of every send group after `len` values of packed channels;
+/// returns the send buffer's length.
+pub(crate) fn place_status(groups: &mut [Group], mut len: usize) -> usize {
+    for g in groups {
+        g.status_at = len;
+        len += g.ends.len();
+    }
+    len
+}
+
+/// The receive arena of `groups`: per group a status segment and a data segment (empty until
+/// the first message grows it), with storage from `pool`.
+pub(crate) fn recv_arena(pool: &BufferPool, groups: &[Group]) -> Result<MsgArena, BoundaryError> {
+    let mut segs = Vec::with_capacity(2 * groups.len());
+    let mut at = 0;
+    for g in groups {
+        segs.push(at..at + g.ends.len());
+        at += g.ends.len();
+        segs.push(at..at);
+    }
+    Ok(MsgArena::new_in(pool, segs)?)
+}
+
+/// Writes each group's status values into `buf` and moves its live channels together (a
+/// no-op when all are live). `end(i)` is end `i`'s range of `buf` and whether it is live.
+pub(crate) fn compact(
+    groups: &mut [Group],
+    buf: &mut [f64],
+    end: impl Fn(usize) -> (Range<usize>, bool),
+) {
+    for g in groups {
+        let start = end(g.ends.start).0.start;
+        let mut at = start;
+        for (k, i) in g.ends.clone().enumerate() {
+            let (range, live) = end(i);
+            buf[g.status_at + k] = f64::from(u8::from(live));
+            if live {
+                if range.start != at {
+                    buf.copy_within(range.clone(), at);
+                }
+                at += range.len();
+            }
+        }
+        g.data = start..at;
+    }
+}
+
+/// Sends the status and data messages of the groups in `order`, from `arena` (after
+/// [`compact`]).
+pub(crate) fn send(
+    groups: &[Group],
+    order: impl IntoIterator<Item = usize>,
+    arena: &mut MsgArena,
+    comm: &SimpleCommunicator,
+    traffic: &mut Traffic,
+) -> Result<(), BoundaryError> {
+    for gi in order {
+        let g = &groups[gi];
+        let n = g.ends.len();
+        arena.send(comm, g.status_at..g.status_at + n, g.peer, g.tag)?;
+        arena.send(comm, g.data.clone(), g.peer, g.tag + 1)?;
+        traffic.messages += 2;
+        traffic.bytes += ((n + g.data.len()) * 8) as u64;
+    }
+    Ok(())
+}
+
+/// Receives what has arrived of group `gi` into `arena` (from [`recv_arena`]). Once both of
+/// its messages are in, returns the group's ends and their values, to be taken in order;
+/// the group then returns nothing until [`rearm`].
+pub(crate) fn receive<'a>(
+    groups: &mut [Group],
+    gi: usize,
+    arena: &'a mut MsgArena,
+    comm: &SimpleCommunicator,
+) -> Result<Option<(Range<usize>, Arrived<'a>)>, BoundaryError> {
+    let g = &mut groups[gi];
+    if !g.status_in {
+        let Some(n) = p2p::probe(comm, g.peer, g.tag) else {
+            return Ok(None);
+        };
+        if n != g.ends.len() {
+            return Err(BoundaryError::Mismatch(format!(
+                "rank {} sent a status of {n} channels, expected {}",
+                g.peer,
+                g.ends.len()
+            )));
+        }
+        arena.recv(comm, 2 * gi, n, g.peer, g.tag)?;
+        arena.wait();
+        g.status_in = true;
+    }
+    if g.data_in {
+        return Ok(None);
+    }
+    let Some(n) = p2p::probe(comm, g.peer, g.tag + 1) else {
+        return Ok(None);
+    };
+    arena.grow(2 * gi + 1, n)?;
+    arena.recv(comm, 2 * gi + 1, n, g.peer, g.tag + 1)?;
+    arena.wait();
+    g.data_in = true;
+    let (st, msg) = (
+        arena.segment(2 * gi).unwrap_or(0..0),
+        arena.segment(2 * gi + 1).unwrap_or(0..0),
+    );
+    let all = arena.buf()?;
+    let arrived = Arrived {
+        peer: g.peer,
+        status: &all[st],
+        payload: &all[msg][..n],
+        at: 0,
+    };
+    Ok(Some((g.ends.clone(), arrived)))
+}
+
+/// The two messages of a group, cut apart channel by channel.
+pub(crate) struct Arrived<'a> {
+    peer: i32,
+    status: &'a [f64],
+    payload: &'a [f64],
+    at: usize,
+}
+
+impl<'a> Arrived<'a> {
+    /// The values of the group's `k`-th channel, which has `len` of them, or `None` when it
+    /// sent a null; channels are taken in order.
+    pub fn take(&mut self, k: usize, len: usize) -> Result<Option<&'a [f64]>, BoundaryError> {
+        if self.status.get(k).is_none_or(|&s| s == 0.0) {
+            return Ok(None);
+        }
+        let Some(values) = self.payload.get(self.at..self.at + len) else {
+            return Err(BoundaryError::Mismatch(format!(
+                "rank {} sent {} values, fewer than its status announces",
+                self.peer,
+                self.payload.len()
+            )));
+        };
+        self.at += len;
+        Ok(Some(values))
+    }
+}
+
+/// Makes every group ready for the next exchange's messages.
+pub(crate) fn rearm(groups: &mut [Group]) {
+    for g in groups {
+        g.status_in = false;
+        g.data_in = false;
+    }
+}
+
+/// Count and hash of the channel keys one end of a group lists.
+pub(crate) fn digest(keys: impl IntoIterator<Item = ChannelKey>) -> [f64; 3] {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut n = 0u32;
+    for k in keys {
+        n += 1;
+        for x in [k.sender, k.receiver, k.var, k.element.index()] {
+            h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    [f64::from(n), (h >> 32) as f64, (h & 0xffff_ffff) as f64]
+}
+
+/// Sender and receiver of each coalesced message check that they list the same channels:
+/// each sends the [`digest`] of its group to the other. `sends` and `recvs` are this rank's
+/// groups as (peer, tag, digest). Collective over the ranks the groups name.
+pub(crate) fn agree(
+    comm: &SimpleCommunicator,
+    rank: i32,
+    pool: &BufferPool,
+    sends: &[(i32, i32, [f64; 3])],
+    recvs: &[(i32, i32, [f64; 3])],
+) -> Result<(), BoundaryError> {
+    let mut out = MsgArena::with_len_in(pool, sends.len() * 3);
+    for (i, (_, _, d)) in sends.iter().enumerate() {
+        out.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
+    }
+    let mut got = MsgArena::new_in(pool, (0..recvs.len()).map(|i| i * 3..i * 3 + 3).collect())?;
+    for (i, (peer, tag, _)) in recvs.iter().enumerate() {
+        got.recv(comm, i, 3, *peer, *tag)?;
+    }
+    for (i, (peer, tag, _)) in sends.iter().enumerate() {
+        out.send(comm, i * 3..i * 3 + 3, *peer, *tag)?;
+    }
+    got.wait();
+    out.wait();
+    let got = got.buf()?;
+    // Every message is received before any error returns, so no peer is left waiting.
+    for (i, (peer, _, d)) in recvs.iter().enumerate() {
+        if got[i * 3..i * 3 + 3] != d[..] {
+            return Err(BoundaryError::Mismatch(format!(
+                "rank {rank} expects {} channels from rank {peer} in one coalesced message, \
+                 which lists {}",
+                d[0],
+                got[i * 3]
+            )));
+        }
+    }
+    Ok(())
+}
