@@ -268,3 +268,74 @@ pub(crate) fn agree(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_runs_of_remote_ends_with_one_peer_and_key() {
+        // Ends: local, (1, a) x2, (1, b), (2, b), local.
+        let ends = [
+            None,
+            Some((1, 'a')),
+            Some((1, 'a')),
+            Some((1, 'b')),
+            Some((2, 'b')),
+            None,
+        ];
+        let g = groups(ends, |&k| Ok(if k == 'a' { 10 } else { 20 })).unwrap();
+        let got: Vec<_> = g.iter().map(|g| (g.peer, g.ends.clone(), g.tag)).collect();
+        assert_eq!(got, [(1, 1..3, 10), (1, 3..4, 20), (2, 4..5, 20)]);
+    }
+
+    /// The status marks live ends, and live ends move together in order, so that the data
+    /// message is one range; the receiver cuts it apart by the status.
+    #[test]
+    fn compact_then_take_gives_each_live_channel_its_values() {
+        // Three ends of 2, 3 and 1 values; the middle one is null.
+        let ranges = [0..2, 2..5, 5..6];
+        let live = [true, false, true];
+        let mut g = groups([Some((1, ())), Some((1, ())), Some((1, ()))], |_| Ok(0)).unwrap();
+        let len = place_status(&mut g, 6);
+        assert_eq!((g[0].status_at, len), (6, 9));
+        let mut buf = vec![1.0, 2.0, -1.0, -1.0, -1.0, 3.0, 0.0, 0.0, 0.0];
+        compact(&mut g, &mut buf, |i| (ranges[i].clone(), live[i]));
+        assert_eq!(g[0].data, 0..3);
+        assert_eq!(&buf[..3], &[1.0, 2.0, 3.0]);
+        assert_eq!(&buf[6..], &[1.0, 0.0, 1.0]);
+        let mut msg = Arrived {
+            peer: 1,
+            status: &buf[6..],
+            payload: &buf[..3],
+            at: 0,
+        };
+        assert_eq!(msg.take(0, 2).unwrap(), Some(&[1.0, 2.0][..]));
+        assert_eq!(msg.take(1, 3).unwrap(), None);
+        assert_eq!(msg.take(2, 1).unwrap(), Some(&[3.0][..]));
+        // A payload shorter than the status announces is an error, not a short copy.
+        let mut short = Arrived {
+            peer: 1,
+            status: &buf[6..],
+            payload: &buf[..1],
+            at: 0,
+        };
+        assert!(short.take(0, 2).is_err());
+    }
+
+    #[test]
+    fn digest_tells_lists_apart() {
+        use starhalo_mesh::Element;
+        let key = |v| ChannelKey {
+            sender: 1,
+            receiver: 2,
+            var: v,
+            element: Element::from_offset([1, 0, 0]).unwrap(),
+        };
+        let d = |vs: &[usize]| digest(vs.iter().map(|&v| key(v)));
+        assert_eq!(d(&[0, 1]), d(&[0, 1]));
+        assert_ne!(d(&[0, 1]), d(&[1, 0]));
+        assert_ne!(d(&[0, 1]), d(&[0]));
+        assert_eq!(d(&[])[0], 0.0);
+    }
+}
