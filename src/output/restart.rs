@@ -1,9 +1,10 @@
 //! Restart files (`.rhdf`): the `.phdf` layout holding every cell-centred variable with its
 //! ghost cells in double precision, so that a run continues bit for bit; and their reader.
 //!
-//! A restarted driver reads the file on every rank ([`read_restart`]), rebuilds the forest
-//! from [`RestartData::locations`], partitions it, and takes its own blocks with
-//! [`RestartData::block_data`] in the layout of a [`Snapshot`].
+//! A restarted driver reads the file's description on every rank ([`read_restart`]: the
+//! blocks' locations and the variables' names and shapes), rebuilds the forest from
+//! [`RestartData::locations`], partitions it, and reads only its own blocks' values with
+//! [`RestartData::block_data`], in the layout of a [`Snapshot`].
 
 use super::error::OutputError;
 use super::gather::on_root;
@@ -16,6 +17,7 @@ use mpi::topology::Communicator;
 use starhalo_mesh::field::Fields;
 use starhalo_mesh::LogicalLocation;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Writes a restart file of `snap` at `path`, collectively.
@@ -73,8 +75,9 @@ pub struct RestartData {
     pub boundary_conditions: Vec<String>,
     /// Blocks per rank of the writing run (its owners: contiguous gid ranges).
     pub blocks_per_rank: Vec<usize>,
-    /// Variables by name: components and values `(NB, ncomp, n3, n2, n1)`.
-    pub variables: BTreeMap<String, (usize, Vec<f64>)>,
+    /// Variables by name: their number of components (the values, `(NB, ncomp, n3, n2, n1)`,
+    /// stay in the file until [`block_data`](Self::block_data) reads some blocks).
+    pub variables: BTreeMap<String, usize>,
     /// Sparse variables by name: allocation flag of each block.
     pub sparse: BTreeMap<String, Vec<bool>>,
     /// The `/Params` attributes (what the writing run passed in [`Snapshot::params`]), by
@@ -97,8 +100,8 @@ impl RestartData {
             .collect()
     }
 
-    /// The blocks `gids` in the layout of a [`Snapshot`] of `fields` with this file's ghost
-    /// width: the data (`gids.len() * layout.block_len()`; ghosts zero when the file has none;
+    /// The blocks `gids`, read from the file, in the layout of a [`Snapshot`] of `fields` with
+    /// this file's ghost width: the data (`gids.len() * layout.block_len()`; ghosts zero when the file has none;
     /// unallocated variables at their default value) and the allocation flags
     /// (`gids.len() * nvars`; dense and non-cell variables true).
     pub fn block_data(
@@ -118,26 +121,38 @@ impl RestartData {
         let var_len: usize = dims.iter().product();
         let stored_len: usize = self.stored.iter().product();
         let slots: usize = vars.iter().map(|v| v.ncomp).sum();
+        if let Some(&gid) = gids.iter().find(|&&g| g >= self.nblocks()) {
+            return Err(bad(format!(
+                "no block {gid} (the file has {})",
+                self.nblocks()
+            )));
+        }
+        // Only the blocks asked for are read: one hyperslab per run of consecutive gids (a
+        // rank's blocks are one run).
+        let (lo, hi) = (
+            gids.iter().copied().min().unwrap_or(0),
+            gids.iter().copied().max().map_or(0, |g| g + 1),
+        );
+        let file = hdf5::File::open(&self.path).map_err(|e| bad(e.to_string()))?;
         let mut data = vec![0.0; gids.len() * slots * var_len];
         let mut alloc = vec![true; gids.len() * nvars];
         for v in &vars {
-            let Some((ncomp, values)) = self.variables.get(&v.name) else {
+            let Some(&ncomp) = self.variables.get(&v.name) else {
                 return Err(bad(format!("no variable `{}`", v.name)));
             };
-            if *ncomp != v.ncomp {
+            if ncomp != v.ncomp {
                 return Err(bad(format!(
                     "`{}` has {ncomp} components, the simulation registers {}",
                     v.name, v.ncomp
                 )));
             }
+            let values = if gids.is_empty() {
+                Vec::new()
+            } else {
+                read_blocks(&file, &v.name, lo..hi).map_err(bad)?
+            };
             let flags = self.sparse.get(&v.name);
             for (b, &gid) in gids.iter().enumerate() {
-                if gid >= self.nblocks() {
-                    return Err(bad(format!(
-                        "no block {gid} (the file has {})",
-                        self.nblocks()
-                    )));
-                }
                 if let Some(f) = flags {
                     alloc[b * nvars + v.index] = f[gid];
                 }
@@ -149,7 +164,7 @@ impl RestartData {
                     continue;
                 }
                 for c in 0..v.ncomp {
-                    let src = &values[(gid * v.ncomp + c) * stored_len..][..stored_len];
+                    let src = &values[((gid - lo) * v.ncomp + c) * stored_len..][..stored_len];
                     let dst = &mut data[(b * slots + v.slot + c) * var_len..][..var_len];
                     let off = |d: usize| if d < self.ndim { g } else { 0 };
                     for k in 0..self.stored[2] {
@@ -166,8 +181,18 @@ impl RestartData {
     }
 }
 
-/// Reads a restart (or `.phdf`) file. Every rank may call it at once: the file is opened
-/// read-only.
+/// Values of variable `name` for blocks `gids` (`(NB, ncomp, n3, n2, n1)`, flattened).
+fn read_blocks(file: &hdf5::File, name: &str, gids: Range<usize>) -> Result<Vec<f64>, String> {
+    let ds = file.dataset(name).map_err(|e| format!("{name}: {e}"))?;
+    let values: ndarray::ArrayD<f64> = ds
+        .read_slice((gids, .., .., .., ..))
+        .map_err(|e| format!("{name}: {e}"))?;
+    Ok(values.into_iter().collect())
+}
+
+/// Reads a restart (or `.phdf`) file's description: everything but the variables' values,
+/// which [`RestartData::block_data`] reads per block. Every rank may call it at once: the
+/// file is opened read-only.
 pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let bad = |reason: String| OutputError::BadRestart {
         path: path.to_path_buf(),
@@ -293,8 +318,8 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let mut variables = BTreeMap::new();
     for (name, &nc) in names.iter().zip(&ncomps) {
         let nc = nc as usize;
-        let ds = read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
-        variables.insert(name.as_str().to_string(), (nc, raw::<f64>(&ds, path)?));
+        read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
+        variables.insert(name.as_str().to_string(), nc);
     }
     let mut sparse = BTreeMap::new();
     if let Ok(ds) = file.dataset("SparseInfo") {
