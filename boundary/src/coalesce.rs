@@ -8,6 +8,7 @@
 //! Used by the ghost [`Exchange`](crate::Exchange) and the
 //! [`FluxCorrection`](crate::FluxCorrection), each on a communicator of its own.
 
+use std::collections::HashSet;
 use std::ops::Range;
 
 use starhalo_sf::mpi::topology::SimpleCommunicator;
@@ -36,15 +37,19 @@ pub(crate) struct Group {
 
 /// Groups the remote ends of an end list: `ends` yields, per end, `None` for a same-rank end
 /// and `Some((peer, key))` otherwise; consecutive remote ends with the same peer and key form
-/// one group, whose tag is `tag(key)`.
+/// one group, whose tag is `tag(key)`. A same-rank end ends a group, and two groups with one
+/// peer and tag are an error (their messages could be taken for each other): the list must
+/// hold each (peer, key)'s ends together.
 pub(crate) fn groups<K: PartialEq>(
     ends: impl IntoIterator<Item = Option<(i32, K)>>,
     mut tag: impl FnMut(&K) -> Result<i32, BoundaryError>,
 ) -> Result<Vec<Group>, BoundaryError> {
     let mut out: Vec<Group> = Vec::new();
     let mut last: Option<(i32, K)> = None;
+    let mut seen = HashSet::new();
     for (i, end) in ends.into_iter().enumerate() {
         let Some((peer, key)) = end else {
+            last = None;
             continue;
         };
         if let (Some(g), Some(l)) = (out.last_mut(), &last) {
@@ -53,10 +58,17 @@ pub(crate) fn groups<K: PartialEq>(
                 continue;
             }
         }
+        let tag = tag(&key)?;
+        if !seen.insert((peer, tag)) {
+            return Err(BoundaryError::Mismatch(format!(
+                "two coalesced messages to or from rank {peer} on tag {tag}: the channel ends \
+                 are not held together by peer and key"
+            )));
+        }
         out.push(Group {
             peer,
             ends: i..i + 1,
-            tag: tag(&key)?,
+            tag,
             status_at: 0,
             data: 0..0,
             status_in: false,
@@ -287,6 +299,12 @@ mod tests {
         let g = groups(ends, |&k| Ok(if k == 'a' { 10 } else { 20 })).unwrap();
         let got: Vec<_> = g.iter().map(|g| (g.peer, g.ends.clone(), g.tag)).collect();
         assert_eq!(got, [(1, 1..3, 10), (1, 3..4, 20), (2, 4..5, 20)]);
+        // A same-rank end between two ends of one peer and key never joins a group; the ends
+        // after it would share the first group's tag, which is an error, not a clash.
+        let split = [Some((1, 'a')), None, Some((1, 'a'))];
+        assert!(groups(split, |_| Ok(10)).is_err());
+        let apart = [Some((1, 'a')), Some((2, 'a')), Some((1, 'a'))];
+        assert!(groups(apart, |_| Ok(10)).is_err());
     }
 
     /// The status marks live ends, and live ends move together in order, so that the data
