@@ -230,8 +230,18 @@ pub(crate) fn rearm(groups: &mut [Group]) {
     }
 }
 
+/// Each group's (peer, tag, [`digest`]) for [`agree`]; `key(i)` is end `i`'s channel key.
+pub(crate) fn digests<'a>(
+    groups: &'a [Group],
+    key: impl Fn(usize) -> ChannelKey + 'a,
+) -> impl Iterator<Item = (i32, i32, [f64; 3])> + 'a {
+    groups
+        .iter()
+        .map(move |g| (g.peer, g.tag, digest(g.ends.clone().map(&key))))
+}
+
 /// Count and hash of the channel keys one end of a group lists.
-pub(crate) fn digest(keys: impl IntoIterator<Item = ChannelKey>) -> [f64; 3] {
+fn digest(keys: impl IntoIterator<Item = ChannelKey>) -> [f64; 3] {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut n = 0u32;
     for k in keys {

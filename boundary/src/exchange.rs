@@ -566,13 +566,8 @@ impl Exchange {
         if opts.coalesced {
             let (mut sends, mut recvs) = (Vec::new(), Vec::new());
             for r in ex.routes.iter().step_by(3) {
-                let digest = |ends: &[End]| coalesce::digest(ends.iter().map(|e| e.ch.key));
-                for g in &r.send_groups {
-                    sends.push((g.peer, g.tag, digest(&r.send[g.ends.clone()])));
-                }
-                for g in &r.recv_groups {
-                    recvs.push((g.peer, g.tag, digest(&r.recv[g.ends.clone()])));
-                }
+                sends.extend(coalesce::digests(&r.send_groups, |i| r.send[i].ch.key));
+                recvs.extend(coalesce::digests(&r.recv_groups, |i| r.recv[i].ch.key));
             }
             coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
         }

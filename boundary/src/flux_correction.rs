@@ -454,14 +454,8 @@ impl FluxCorrection {
         let send_len = send.last().map_or(0, |e| e.buf.end);
         let send_len = coalesce::place_status(&mut send_groups, send_len);
         if coalesced {
-            let digest = |ends: &[End]| coalesce::digest(ends.iter().map(|e| e.ch.key));
-            let of = |groups: &[Group], ends: &[End]| -> Vec<(i32, i32, [f64; 3])> {
-                groups
-                    .iter()
-                    .map(|g| (g.peer, g.tag, digest(&ends[g.ends.clone()])))
-                    .collect()
-            };
-            let (sends, recvs) = (of(&send_groups, &send), of(&recv_groups, &recv));
+            let sends: Vec<_> = coalesce::digests(&send_groups, |i| send[i].ch.key).collect();
+            let recvs: Vec<_> = coalesce::digests(&recv_groups, |i| recv[i].ch.key).collect();
             coalesce::agree(&own, comm.rank(), pool, &sends, &recvs)?;
         }
         Ok(Self {
