@@ -305,6 +305,15 @@ fn child() {
         let all: Vec<usize> = (0..m.forest().len()).collect();
         let (every, _) = r.block_data(&fields, &all).unwrap();
         assert_eq!(every.len(), all.len() * l.layout.block_len());
+        // Gids out of order and apart, and none at all, read the same values.
+        let (last, bl) = (all.len() - 1, l.layout.block_len());
+        let (two, _) = r.block_data(&fields, &[last, 0]).unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&two),
+            bits(&[&every[last * bl..], &every[..bl]].concat())
+        );
+        assert!(r.block_data(&fields, &[]).unwrap().0.is_empty());
 
         // Errors reach every rank and none hangs: an unwritable directory fails on rank 0 (an
         // HDF5 error there) and is reported to the others; a bad variable fails everywhere.

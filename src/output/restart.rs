@@ -101,9 +101,9 @@ impl RestartData {
     }
 
     /// The blocks `gids`, read from the file, in the layout of a [`Snapshot`] of `fields` with
-    /// this file's ghost width: the data (`gids.len() * layout.block_len()`; ghosts zero when the file has none;
-    /// unallocated variables at their default value) and the allocation flags
-    /// (`gids.len() * nvars`; dense and non-cell variables true).
+    /// this file's ghost width: the data (`gids.len() * layout.block_len()`; ghosts zero when
+    /// the file has none; unallocated variables at their default value) and the allocation
+    /// flags (`gids.len() * nvars`; dense and non-cell variables true).
     pub fn block_data(
         &self,
         fields: &Fields,
@@ -127,8 +127,8 @@ impl RestartData {
                 self.nblocks()
             )));
         }
-        // Only the blocks asked for are read: one hyperslab per run of consecutive gids (a
-        // rank's blocks are one run).
+        // One hyperslab from the lowest gid asked for to the highest: a rank's blocks are
+        // consecutive, so it reads only them.
         let (lo, hi) = (
             gids.iter().copied().min().unwrap_or(0),
             gids.iter().copied().max().map_or(0, |g| g + 1),
