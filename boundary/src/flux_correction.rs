@@ -19,8 +19,8 @@
 //!   peer rank, as the ghost exchange sends them), or one message per channel with dense
 //!   tags. Message buffers come from a [`BufferPool`], shared with the exchange in a driver.
 //! - Sparse variables: a sender whose variable is unallocated sends a null (an empty message,
-//!   or a 0 in the coalesced status), and a receiver whose variable is unallocated ignores what arrives. Flux correction never
-//!   allocates.
+//!   or a 0 in the coalesced status), and a receiver whose variable is unallocated ignores
+//!   what arrives. Flux correction never allocates.
 //!
 //! Task order per cycle: [`FluxCorrection::start_receive`] (`flxcor_recv`),
 //! [`FluxCorrection::send`] (`flxcor_send`), [`FluxCorrection::receive`] (`flxcor_recv`,
@@ -473,12 +473,14 @@ impl FluxCorrection {
         })
     }
 
-    /// The channels this rank sends on (fine blocks here, coarser neighbours), by key.
+    /// The channels this rank sends on (fine blocks here, coarser neighbours), by peer rank
+    /// and key.
     pub fn send_channels(&self) -> impl Iterator<Item = &Channel> {
         self.send.iter().map(|e| &e.ch)
     }
 
-    /// The channels this rank receives on (coarse blocks here, finer neighbours), by key.
+    /// The channels this rank receives on (coarse blocks here, finer neighbours), by peer rank
+    /// and key.
     pub fn recv_channels(&self) -> impl Iterator<Item = &Channel> {
         self.recv.iter().map(|e| &e.ch)
     }
