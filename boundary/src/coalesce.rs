@@ -195,7 +195,8 @@ pub(crate) fn receive<'a>(
     Ok(Some((g.ends.clone(), arrived)))
 }
 
-/// The two messages of a group, cut apart channel by channel.
+/// The two messages of a group, cut apart channel by channel; [`Arrived::finish`] once all
+/// are taken.
 pub(crate) struct Arrived<'a> {
     peer: i32,
     status: &'a [f64],
@@ -219,6 +220,19 @@ impl<'a> Arrived<'a> {
         };
         self.at += len;
         Ok(Some(values))
+    }
+
+    /// Checks, once every channel is taken, that the data message held nothing more.
+    pub fn finish(self) -> Result<(), BoundaryError> {
+        if self.at == self.payload.len() {
+            return Ok(());
+        }
+        Err(BoundaryError::Mismatch(format!(
+            "rank {} sent {} values, more than the {} its status announces",
+            self.peer,
+            self.payload.len(),
+            self.at
+        )))
     }
 }
 
@@ -341,6 +355,18 @@ mod tests {
         assert_eq!(msg.take(0, 2).unwrap(), Some(&[1.0, 2.0][..]));
         assert_eq!(msg.take(1, 3).unwrap(), None);
         assert_eq!(msg.take(2, 1).unwrap(), Some(&[3.0][..]));
+        assert!(msg.finish().is_ok());
+        // A payload longer than the status announces is an error too.
+        let mut long = Arrived {
+            peer: 1,
+            status: &buf[6..],
+            payload: &buf[..4],
+            at: 0,
+        };
+        for (k, len) in [(0, 2), (1, 3), (2, 1)] {
+            long.take(k, len).unwrap();
+        }
+        assert!(long.finish().is_err());
         // A payload shorter than the status announces is an error, not a short copy.
         let mut short = Arrived {
             peer: 1,

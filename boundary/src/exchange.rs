@@ -791,6 +791,7 @@ impl Exchange {
                     };
                     e.st.arrived(arrival)?;
                 }
+                msg.finish()?;
             }
         } else {
             for k in 0..r.recv_order.len() {

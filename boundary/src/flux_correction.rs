@@ -615,6 +615,7 @@ impl FluxCorrection {
                     None => BufferState::ReceivedNull,
                 };
             }
+            msg.finish()?;
         }
         for (i, e) in self.recv.iter_mut().enumerate() {
             if e.ch.is_local()
