@@ -12,6 +12,7 @@
 //! - without it the same run drifts by more than 1e-10 relative, so the check means something;
 //! - the final values are bit-identical on every rank count (the parent compares the digests
 //!   the children print), and with coalesced and per-channel correction messages;
+//! - a set-up that fails on one rank fails on all of them (no rank waits for the other);
 //! - coalesced, each correction sends exactly one status and one data message per peer rank
 //!   this rank has fine–coarse faces with; per channel, one message per cross-rank channel.
 
@@ -302,6 +303,7 @@ fn child() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(MESHES);
+    one_rank_fails(&world);
     for seed in 0..meshes {
         let mesh = random_mesh(seed, nranks);
         // The mesh has fine–coarse faces, so the check is not vacuous.
@@ -356,6 +358,21 @@ fn child() {
             );
             println!("DIGEST {seed} {d:016x}");
         }
+    }
+}
+
+/// A set-up that fails on rank 0 only (a variable without storage) fails on every rank, in
+/// both modes, instead of leaving the others waiting for rank 0's messages.
+fn one_rank_fails(world: &SimpleCommunicator) {
+    let rank = world.rank() as usize;
+    let mesh = random_mesh(0, world.size() as usize);
+    let data = BlockData::new(&mesh, &fields(), rank).unwrap();
+    let vars = if rank == 0 { vec![0, 99] } else { vec![0] };
+    for coalesced in [true, false] {
+        let r = FluxCorrection::new_in(world, &mesh, &data, &vars, coalesced, &BufferPool::new());
+        let err = r.err().map(|e| e.to_string()).unwrap_or_default();
+        let want = if rank == 0 { "99" } else { "another rank" };
+        assert!(err.contains(want), "rank {rank}: {err:?}");
     }
 }
 

@@ -42,6 +42,7 @@ use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCAT
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, RankChannels};
 use crate::coalesce::{self, Group};
+use crate::collective;
 use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{restrict, Prolongation};
@@ -321,6 +322,32 @@ impl Exchange {
         opts: ExchangeOptions,
         pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
+        // A rank whose set-up fails tells the others before anyone waits on its messages.
+        let ex = collective::agree(
+            comm,
+            Self::build(comm, mesh, data, opts, pool),
+            "another rank could not set up its ghost exchange",
+        )?;
+        if opts.coalesced {
+            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+            for r in ex.routes.iter().step_by(3) {
+                sends.extend(coalesce::digests(&r.send_groups, |i| r.send[i].ch.key));
+                recvs.extend(coalesce::digests(&r.recv_groups, |i| r.recv[i].ch.key));
+            }
+            coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
+        }
+        Ok(ex)
+    }
+
+    /// This rank's part of [`new_in`](Self::new_in): the communicators are duplicated first
+    /// (collectively, on every rank), then everything else is local.
+    fn build<B: BlockSet + ?Sized>(
+        comm: &SimpleCommunicator,
+        mesh: &B,
+        data: &BlockData,
+        opts: ExchangeOptions,
+        pool: &BufferPool,
+    ) -> Result<Self, BoundaryError> {
         let rank = comm.rank() as usize;
         let nranks = comm.size() as usize;
         let shape = *data.shape();
@@ -549,7 +576,7 @@ impl Exchange {
             finish.push(list);
         }
 
-        let ex = Self {
+        Ok(Self {
             opts,
             pool: pool.clone(),
             shape,
@@ -562,16 +589,7 @@ impl Exchange {
             prolongation: vec![Prolongation::default(); data.vars().len()],
             traffic: Traffic::default(),
             defaults: data.slot_defaults().to_vec(),
-        };
-        if opts.coalesced {
-            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
-            for r in ex.routes.iter().step_by(3) {
-                sends.extend(coalesce::digests(&r.send_groups, |i| r.send[i].ch.key));
-                recvs.extend(coalesce::digests(&r.recv_groups, |i| r.recv[i].ch.key));
-            }
-            coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
-        }
-        Ok(ex)
+        })
     }
 
     /// The number of mesh-data partitions of this rank.

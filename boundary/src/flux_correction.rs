@@ -37,6 +37,7 @@ use starhalo_sf::pool::BufferPool;
 
 use crate::channel::{Channel, RankChannels};
 use crate::coalesce::{self, Group};
+use crate::collective;
 use crate::comm_buffer::BufferState;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, TaskStatus, Traffic};
@@ -330,7 +331,31 @@ impl FluxCorrection {
         coalesced: bool,
         pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
-        let rank = comm.rank() as usize;
+        // A rank whose set-up fails tells the others before anyone waits on its messages.
+        let own = comm.duplicate();
+        let fc = collective::agree(
+            comm,
+            Self::build(own, comm.rank() as usize, mesh, data, vars, coalesced, pool),
+            "another rank could not set up its flux correction",
+        )?;
+        if coalesced {
+            let sends: Vec<_> = coalesce::digests(&fc.send_groups, |i| fc.send[i].ch.key).collect();
+            let recvs: Vec<_> = coalesce::digests(&fc.recv_groups, |i| fc.recv[i].ch.key).collect();
+            coalesce::agree(&fc.comm, comm.rank(), pool, &sends, &recvs)?;
+        }
+        Ok(fc)
+    }
+
+    /// This rank's part of [`new_in`](Self::new_in), on its own communicator `own`: local.
+    fn build(
+        own: SimpleCommunicator,
+        rank: usize,
+        mesh: &Mesh,
+        data: &BlockData,
+        vars: &[usize],
+        coalesced: bool,
+        pool: &BufferPool,
+    ) -> Result<Self, BoundaryError> {
         let shape = *data.shape();
         let ndim = shape.ndim();
         let nx = shape.nx();
@@ -340,15 +365,15 @@ impl FluxCorrection {
                 "variable {v} of {nvars} has no storage"
             )));
         }
-        let own = comm.duplicate();
         let tag_ub = p2p::tag_ub(&own);
         let neighbors = mesh.neighbors()?;
         let mut rc = flux_channels(&neighbors, vars, rank);
         let tags = TagMap::new(&rc, usize::MAX)?;
         rc.send.sort_by_key(|c| (c.receiver_rank, c.key));
         rc.recv.sort_by_key(|c| (c.sender_rank, c.key));
+        // Coalesced messages have tags of their own: the per-channel ones are not needed.
         let tag_of = |t: Option<usize>, var: usize, peer: usize| -> Result<i32, BoundaryError> {
-            let Some(t) = t else {
+            let Some(t) = t.filter(|_| !coalesced) else {
                 return Ok(-1);
             };
             let tag = t * nvars + var;
@@ -453,11 +478,6 @@ impl FluxCorrection {
         let recv_groups = groups(&recv)?;
         let send_len = send.last().map_or(0, |e| e.buf.end);
         let send_len = coalesce::place_status(&mut send_groups, send_len);
-        if coalesced {
-            let sends: Vec<_> = coalesce::digests(&send_groups, |i| send[i].ch.key).collect();
-            let recvs: Vec<_> = coalesce::digests(&recv_groups, |i| recv[i].ch.key).collect();
-            coalesce::agree(&own, comm.rank(), pool, &sends, &recvs)?;
-        }
         Ok(Self {
             shape,
             coalesced,
