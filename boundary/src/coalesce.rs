@@ -244,23 +244,25 @@ pub(crate) fn rearm(groups: &mut [Group]) {
     }
 }
 
-/// Each group's (peer, tag, [`digest`]) for [`agree`]; `key(i)` is end `i`'s channel key.
+/// Each group's (peer, tag, [`digest`]) for [`agree`]; `end(i)` is end `i`'s channel key
+/// and number of values.
 pub(crate) fn digests<'a>(
     groups: &'a [Group],
-    key: impl Fn(usize) -> ChannelKey + 'a,
+    key: impl Fn(usize) -> (ChannelKey, usize) + 'a,
 ) -> impl Iterator<Item = (i32, i32, [f64; 3])> + 'a {
     groups
         .iter()
         .map(move |g| (g.peer, g.tag, digest(g.ends.clone().map(&key))))
 }
 
-/// Count and hash of the channel keys one end of a group lists.
-fn digest(keys: impl IntoIterator<Item = ChannelKey>) -> [f64; 3] {
+/// Count and hash of the channel keys and lengths one end of a group lists: both ends must
+/// agree on what each channel is and on how many values it carries.
+fn digest(ends: impl IntoIterator<Item = (ChannelKey, usize)>) -> [f64; 3] {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut n = 0u32;
-    for k in keys {
+    for (k, len) in ends {
         n += 1;
-        for x in [k.sender, k.receiver, k.var, k.element.index()] {
+        for x in [k.sender, k.receiver, k.var, k.element.index(), len] {
             h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
         }
     }
@@ -386,10 +388,13 @@ mod tests {
             var: v,
             element: Element::from_offset([1, 0, 0]).unwrap(),
         };
-        let d = |vs: &[usize]| digest(vs.iter().map(|&v| key(v)));
+        let d = |vs: &[usize]| digest(vs.iter().map(|&v| (key(v), 8)));
         assert_eq!(d(&[0, 1]), d(&[0, 1]));
         assert_ne!(d(&[0, 1]), d(&[1, 0]));
         assert_ne!(d(&[0, 1]), d(&[0]));
         assert_eq!(d(&[])[0], 0.0);
+        // The same channels with another length for one of them.
+        let longer = digest([(key(0), 8), (key(1), 9)]);
+        assert_ne!(d(&[0, 1]), longer);
     }
 }

@@ -331,8 +331,12 @@ impl Exchange {
         if opts.coalesced {
             let (mut sends, mut recvs) = (Vec::new(), Vec::new());
             for r in ex.routes.iter().step_by(3) {
-                sends.extend(coalesce::digests(&r.send_groups, |i| r.send[i].ch.key));
-                recvs.extend(coalesce::digests(&r.recv_groups, |i| r.recv[i].ch.key));
+                sends.extend(coalesce::digests(&r.send_groups, |i| {
+                    (r.send[i].ch.key, r.send[i].buf.len())
+                }));
+                recvs.extend(coalesce::digests(&r.recv_groups, |i| {
+                    (r.recv[i].ch.key, r.recv[i].buf.len())
+                }));
             }
             coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
         }

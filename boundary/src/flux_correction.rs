@@ -339,8 +339,14 @@ impl FluxCorrection {
             "another rank could not set up its flux correction",
         )?;
         if coalesced {
-            let sends: Vec<_> = coalesce::digests(&fc.send_groups, |i| fc.send[i].ch.key).collect();
-            let recvs: Vec<_> = coalesce::digests(&fc.recv_groups, |i| fc.recv[i].ch.key).collect();
+            let sends: Vec<_> = coalesce::digests(&fc.send_groups, |i| {
+                (fc.send[i].ch.key, fc.send[i].buf.len())
+            })
+            .collect();
+            let recvs: Vec<_> = coalesce::digests(&fc.recv_groups, |i| {
+                (fc.recv[i].ch.key, fc.recv[i].buf.len())
+            })
+            .collect();
             coalesce::agree(&fc.comm, comm.rank(), pool, &sends, &recvs)?;
         }
         Ok(fc)
