@@ -348,34 +348,26 @@ mod tests {
         assert_eq!(g[0].data, 0..3);
         assert_eq!(&buf[..3], &[1.0, 2.0, 3.0]);
         assert_eq!(&buf[6..], &[1.0, 0.0, 1.0]);
-        let mut msg = Arrived {
+        // The status as sent, with a payload of the first `n` values.
+        let arrived = |n: usize| Arrived {
             peer: 1,
             status: &buf[6..],
-            payload: &buf[..3],
+            payload: &buf[..n],
             at: 0,
         };
+        let mut msg = arrived(3);
         assert_eq!(msg.take(0, 2).unwrap(), Some(&[1.0, 2.0][..]));
         assert_eq!(msg.take(1, 3).unwrap(), None);
         assert_eq!(msg.take(2, 1).unwrap(), Some(&[3.0][..]));
         assert!(msg.finish().is_ok());
         // A payload longer than the status announces is an error too.
-        let mut long = Arrived {
-            peer: 1,
-            status: &buf[6..],
-            payload: &buf[..4],
-            at: 0,
-        };
+        let mut long = arrived(4);
         for (k, len) in [(0, 2), (1, 3), (2, 1)] {
             long.take(k, len).unwrap();
         }
         assert!(long.finish().is_err());
         // A payload shorter than the status announces is an error, not a short copy.
-        let mut short = Arrived {
-            peer: 1,
-            status: &buf[6..],
-            payload: &buf[..1],
-            at: 0,
-        };
+        let mut short = arrived(1);
         assert!(short.take(0, 2).is_err());
     }
 
