@@ -1,10 +1,12 @@
 //! `starhalo bench exchange` on real MPI jobs: the JSON report, and its traffic figures
-//! against what the mesh says they must be (computed here from the same mesh).
+//! against what the mesh says they must be (computed here from the same mesh), for the ghost
+//! exchange and, on a mesh of two levels, the flux correction.
 
 mod common;
 
 use serde_json::Value;
 use starhalo_boundary::bnd_info::send_box;
+use starhalo_boundary::flux_correction::flux_channels;
 use starhalo_boundary::RankChannels;
 use starhalo_mesh::{Mesh, MeshConfig};
 use std::collections::{BTreeMap, BTreeSet};
@@ -181,4 +183,99 @@ fn bad_keys_exit_2_on_every_rank() {
         let key = bad.split('=').next().unwrap_or_default();
         assert!(err.contains(key), "{bad}: {err}");
     }
+}
+
+/// The two-level deck shrunk to a periodic 16^3 mesh of 8^3 blocks with one root block
+/// refined: 8 fine and 7 coarse blocks, every coarse one meeting fine ones through faces.
+const AMR: [(&str, &str); 9] = [
+    ("parthenon/mesh/nx1", "16"),
+    ("parthenon/mesh/nx2", "16"),
+    ("parthenon/mesh/nx3", "16"),
+    ("parthenon/static_refinement0/x1min", "0.1"),
+    ("parthenon/static_refinement0/x1max", "0.4"),
+    ("parthenon/static_refinement0/x2min", "0.1"),
+    ("parthenon/static_refinement0/x2max", "0.4"),
+    ("parthenon/static_refinement0/x3min", "0.1"),
+    ("parthenon/static_refinement0/x3max", "0.4"),
+];
+
+/// Flux correction on two levels: coalesced, a status and a data message per ordered pair of
+/// ranks that share fine-coarse faces; per channel, one message per cross-rank face channel;
+/// no allocation once warm in either mode. The ghost exchange modes are there too.
+#[test]
+fn three_ranks_two_levels_report_the_flux_correction() {
+    let ranks = 3;
+    let nvars = 2;
+    let deck = format!(
+        "{}/inputs/bench_exchange_amr.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let overrides: Vec<String> = AMR.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut args = vec!["bench", "exchange", deck.as_str(), "exchange/nvars=2"];
+    args.extend(overrides.iter().map(String::as_str));
+    args.extend(["--cycles", "3", "--json"]);
+    let out = common::mpirun(ranks, 180, Path::new(EXE), &args, &[]);
+    common::assert_ok("bench exchange (two levels)", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    assert_eq!(report["blocks"], 15, "{report}");
+    assert_eq!(report["modes"].as_array().map(Vec::len), Some(2));
+
+    // The deck's mesh with the overrides: periodic, 8^3 blocks, two levels.
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    for d in 1..=3 {
+        map.insert(format!("parthenon/meshblock/nx{d}"), "8".into());
+        for side in ["ix", "ox"] {
+            map.insert(format!("parthenon/mesh/{side}{d}_bc"), "periodic".into());
+        }
+    }
+    map.insert("parthenon/mesh/numlevel".into(), "2".into());
+    map.insert("parthenon/static_refinement0/level".into(), "1".into());
+    for (k, v) in AMR {
+        map.insert(k.into(), v.into());
+    }
+    let mesh = Mesh::new(MeshConfig::from_map(&map).unwrap(), ranks).unwrap();
+    let nb = mesh.neighbors().unwrap();
+    let vars: Vec<usize> = (0..nvars).collect();
+    let (mut pairs, mut cross) = (BTreeSet::new(), 0);
+    for r in 0..ranks {
+        for c in flux_channels(&nb, &vars, r).send {
+            if !c.is_local() {
+                pairs.insert((c.sender_rank, c.receiver_rank));
+                cross += 1;
+            }
+        }
+    }
+    assert!(
+        cross > pairs.len() && !pairs.is_empty(),
+        "test mesh too small"
+    );
+
+    let fc = report["flux_correction"]
+        .as_array()
+        .expect("flux_correction");
+    assert_eq!(fc.len(), 2, "{report}");
+    assert_eq!(fc[0]["coalesced"], true);
+    assert_eq!(fc[1]["coalesced"], false);
+    assert_eq!(
+        num(&fc[0], "messages_per_exchange"),
+        (2 * pairs.len()) as f64
+    );
+    assert_eq!(num(&fc[1], "messages_per_exchange"), cross as f64);
+    for m in fc {
+        assert!(num(m, "us_per_exchange") > 0.0, "{m}");
+        assert_eq!(num(m, "allocations_per_exchange"), 0.0, "{m}");
+    }
+}
+
+/// On a mesh of one level there is nothing to correct: the list is empty.
+#[test]
+fn one_level_reports_no_flux_correction() {
+    let r = run_json(2, &["exchange/nvars=1"]);
+    assert_eq!(
+        r["flux_correction"].as_array().map(Vec::len),
+        Some(0),
+        "{r}"
+    );
 }

@@ -188,7 +188,7 @@ pub fn restrict_face(
     ndim: usize,
     out: &mut [f64],
 ) -> Result<(), BoundaryError> {
-    if d >= ndim || face >= dims[d] || fine.len() != dims.iter().product::<usize>() {
+    if ndim > 3 || d >= ndim || face >= dims[d] || fine.len() != dims.iter().product::<usize>() {
         return Err(BoundaryError::Geometry(format!(
             "face {face} along direction {d} of a {dims:?} flux array ({} values, {ndim}-D)",
             fine.len()
@@ -196,7 +196,10 @@ pub fn restrict_face(
     }
     let mut coarse = [0..1, 0..1, 0..1];
     coarse[d] = face..face + 1;
-    let mut kids: Vec<[usize; 3]> = vec![[0; 3]];
+    // The offsets of the fine faces covering a coarse one, earlier free directions varying
+    // fastest (at most 4: no allocation per call).
+    let mut offsets = [[0usize; 3]; 4];
+    let mut nkids = 1;
     for e in free_dirs(ndim, d) {
         if !dims[e].is_multiple_of(2) {
             return Err(BoundaryError::Geometry(format!(
@@ -205,17 +208,13 @@ pub fn restrict_face(
             )));
         }
         coarse[e] = 0..dims[e] / 2;
-        // Earlier free directions vary fastest among the children.
-        kids = (0..2)
-            .flat_map(|o| {
-                kids.iter().map(move |k| {
-                    let mut k = *k;
-                    k[e] = o;
-                    k
-                })
-            })
-            .collect();
+        for i in 0..nkids {
+            offsets[nkids + i] = offsets[i];
+            offsets[nkids + i][e] = 1;
+        }
+        nkids *= 2;
     }
+    let kids = &offsets[..nkids];
     let want: usize = coarse.iter().map(ExactSizeIterator::len).product();
     BoundaryError::check_size("restricted face", want, out.len())?;
     let scale = 1.0 / kids.len() as f64;

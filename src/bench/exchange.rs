@@ -1,11 +1,13 @@
 //! The ghost exchange on a deck's mesh: coalesced (one data and one status message per peer
-//! rank and partition pair) against one message per channel, in the same run; and the
-//! pack-in-one of this rank's send sub-halos against a plain memcpy of the same bytes.
+//! rank and partition pair) against one message per channel, in the same run; on a mesh with
+//! several levels, the flux correction in both modes too; and the pack-in-one of this rank's
+//! send sub-halos against a plain memcpy of the same bytes.
 //!
-//! Per mode: an [`Exchange`] is built, warmed up, then `--cycles` ghost fills are timed one by
-//! one, each after a barrier; a fill's time is the slowest rank's, and the median over fills
-//! is reported. Messages, bytes and heap allocations (counted by the global allocator) are
-//! summed over ranks and divided by the number of timed fills.
+//! Per mode: an [`Exchange`] (or a [`FluxCorrection`]) is built, warmed up, then `--cycles`
+//! ghost fills (corrections) are timed one by one, each after a barrier; a fill's time is the
+//! slowest rank's, and the median over fills is reported. Messages, bytes and heap
+//! allocations (counted by the global allocator) are summed over ranks and divided by the
+//! number of timed fills.
 
 use crate::alloc_count;
 use crate::cli::ExchangeBenchArgs;
@@ -19,8 +21,8 @@ use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
 use starhalo_boundary::bnd_info::{send_box, FLAG_ALLOCATED, FLAG_COARSE};
 use starhalo_boundary::{
-    BlockData, BndCache, BndInfo, BoundaryType, Exchange, ExchangeOptions, Ordering, RankChannels,
-    Space, TaskStatus,
+    BlockData, BndCache, BndInfo, BoundaryType, BufferPool, Exchange, ExchangeOptions,
+    FluxCorrection, FluxData, Ordering, RankChannels, Space, TaskStatus, Traffic,
 };
 use starhalo_exec::Policy;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
@@ -55,6 +57,9 @@ struct Report {
     ordering: String,
     cycles: u32,
     modes: Vec<Mode>,
+    /// The flux correction of every variable, coalesced and per channel, in the same form
+    /// (an "exchange" is one correction); empty on a mesh of one level.
+    flux_correction: Vec<Mode>,
     /// Bytes packed per pack-in-one, summed over ranks.
     pack_bytes: f64,
     pack_gbps: f64,
@@ -87,14 +92,29 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
             ordering: setup.ordering,
             policy: Policy::Serial,
         };
-        modes.push(time_mode(
+        let mut ex = agree(
             world,
-            &comm,
-            &setup.mesh,
-            &mut data,
-            opts,
-            a.cycles,
-        )?);
+            Exchange::new(&comm, &setup.mesh, &data, opts).context("setting up the exchange"),
+        )?;
+        let mut done = vec![false; ex.partitions()];
+        modes.push(time_steps(world, coalesced, a.cycles, || {
+            fill(&mut ex, &mut data, &mut done)?;
+            Ok(ex.traffic())
+        })?);
+    }
+    let mut flux_correction = Vec::new();
+    if setup.mesh.config().is_multilevel() {
+        let vars: Vec<usize> = (0..data.vars().len()).collect();
+        let mut fluxes = FluxData::new(&data);
+        for coalesced in [true, false] {
+            let pool = BufferPool::new();
+            let fc = FluxCorrection::new_in(&comm, &setup.mesh, &data, &vars, coalesced, &pool);
+            let mut fc = agree(world, fc.context("setting up the flux correction"))?;
+            flux_correction.push(time_steps(world, coalesced, a.cycles, || {
+                fc.correct(&mut fluxes, &data)?;
+                Ok(fc.traffic())
+            })?);
+        }
     }
     let (pack_bytes, pack, memcpy) = agree(world, pack_vs_memcpy(&setup, &data, rank))?;
     let n = f64::from(world.size());
@@ -107,6 +127,7 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
         ordering: setup.ordering_name,
         cycles: a.cycles,
         modes,
+        flux_correction,
         pack_bytes: sum_f64(world, pack_bytes),
         pack_gbps: sum_f64(world, pack) / n,
         memcpy_gbps: sum_f64(world, memcpy) / n,
@@ -221,41 +242,36 @@ fn fill(ex: &mut Exchange, data: &mut BlockData, done: &mut [bool]) -> Result<()
     Ok(())
 }
 
-fn time_mode(
+/// Times `cycles` calls of `step` (after `WARMUP` untimed ones), each after a barrier; `step`
+/// returns its object's traffic so far.
+fn time_steps(
     world: &SimpleCommunicator,
-    comm: &SimpleCommunicator,
-    mesh: &Mesh,
-    data: &mut BlockData,
-    opts: ExchangeOptions,
+    coalesced: bool,
     cycles: u32,
+    mut step: impl FnMut() -> Result<Traffic>,
 ) -> Result<Mode> {
     let n = cycles as usize;
-    let mut ex = agree(
-        world,
-        Exchange::new(comm, mesh, data, opts).context("setting up the exchange"),
-    )?;
-    let mut done = vec![false; ex.partitions()];
+    let mut traffic0 = Traffic::default();
     for _ in 0..WARMUP {
-        fill(&mut ex, data, &mut done)?;
+        traffic0 = step()?;
     }
     let mut times = vec![0.0f64; n];
     let mut slowest = vec![0.0f64; n];
-    let traffic0 = ex.traffic();
+    let mut traffic = traffic0;
     world.barrier();
     let allocs0 = alloc_count::allocations();
     for t in &mut times {
         world.barrier();
         let t0 = Instant::now();
-        fill(&mut ex, data, &mut done)?;
+        traffic = step()?;
         *t = t0.elapsed().as_secs_f64();
     }
     let allocs = alloc_count::allocations() - allocs0;
-    let traffic = ex.traffic();
     world.all_reduce_into(&times[..], &mut slowest[..], SystemOperation::max());
     let mean = slowest.iter().sum::<f64>() / n as f64;
     let per = |x: u64| x as f64 / n as f64;
     Ok(Mode {
-        coalesced: opts.coalesced,
+        coalesced,
         us_per_exchange: median(&mut slowest) * 1e6,
         us_per_exchange_mean: mean * 1e6,
         messages_per_exchange: sum_f64(world, per(traffic.messages - traffic0.messages)),
@@ -341,13 +357,17 @@ fn print_table(r: &Report) {
         r.cycles
     );
     println!(
-        "{:>10} {:>12} {:>12} {:>10} {:>12} {:>8}",
+        "{:>17} {:>12} {:>12} {:>10} {:>12} {:>8}",
         "mode", "us_median", "us_mean", "messages", "bytes", "allocs"
     );
-    for m in &r.modes {
+    let fc = r.flux_correction.iter().map(|m| (m, "flxcor "));
+    for (m, what) in r.modes.iter().map(|m| (m, "")).chain(fc) {
         println!(
-            "{:>10} {:>12.1} {:>12.1} {:>10} {:>12} {:>8}",
-            if m.coalesced { "coalesced" } else { "channel" },
+            "{:>17} {:>12.1} {:>12.1} {:>10} {:>12} {:>8}",
+            format!(
+                "{what}{}",
+                if m.coalesced { "coalesced" } else { "channel" }
+            ),
             m.us_per_exchange,
             m.us_per_exchange_mean,
             m.messages_per_exchange,
