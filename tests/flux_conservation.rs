@@ -12,7 +12,8 @@
 //! - without it the same run drifts by more than 1e-10 relative, so the check means something;
 //! - the final values are bit-identical on every rank count (the parent compares the digests
 //!   the children print), and with coalesced and per-channel correction messages;
-//! - a set-up that fails on one rank fails on all of them (no rank waits for the other);
+//! - a set-up that fails on one rank fails on all of them (no rank waits for the other),
+//!   and so do coalesced messages whose ends disagree on a channel's length;
 //! - coalesced, each correction sends exactly one status and one data message per peer rank
 //!   this rank has fine–coarse faces with; per channel, one message per cross-rank channel.
 
@@ -304,6 +305,7 @@ fn child() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(MESHES);
     one_rank_fails(&world);
+    lengths_disagree(&world);
     for seed in 0..meshes {
         let mesh = random_mesh(seed, nranks);
         // The mesh has fine–coarse faces, so the check is not vacuous.
@@ -373,6 +375,36 @@ fn one_rank_fails(world: &SimpleCommunicator) {
         let err = r.err().map(|e| e.to_string()).unwrap_or_default();
         let want = if rank == 0 { "99" } else { "another rank" };
         assert!(err.contains(want), "rank {rank}: {err:?}");
+    }
+}
+
+/// Coalesced, rank 0 gives `q` three components where the others give two: only the ends
+/// receiving a message whose channels' lengths differ see it, yet every rank fails, including
+/// those that share no fine–coarse face with rank 0 (they would go on and wait otherwise).
+fn lengths_disagree(world: &SimpleCommunicator) {
+    let rank = world.rank() as usize;
+    let mesh = random_mesh(1, world.size() as usize);
+    let mut f = Fields::default();
+    let cell = || Metadata::new(Centering::Cell).fill_ghost().with_fluxes();
+    f.add("u", cell()).unwrap();
+    f.add("q", cell().components(if rank == 0 { 3 } else { 2 }))
+        .unwrap();
+    let data = BlockData::new(&mesh, &f, rank).unwrap();
+    // Only a rank 0 with cross-rank fine–coarse faces sends or receives a message that differs.
+    let nb = mesh.neighbors().unwrap();
+    let involved = (0..world.size() as usize).any(|r| {
+        let ch = flux_channels(&nb, &[0], r);
+        ch.send
+            .iter()
+            .any(|c| !c.is_local() && (r == 0 || c.receiver_rank == 0))
+    });
+    let r = FluxCorrection::new_in(world, &mesh, &data, &[0, 1], true, &BufferPool::new());
+    match r {
+        Err(e) => assert!(
+            involved && e.to_string().contains("coalesced"),
+            "rank {rank}: {e}"
+        ),
+        Ok(_) => assert!(!involved, "rank {rank}: set up despite rank 0's lengths"),
     }
 }
 

@@ -16,6 +16,7 @@ use starhalo_sf::p2p::{self, MsgArena};
 use starhalo_sf::pool::BufferPool;
 
 use crate::channel::ChannelKey;
+use crate::collective;
 use crate::error::BoundaryError;
 use crate::exchange::Traffic;
 
@@ -271,7 +272,8 @@ fn digest(ends: impl IntoIterator<Item = (ChannelKey, usize)>) -> [f64; 3] {
 
 /// Sender and receiver of each coalesced message check that they list the same channels:
 /// each sends the [`digest`] of its group to the other. `sends` and `recvs` are this rank's
-/// groups as (peer, tag, digest). Collective over the ranks the groups name.
+/// groups as (peer, tag, digest). Collective over `comm`: a mismatch is seen by the receiving
+/// end only, so every rank learns whether any rank saw one and fails with it.
 pub(crate) fn agree(
     comm: &SimpleCommunicator,
     rank: i32,
@@ -293,18 +295,23 @@ pub(crate) fn agree(
     got.wait();
     out.wait();
     let got = got.buf()?;
-    // Every message is received before any error returns, so no peer is left waiting.
-    for (i, (peer, _, d)) in recvs.iter().enumerate() {
-        if got[i * 3..i * 3 + 3] != d[..] {
-            return Err(BoundaryError::Mismatch(format!(
+    let mine = recvs
+        .iter()
+        .enumerate()
+        .find(|(i, (_, _, d))| got[i * 3..i * 3 + 3] != d[..])
+        .map_or(Ok(()), |(i, (peer, _, d))| {
+            Err(BoundaryError::Mismatch(format!(
                 "rank {rank} expects {} channels from rank {peer} in one coalesced message, \
-                 which lists {}",
+                 which lists {} (or they differ in their keys or lengths)",
                 d[0],
                 got[i * 3]
-            )));
-        }
-    }
-    Ok(())
+            )))
+        });
+    collective::agree(
+        comm,
+        mine,
+        "another rank's coalesced messages list other channels than their senders'",
+    )
 }
 
 #[cfg(test)]
