@@ -10,7 +10,8 @@
 //! - a sparse receiver of real data becomes allocated, null channels fill the default;
 //! - every mode gives bit-identical blocks, equal to the reference path (a plain star-forest
 //!   bcast over the same cells), and the digest printed per mesh is the same on every rank
-//!   count (the parent process compares them).
+//!   count (the parent process compares them);
+//! - a set-up that fails on one rank fails on every rank.
 
 mod common;
 
@@ -293,12 +294,39 @@ fn reference(
     }
 }
 
+/// A set-up that fails on rank 0 only (storage of rank 1's blocks) fails on every rank, in
+/// both modes, instead of leaving the others waiting for rank 0's messages.
+fn one_rank_fails(world: &SimpleCommunicator) {
+    let (rank, nranks) = (world.rank() as usize, world.size() as usize);
+    if nranks == 1 {
+        return;
+    }
+    let mesh = random_mesh(0, nranks);
+    let data = BlockData::new(&mesh, &fields(), rank.max(1)).unwrap();
+    for coalesced in [true, false] {
+        let opts = ExchangeOptions {
+            coalesced,
+            ordering: Ordering::Natural,
+            policy: Policy::Serial,
+        };
+        let err = Exchange::new(world, &mesh, &data, opts).err();
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        let want = if rank == 0 {
+            "not on rank 0"
+        } else {
+            "another rank"
+        };
+        assert!(err.contains(want), "rank {rank}: {err:?}");
+    }
+}
+
 fn child() {
     let universe = starhalo_sf::mpi::initialize().unwrap();
     let world = universe.world();
     let rank = world.rank() as usize;
     let nranks = world.size() as usize;
     let f = fields();
+    one_rank_fails(&world);
     for seed in 0..MESHES {
         let mesh = random_mesh(seed, nranks);
         let mut results = Vec::new();
