@@ -3,15 +3,14 @@
 //! Exit codes: 0 success, 1 run-time failure, 2 bad input (options, files, graphs). Every rank
 //! of a multi-rank job reaches the same verdict on bad input and exits; none is left waiting.
 
-mod alloc_count;
+#![forbid(unsafe_code)]
+
 mod bench;
 mod cli;
 mod comm;
 mod deck;
 mod exit;
 mod graph_file;
-// Outputs are called by the advection driver; until it lands, nothing in the binary uses them.
-#[allow(dead_code, unused_imports)]
 mod output;
 mod problems;
 mod run;
@@ -21,7 +20,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 #[global_allocator]
-static GLOBAL: alloc_count::Counting = alloc_count::Counting;
+static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();

@@ -36,7 +36,7 @@ use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::Root;
 
 #[global_allocator]
-static GLOBAL: common::alloc::Counting = common::alloc::Counting;
+static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;
 
 const MESHES: u64 = 4;
 /// Variable ids and slots: `lin` (slot 0), `code` (slots 1, 2), `flat` (3), all with ghosts;
@@ -320,10 +320,13 @@ fn child() {
         }
         // A whole V-cycle leg up; then both legs again, warm: no heap allocation.
         gx.prolongate_up(&mut data).unwrap();
-        let (a0, t0) = (common::alloc::allocations(), std::time::Instant::now());
+        let (a0, t0) = (
+            starhalo_exec::alloc_count::allocations(),
+            std::time::Instant::now(),
+        );
         gx.restrict_down(&mut data).unwrap();
         gx.prolongate_up(&mut data).unwrap();
-        let (allocs, legs) = (common::alloc::allocations() - a0, t0.elapsed());
+        let (allocs, legs) = (starhalo_exec::alloc_count::allocations() - a0, t0.elapsed());
         assert_eq!(
             allocs, 0,
             "seed {seed}: warm V-cycle legs allocated {allocs} times"

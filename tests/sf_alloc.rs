@@ -8,7 +8,7 @@ use starhalo_sf::mpi::topology::Communicator;
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 
 #[global_allocator]
-static GLOBAL: common::alloc::Counting = common::alloc::Counting;
+static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;
 
 fn main() {
     if std::env::var_os(common::CHILD_ENV).is_some() {
@@ -54,14 +54,14 @@ fn count_warm_allocations(world: &impl Communicator) -> bool {
     };
     cycle(&mut root, &mut leaf, &mut upd); // warm: links and requests are made here
     cycle(&mut root, &mut leaf, &mut upd);
-    let before = common::alloc::allocations();
+    let before = starhalo_exec::alloc_count::allocations();
     for _ in 0..100 {
         cycle(&mut root, &mut leaf, &mut upd);
     }
-    let during = common::alloc::allocations() - before;
+    let during = starhalo_exec::alloc_count::allocations() - before;
     // The counter itself must work, or the zero above proves nothing.
     let probe = std::hint::black_box(vec![0u8; 64]);
-    let counted = common::alloc::allocations() - before - during;
+    let counted = starhalo_exec::alloc_count::allocations() - before - during;
     drop(probe);
     if during != 0 || counted == 0 {
         eprintln!("[rank {r}] FAIL: {during} allocations in 600 warm operations (counter probe saw {counted})");

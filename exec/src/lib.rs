@@ -21,6 +21,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod alloc_count;
 mod buffer;
 pub mod cuda;
 mod element;

@@ -9,7 +9,6 @@
 //! allocations (counted by the global allocator) are summed over ranks and divided by the
 //! number of timed fills.
 
-use crate::alloc_count;
 use crate::cli::ExchangeBenchArgs;
 use crate::deck::Deck;
 use crate::exit::bad_input;
@@ -24,6 +23,7 @@ use starhalo_boundary::{
     BlockData, BndCache, BndInfo, BoundaryType, BufferPool, Exchange, ExchangeOptions,
     FluxCorrection, FluxData, Ordering, RankChannels, Space, TaskStatus, Traffic,
 };
+use starhalo_exec::alloc_count;
 use starhalo_exec::Policy;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{Mesh, MeshConfig};

@@ -262,7 +262,7 @@ mod tests {
             ),
         ] {
             let e = OutputBlock::from_map(&deck(&pairs), 3).unwrap_err();
-            assert!(e.is_bad_input());
+            assert!(matches!(e, OutputError::Invalid { .. }), "{e:?}");
             assert!(
                 e.to_string()
                     .starts_with(&format!("parthenon/output3/{key}")),

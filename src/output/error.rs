@@ -56,11 +56,6 @@ pub enum OutputError {
 }
 
 impl OutputError {
-    /// True for errors in user input (the output block or a restart file named by the user).
-    pub fn is_bad_input(&self) -> bool {
-        matches!(self, Self::Invalid { .. } | Self::BadRestart { .. })
-    }
-
     pub(crate) fn hdf5(path: &std::path::Path, e: hdf5::Error) -> Self {
         Self::Hdf5 {
             path: path.to_path_buf(),

@@ -91,15 +91,6 @@ impl RestartData {
         self.locations.len()
     }
 
-    /// The rank that held each block in the writing run.
-    pub fn owners(&self) -> Vec<usize> {
-        self.blocks_per_rank
-            .iter()
-            .enumerate()
-            .flat_map(|(r, &n)| std::iter::repeat_n(r, n))
-            .collect()
-    }
-
     /// The blocks `gids`, read from the file, in the layout of a [`Snapshot`] of `fields` with
     /// this file's ghost width: the data (`gids.len() * layout.block_len()`; ghosts zero when
     /// the file has none; unallocated variables at their default value) and the allocation

@@ -1,7 +1,6 @@
 //! Launching multi-rank jobs from tests, always under a time limit so a deadlock fails.
 #![allow(dead_code)]
 
-pub mod alloc;
 pub mod amr;
 
 use std::path::Path;

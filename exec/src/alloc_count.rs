@@ -1,6 +1,13 @@
 //! A global allocator that counts heap allocations (and reallocations), forwarding every call
 //! to the system allocator unchanged. One relaxed atomic add per allocation: cheap enough to
-//! leave on in every build, so benchmarks can show that a warm exchange allocates nothing.
+//! leave on in every build, so benchmarks and tests can show that a warm exchange allocates
+//! nothing. A program installs it with
+//! `#[global_allocator] static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;`.
+//!
+//! `GlobalAlloc` is an unsafe trait: this module is the one place outside FFI that needs
+//! `unsafe`, for the trait and the forwarding calls.
+
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
