@@ -624,6 +624,20 @@ impl FluxCorrection {
     /// Polls the incoming corrections (`flxcor_recv`): `Incomplete` until all have arrived.
     pub fn receive(&mut self, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
         self.start_receive(ty)?;
+        if self.coalesced {
+            self.receive_coalesced()?;
+        } else {
+            self.receive_per_channel()?;
+        }
+        Ok(if self.arrived() {
+            TaskStatus::Complete
+        } else {
+            TaskStatus::Incomplete
+        })
+    }
+
+    /// Takes apart the coalesced messages that have arrived, per peer rank.
+    fn receive_coalesced(&mut self) -> Result<(), BoundaryError> {
         for gi in 0..self.recv_groups.len() {
             let Some((ends, mut msg)) =
                 coalesce::receive(&mut self.recv_groups, gi, &mut self.coal, &self.comm)?
@@ -642,13 +656,14 @@ impl FluxCorrection {
             }
             msg.finish()?;
         }
+        Ok(())
+    }
+
+    /// Posts the receives of sparse channels whose message has arrived (its size tells data
+    /// from null), and marks what has completed.
+    fn receive_per_channel(&mut self) -> Result<(), BoundaryError> {
         for (i, e) in self.recv.iter_mut().enumerate() {
-            if e.ch.is_local()
-                || !e.sparse
-                || self.coalesced
-                || e.posted.is_some()
-                || e.state != BufferState::Stale
-            {
+            if e.ch.is_local() || !e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
                 continue;
             }
             if let Some(n) = p2p::probe(&self.comm, e.peer, e.tag) {
@@ -675,11 +690,7 @@ impl FluxCorrection {
                 }
             }
         }
-        Ok(if self.arrived() {
-            TaskStatus::Complete
-        } else {
-            TaskStatus::Incomplete
-        })
+        Ok(())
     }
 
     /// The channels whose correction has not arrived yet: what a receive that times out
