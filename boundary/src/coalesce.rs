@@ -245,15 +245,28 @@ pub(crate) fn rearm(groups: &mut [Group]) {
     }
 }
 
-/// Each group's (peer, tag, [`digest`]) for [`agree`]; `end(i)` is end `i`'s channel key
-/// and number of values.
-pub(crate) fn digests<'a>(
+/// What the set-up digest covers of one end of a coalesced message.
+pub(crate) trait Listed {
+    /// The end's channel.
+    fn key(&self) -> ChannelKey;
+    /// Values the channel carries.
+    fn values(&self) -> usize;
+}
+
+/// Each group's (peer, tag, [`digest`]) for [`agree`]; `ends` are the ends the groups index.
+pub(crate) fn digests<'a, E: Listed>(
     groups: &'a [Group],
-    key: impl Fn(usize) -> (ChannelKey, usize) + 'a,
+    ends: &'a [E],
 ) -> impl Iterator<Item = (i32, i32, [f64; 3])> + 'a {
-    groups
-        .iter()
-        .map(move |g| (g.peer, g.tag, digest(g.ends.clone().map(&key))))
+    groups.iter().map(move |g| {
+        // A group outside `ends` digests as empty, which its peer's digest then contradicts.
+        let listed = ends.get(g.ends.clone()).unwrap_or_default();
+        (
+            g.peer,
+            g.tag,
+            digest(listed.iter().map(|e| (e.key(), e.values()))),
+        )
+    })
 }
 
 /// Count and hash of the channel keys and lengths one end of a group lists: both ends must

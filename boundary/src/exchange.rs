@@ -40,7 +40,7 @@ use starhalo_sf::pool::BufferPool;
 use crate::block_set::BlockSet;
 use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
 use crate::bounds::BlockFinish;
-use crate::channel::{Channel, RankChannels};
+use crate::channel::{Channel, ChannelKey, RankChannels};
 use crate::coalesce::{self, Group};
 use crate::collective;
 use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
@@ -220,6 +220,15 @@ struct End {
     source: Option<(usize, usize)>,
 }
 
+impl coalesce::Listed for End {
+    fn key(&self) -> ChannelKey {
+        self.ch.key
+    }
+    fn values(&self) -> usize {
+        self.buf.len()
+    }
+}
+
 /// Everything one (partition, type) needs.
 #[derive(Debug)]
 struct Route {
@@ -331,12 +340,8 @@ impl Exchange {
         if opts.coalesced {
             let (mut sends, mut recvs) = (Vec::new(), Vec::new());
             for r in ex.routes.iter().step_by(3) {
-                sends.extend(coalesce::digests(&r.send_groups, |i| {
-                    (r.send[i].ch.key, r.send[i].buf.len())
-                }));
-                recvs.extend(coalesce::digests(&r.recv_groups, |i| {
-                    (r.recv[i].ch.key, r.recv[i].buf.len())
-                }));
+                sends.extend(coalesce::digests(&r.send_groups, &r.send));
+                recvs.extend(coalesce::digests(&r.recv_groups, &r.recv));
             }
             coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
         }
