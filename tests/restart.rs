@@ -99,7 +99,7 @@ fn main() {
         let out = run(ranks, &args);
         common::assert_ok(&format!("uninterrupted {tag} run on {ranks} ranks"), &out);
         let rst = full.join("adv.out1.00001.rhdf");
-        assert_eq!(attr_i64(&rst, "NCycle"), RESTART_CYCLE);
+        assert_eq!(attr::<i64>(&rst, "NCycle"), RESTART_CYCLE);
         let unallocated = hdf5::File::open(&rst)
             .and_then(|f| f.dataset("SparseInfo"))
             .and_then(|d| d.read_raw::<bool>())
@@ -117,7 +117,7 @@ fn main() {
         if tag == "dense" {
             finals.push(full.join("adv.out1.final.rhdf"));
         } else if tag == "amr" {
-            let blocks = |f: &str| attr_i64(&full.join(f), "NumMeshBlocks");
+            let blocks = |f: &str| attr::<i64>(&full.join(f), "NumMeshBlocks");
             let (at_restart, at_end) =
                 (blocks("adv.out1.00001.rhdf"), blocks("adv.out1.final.rhdf"));
             assert_ne!(
@@ -174,19 +174,11 @@ fn hdf5_files(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-fn attr_i64(path: &Path, name: &str) -> i64 {
+fn attr<T: hdf5::H5Type>(path: &Path, name: &str) -> T {
     let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     f.group("Info")
         .and_then(|g| g.attr(name))
-        .and_then(|a| a.read_scalar::<i64>())
-        .unwrap_or_else(|e| panic!("{}: Info/{name}: {e}", path.display()))
-}
-
-fn attr_f64(path: &Path, name: &str) -> f64 {
-    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    f.group("Info")
-        .and_then(|g| g.attr(name))
-        .and_then(|a| a.read_scalar::<f64>())
+        .and_then(|a| a.read_scalar::<T>())
         .unwrap_or_else(|e| panic!("{}: Info/{name}: {e}", path.display()))
 }
 
@@ -194,7 +186,7 @@ fn check_continuation(full: &Path, resumed: &Path) {
     let written = hdf5_files(resumed);
     let expected: BTreeSet<String> = hdf5_files(full)
         .into_iter()
-        .filter(|n| attr_i64(&full.join(n), "NCycle") > RESTART_CYCLE)
+        .filter(|n| attr::<i64>(&full.join(n), "NCycle") > RESTART_CYCLE)
         .collect();
     assert_eq!(
         written, expected,
@@ -211,11 +203,15 @@ fn check_continuation(full: &Path, resumed: &Path) {
     }
     for name in &written {
         let (a, b) = (full.join(name), resumed.join(name));
-        assert_eq!(attr_i64(&a, "NCycle"), attr_i64(&b, "NCycle"), "{name}");
+        assert_eq!(
+            attr::<i64>(&a, "NCycle"),
+            attr::<i64>(&b, "NCycle"),
+            "{name}"
+        );
         for key in ["Time", "dt"] {
             assert_eq!(
-                attr_f64(&a, key).to_bits(),
-                attr_f64(&b, key).to_bits(),
+                attr::<f64>(&a, key).to_bits(),
+                attr::<f64>(&b, key).to_bits(),
                 "{name}: Info/{key}"
             );
         }

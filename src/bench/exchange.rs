@@ -340,7 +340,7 @@ fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64,
             }
         }
     }
-    Ok(((len * 8) as f64, median(&mut pack), median(&mut memcpy)))
+    Ok((bytes, median(&mut pack), median(&mut memcpy)))
 }
 
 fn median(v: &mut [f64]) -> f64 {
