@@ -180,10 +180,10 @@ impl Rows {
 /// The run starts are stored once per *shape* (the set of boxes an array sends), not once per
 /// array: every variable of a block, and every block with the same neighbours, sends the same
 /// boxes at the same offsets within its array, so an exchange's whole index data is a few KiB
-/// that stays in L1, and each array adds only where its sub-halos go in the buffer. (Measured
-/// on 16 blocks of 8^3 with 8 variables, where the fields and the buffer fill L2: 0.89 of a
-/// memcpy of the same bytes, against 0.65 with a (source, destination) pair per run, whose
-/// 8 bytes per 26-byte run pushed the packed fields out of L2.)
+/// that stays in L1, and each array adds only where its sub-halos go in the buffer. (On the
+/// exchange bench deck, 16 blocks of 8^3 with 8 variables per rank, whose fields and buffer
+/// fill L2: 0.84 to 0.86 of a memcpy of the same bytes, against 0.68 to 0.71 with a
+/// (source, destination) pair per run, 8 bytes of index per 26-byte run.)
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RunList {
     arrays: Vec<ArrayRuns>,
