@@ -54,7 +54,7 @@ pub struct Device {
     ordinal: usize,
     name: String,
     cc: (i32, i32),
-    sets: [OnceLock<Result<Arc<Compiled>, CudaError>>; 2],
+    sets: [OnceLock<Result<Arc<Compiled>, CudaError>>; KernelSet::ALL.len()],
 }
 
 impl std::fmt::Debug for Device {

@@ -11,6 +11,8 @@ use crate::element::ScalarKind;
 pub const SF_SRC: &str = include_str!("kernels/sf.cu");
 /// Boundary kernels in one: pack, unpack, restriction, prolongation, outflow fill.
 pub const HALO_SRC: &str = include_str!("kernels/halo.cu");
+/// Finite-volume advection: face fluxes and the conservative update of every block.
+pub const ADVECT_SRC: &str = include_str!("kernels/advect.cu");
 
 /// A set of kernels compiled together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -19,17 +21,20 @@ pub enum KernelSet {
     Sf,
     /// [`HALO_SRC`]
     Halo,
+    /// [`ADVECT_SRC`]
+    Advect,
 }
 
 impl KernelSet {
-    /// Both sets.
-    pub const ALL: [KernelSet; 2] = [KernelSet::Sf, KernelSet::Halo];
+    /// Every set.
+    pub const ALL: [KernelSet; 3] = [KernelSet::Sf, KernelSet::Halo, KernelSet::Advect];
 
     /// Its name in messages.
     pub fn name(self) -> &'static str {
         match self {
             KernelSet::Sf => "sf",
             KernelSet::Halo => "halo",
+            KernelSet::Advect => "advect",
         }
     }
 
@@ -38,6 +43,7 @@ impl KernelSet {
         match self {
             KernelSet::Sf => SF_SRC,
             KernelSet::Halo => HALO_SRC,
+            KernelSet::Advect => ADVECT_SRC,
         }
     }
 
@@ -55,6 +61,7 @@ impl KernelSet {
                 v
             }
             KernelSet::Halo => HALO_KERNELS.map(String::from).to_vec(),
+            KernelSet::Advect => ADVECT_KERNELS.map(String::from).to_vec(),
         }
     }
 }
@@ -76,6 +83,9 @@ pub const HALO_KERNELS: [&str; 5] = [
     "sh_prolongate",
     "sh_outflow",
 ];
+
+/// The advection kernels.
+pub const ADVECT_KERNELS: [&str; 2] = ["sh_adv_flux", "sh_adv_update"];
 
 /// The kind of one kernel parameter, as the host passes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -279,6 +289,7 @@ mod tests {
             include_str!("kernels/host_emulate.h"),
             SF_SRC,
             HALO_SRC,
+            ADVECT_SRC,
             include_str!("kernels/host_emulate_test.cpp"),
         ]
         .join("\n");
@@ -328,5 +339,7 @@ mod tests {
         assert_eq!(define(HALO_SRC, "SH_FLAG_ALLOCATED"), Some(2));
         assert_eq!(define(HALO_SRC, "SH_PROLONG_MINMOD"), Some(2));
         assert_eq!(define(HALO_SRC, "NOPE"), None);
+        assert_eq!(define(ADVECT_SRC, "SH_LIMIT_NONE"), Some(0));
+        assert_eq!(define(ADVECT_SRC, "SH_LIMIT_MC"), Some(2));
     }
 }

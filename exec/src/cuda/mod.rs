@@ -24,6 +24,9 @@
 //!   and [`Device::outflow`], one launch each, CUDA blocks over sub-halos and threads over
 //!   cells, x1 fastest. Floating-point kernels are compiled with `--fmad=false` and written in
 //!   the host's expression order, so their results equal the host's bit for bit.
+//! - Advection kernels ([`Device::advect_flux`], [`Device::advect_update`]): the face fluxes
+//!   and the conservative update of the advection problem over every block in one launch each,
+//!   in the host's expression order too.
 //!
 //! The kernel sources ([`kernels`]) and the descriptor types ([`HaloDesc`], [`ReduceOp`],
 //! [`ProlongOp`], [`FieldDims`], [`RefineGeom`]) exist in every build, so host tests check the
@@ -56,6 +59,8 @@ mod error;
 pub mod kernels;
 
 #[cfg(feature = "cuda")]
+mod advect;
+#[cfg(feature = "cuda")]
 pub(crate) mod dbuf;
 #[cfg(feature = "cuda")]
 mod device;
@@ -67,6 +72,8 @@ pub(crate) mod ops;
 pub use desc::{FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE};
 pub use error::CudaError;
 
+#[cfg(feature = "cuda")]
+pub use advect::{AdvectGeom, SlopeLimiter};
 #[cfg(feature = "cuda")]
 pub use device::{local_rank_from_env, Device, Event};
 #[cfg(feature = "cuda")]
