@@ -109,7 +109,7 @@ pub fn outflow_fill(
 }
 
 #[cfg(feature = "cuda")]
-pub use device::{DeviceBndCache, DeviceRefine};
+pub use device::{DeviceBndCache, DeviceFields, DeviceRefine};
 
 #[cfg(feature = "cuda")]
 mod device {
@@ -119,8 +119,11 @@ mod device {
     use starhalo_exec::Buffer;
 
     use super::{field_dims, halo_desc};
-    use crate::bnd_info::{BndCache, BndInfo, FieldLayout};
+    use crate::bnd_info::{BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED};
+    use crate::error::BoundaryError;
+    use crate::exchange::{Exchange, FieldSpace};
     use crate::prolong_restrict::Prolongation;
+    use crate::storage::BlockData;
 
     /// A [`BndCache`] on a device: pack-in-one and unpack-in-one as one launch each.
     #[derive(Debug)]
@@ -176,6 +179,141 @@ mod device {
             default: f64,
         ) -> Result<(), CudaError> {
             dev.halo_unpack(&self.halos, buf, data, default)
+        }
+    }
+
+    /// The field storage of a single-level mesh's blocks on a device, as an exchange's
+    /// [`FieldSpace`]: each route packs in one launch into a device buffer, which is copied to
+    /// the host buffer MPI sends (the copy waits for the stream: the one synchronisation
+    /// before MPI), and unpacks in one launch after the host buffer is copied up.
+    #[derive(Debug)]
+    pub struct DeviceFields {
+        dev: Arc<Device>,
+        layout: FieldLayout,
+        data: Buffer<f64>,
+        /// Per route: send and receive descriptors and their device buffers.
+        routes: Vec<[(DeviceBndCache, Buffer<f64>); 2]>,
+    }
+
+    fn device_error(e: impl std::fmt::Display) -> BoundaryError {
+        BoundaryError::Device(e.to_string())
+    }
+
+    impl DeviceFields {
+        /// Uploads `data` (the blocks of a single-level mesh) and the descriptors of every
+        /// route of `ex`, which was built for `data`.
+        pub fn new(
+            dev: &Arc<Device>,
+            ex: &Exchange,
+            data: &BlockData,
+        ) -> Result<Self, BoundaryError> {
+            let l = data.layout();
+            if l.coarse.is_some() {
+                return Err(BoundaryError::Geometry(
+                    "device fields hold single-level meshes (no coarse buffers)".into(),
+                ));
+            }
+            let nblocks = data.gids().len();
+            let mut routes = Vec::new();
+            for (send, recv) in ex.route_caches() {
+                let side = |c: &BndCache| -> Result<_, CudaError> {
+                    let d = DeviceBndCache::new(dev, c, l.fine, nblocks)?;
+                    let buf = Buffer::zeroed_on(dev, c.buffer_len())?;
+                    Ok((d, buf))
+                };
+                routes.push([
+                    side(send).map_err(device_error)?,
+                    side(recv).map_err(device_error)?,
+                ]);
+            }
+            Ok(Self {
+                dev: dev.clone(),
+                layout: l.fine,
+                data: Buffer::from_host_to(dev, data.data()).map_err(device_error)?,
+                routes,
+            })
+        }
+
+        /// The device.
+        pub fn device(&self) -> &Arc<Device> {
+            &self.dev
+        }
+
+        /// The layout of each block's arrays.
+        pub fn layout(&self) -> FieldLayout {
+            self.layout
+        }
+
+        /// The field storage on the device, laid out as the host's.
+        pub fn data(&self) -> &Buffer<f64> {
+            &self.data
+        }
+
+        /// The same, to write.
+        pub fn data_mut(&mut self) -> &mut Buffer<f64> {
+            &mut self.data
+        }
+
+        /// Copies the device values into `data`'s storage (outputs, error norms).
+        pub fn download(&self, data: &mut BlockData) -> Result<(), BoundaryError> {
+            self.data.download(data.data_mut()).map_err(device_error)
+        }
+    }
+
+    fn no_route(route: usize) -> BoundaryError {
+        BoundaryError::Mismatch(format!("route {route} was not uploaded"))
+    }
+
+    impl FieldSpace for DeviceFields {
+        fn pack(
+            &mut self,
+            route: usize,
+            cache: &BndCache,
+            _data: &BlockData,
+            buf: &mut [f64],
+        ) -> Result<(), BoundaryError> {
+            let (n, got) = (cache.buffer_len(), buf.len());
+            let out = buf.get_mut(..n).ok_or(BoundaryError::Size {
+                what: "communication buffer",
+                expected: n,
+                got,
+            })?;
+            let Self {
+                dev, data, routes, ..
+            } = self;
+            let [(d, dbuf), _] = routes.get_mut(route).ok_or_else(|| no_route(route))?;
+            d.pack(dev, data, dbuf, None).map_err(device_error)?;
+            dbuf.download(out).map_err(device_error)
+        }
+
+        fn unpack(
+            &mut self,
+            route: usize,
+            cache: &BndCache,
+            buf: &[f64],
+            _data: &mut BlockData,
+            _defaults: &[f64],
+        ) -> Result<(), BoundaryError> {
+            // The descriptors went up once, all allocated: a null (sparse) message would need
+            // its fill value, which dense fields never get.
+            if cache.infos().iter().any(|b| b.flags & FLAG_ALLOCATED == 0) {
+                return Err(BoundaryError::Geometry(
+                    "a null (sparse) message for device fields, which hold dense fields only"
+                        .into(),
+                ));
+            }
+            let n = cache.buffer_len();
+            let from = buf.get(..n).ok_or(BoundaryError::Size {
+                what: "communication buffer",
+                expected: n,
+                got: buf.len(),
+            })?;
+            let Self {
+                dev, data, routes, ..
+            } = self;
+            let [_, (d, dbuf)] = routes.get_mut(route).ok_or_else(|| no_route(route))?;
+            dbuf.upload(from).map_err(device_error)?;
+            d.unpack(dev, dbuf, data, 0.0).map_err(device_error)
         }
     }
 

@@ -66,6 +66,9 @@ pub enum BoundaryError {
     /// An error from the mesh layer.
     #[error(transparent)]
     Mesh(#[from] starhalo_mesh::MeshError),
+    /// A device (GPU) operation failed; the message says which and why.
+    #[error("device: {0}")]
+    Device(String),
 }
 
 impl BoundaryError {

@@ -229,6 +229,73 @@ impl coalesce::Listed for End {
     }
 }
 
+/// Where an exchange packs its send buffers from and unpacks its receive buffers into: the
+/// host's block storage ([`HostFields`], what [`Exchange::send`] and [`Exchange::set_bounds`]
+/// use), or a copy of it in another memory space that does the same two steps there and moves
+/// the buffers between that space and the host, where MPI sends them.
+///
+/// `route` numbers the exchange's (partition, type) routes as
+/// [`Exchange::route_caches`] lists them, so that an implementation can prepare per-route
+/// state (device descriptors) once.
+pub trait FieldSpace {
+    /// Whether this is the host's block storage itself: restriction, prolongation and
+    /// physical boundaries run on the host, so other spaces serve single-level meshes whose
+    /// boundaries are all periodic.
+    fn is_host(&self) -> bool {
+        false
+    }
+
+    /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`.
+    fn pack(
+        &mut self,
+        route: usize,
+        cache: &BndCache,
+        data: &BlockData,
+        buf: &mut [f64],
+    ) -> Result<(), BoundaryError>;
+
+    /// Unpacks `buf` into the sub-halos of `cache` (route `route`'s receive side).
+    fn unpack(
+        &mut self,
+        route: usize,
+        cache: &BndCache,
+        buf: &[f64],
+        data: &mut BlockData,
+        defaults: &[f64],
+    ) -> Result<(), BoundaryError>;
+}
+
+/// The host's block storage, packed and unpacked with `Policy`.
+#[derive(Debug, Clone, Copy)]
+pub struct HostFields(pub Policy);
+
+impl FieldSpace for HostFields {
+    fn is_host(&self) -> bool {
+        true
+    }
+
+    fn pack(
+        &mut self,
+        _route: usize,
+        cache: &BndCache,
+        data: &BlockData,
+        buf: &mut [f64],
+    ) -> Result<(), BoundaryError> {
+        cache.pack(self.0, data.data(), buf)
+    }
+
+    fn unpack(
+        &mut self,
+        _route: usize,
+        cache: &BndCache,
+        buf: &[f64],
+        data: &mut BlockData,
+        defaults: &[f64],
+    ) -> Result<(), BoundaryError> {
+        cache.unpack(self.0, buf, data.data_mut(), defaults)
+    }
+}
+
 /// Everything one (partition, type) needs.
 #[derive(Debug)]
 struct Route {
@@ -690,7 +757,25 @@ impl Exchange {
         ty: BoundaryType,
         data: &mut BlockData,
     ) -> Result<TaskStatus, BoundaryError> {
+        let mut host = HostFields(self.opts.policy);
+        self.send_in(part, ty, data, &mut host)
+    }
+
+    /// [`send`](Self::send) with the values packed from `fields`.
+    pub fn send_in(
+        &mut self,
+        part: usize,
+        ty: BoundaryType,
+        data: &mut BlockData,
+        fields: &mut dyn FieldSpace,
+    ) -> Result<TaskStatus, BoundaryError> {
         let ri = self.route_index(part, ty)?;
+        if !fields.is_host() && !self.routes[ri].restrict.is_empty() {
+            return Err(BoundaryError::Geometry(
+                "fields outside host memory on a multilevel mesh: restriction runs on the host"
+                    .into(),
+            ));
+        }
         let r = &mut self.routes[ri];
         // Same-rank receivers must have consumed the last exchange.
         if r.send
@@ -720,7 +805,7 @@ impl Exchange {
             }
         }
         let buf = r.send_buf.buf_mut()?;
-        r.send_cache.pack(self.opts.policy, data.data(), buf)?;
+        fields.pack(ri, &r.send_cache, data, buf)?;
         for e in &mut r.send {
             let vs = &data.vars()[e.var];
             let live = data.is_allocated(e.block, e.var)
@@ -861,6 +946,18 @@ impl Exchange {
         ty: BoundaryType,
         data: &mut BlockData,
     ) -> Result<TaskStatus, BoundaryError> {
+        let mut host = HostFields(self.opts.policy);
+        self.set_bounds_in(part, ty, data, &mut host)
+    }
+
+    /// [`set_bounds`](Self::set_bounds) with the values unpacked into `fields`.
+    pub fn set_bounds_in(
+        &mut self,
+        part: usize,
+        ty: BoundaryType,
+        data: &mut BlockData,
+        fields: &mut dyn FieldSpace,
+    ) -> Result<TaskStatus, BoundaryError> {
         let ri = self.route_index(part, ty)?;
         let r = &mut self.routes[ri];
         if !r.all_arrived() {
@@ -873,12 +970,7 @@ impl Exchange {
                 self.pending_alloc[part].push((e.block, e.var));
             }
         }
-        r.recv_cache.unpack(
-            self.opts.policy,
-            r.recv_buf.buf()?,
-            data.data_mut(),
-            &self.defaults,
-        )?;
+        fields.unpack(ri, &r.recv_cache, r.recv_buf.buf()?, data, &self.defaults)?;
         coalesce::rearm(&mut r.recv_groups);
         for i in 0..self.routes[ri].recv.len() {
             self.routes[ri].recv[i].st.stale()?;
@@ -925,6 +1017,35 @@ impl Exchange {
         self.fill_ghosts_as(&[BoundaryType::Any], data)
     }
 
+    /// Each route's send and receive caches, in the numbering [`FieldSpace`] is given.
+    pub fn route_caches(&self) -> impl Iterator<Item = (&BndCache, &BndCache)> {
+        self.routes.iter().map(|r| (&r.send_cache, &r.recv_cache))
+    }
+
+    /// Whether this rank's ghost fills need host work after the unpack (prolongation from
+    /// coarser neighbours or physical boundaries), which [`finish`](Self::finish) does on the
+    /// host's block storage.
+    pub fn finishes_on_host(&self) -> bool {
+        self.finish.iter().any(|l| !l.is_empty())
+    }
+
+    /// One whole ghost fill of type `any` with the values in `fields`, which must not need
+    /// host work after the unpack ([`finishes_on_host`](Self::finishes_on_host)).
+    pub fn fill_ghosts_in(
+        &mut self,
+        data: &mut BlockData,
+        fields: &mut dyn FieldSpace,
+    ) -> Result<(), BoundaryError> {
+        if !fields.is_host() && self.finishes_on_host() {
+            return Err(BoundaryError::Geometry(
+                "fields outside host memory with coarser neighbours or physical boundaries: \
+                 prolongation and boundary conditions run on the host"
+                    .into(),
+            ));
+        }
+        self.fill_ghosts_as_in(&[BoundaryType::Any], data, fields)
+    }
+
     /// One whole ghost fill running the given types one after the other (`[Any]`, or
     /// `[Local, Nonlocal]`), polling until done.
     pub fn fill_ghosts_as(
@@ -932,13 +1053,23 @@ impl Exchange {
         types: &[BoundaryType],
         data: &mut BlockData,
     ) -> Result<(), BoundaryError> {
+        let mut host = HostFields(self.opts.policy);
+        self.fill_ghosts_as_in(types, data, &mut host)
+    }
+
+    fn fill_ghosts_as_in(
+        &mut self,
+        types: &[BoundaryType],
+        data: &mut BlockData,
+        fields: &mut dyn FieldSpace,
+    ) -> Result<(), BoundaryError> {
         let n = self.parts.len();
         for &ty in types {
             for p in 0..n {
                 self.start_receive(p, ty)?;
             }
             for p in 0..n {
-                while self.send(p, ty, data)? == TaskStatus::Incomplete {
+                while self.send_in(p, ty, data, fields)? == TaskStatus::Incomplete {
                     std::hint::spin_loop();
                 }
             }
@@ -946,7 +1077,7 @@ impl Exchange {
             while done.iter().any(|d| !d) {
                 for (p, d) in done.iter_mut().enumerate() {
                     if !*d && self.receive(p, ty)? == TaskStatus::Complete {
-                        self.set_bounds(p, ty, data)?;
+                        self.set_bounds_in(p, ty, data, fields)?;
                         *d = true;
                     }
                 }

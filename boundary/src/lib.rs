@@ -48,7 +48,9 @@ pub use comm_buffer::{
     same_rank_pair, Arrival, BufferState, ChannelState, CommBuffer, Role, SameRank, Transport,
 };
 pub use error::BoundaryError;
-pub use exchange::{BoundaryType, Exchange, ExchangeOptions, Ordering, TaskStatus, Traffic};
+pub use exchange::{
+    BoundaryType, Exchange, ExchangeOptions, FieldSpace, HostFields, Ordering, TaskStatus, Traffic,
+};
 pub use flux_correction::{FluxCorrection, FluxData};
 pub use gmg::{GmgData, GmgExchange, LevelBlocks};
 pub use pool::{BufferPool, Owned, WeakHandle};
