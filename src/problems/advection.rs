@@ -32,17 +32,23 @@
 //! the allocation threshold; unallocated blocks are skipped by the update and become
 //! allocated when a neighbour sends them data above the threshold. Blocks are never
 //! deallocated.
+//!
+//! GPU: `parthenon/exec/space: cuda` (default `host`) keeps the fields on the rank's GPU (the
+//! node-local rank mod the device count, or `STARHALO_CUDA_DEVICE`) for single-level meshes
+//! with periodic boundaries and dense fields; the same deck otherwise. Without a usable GPU
+//! the run exits 1 saying why.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
 
 mod amr;
+mod gpu;
 
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
 use crate::output::{write_output, FileNumber, FileType, OutputBlock, Schedule, Snapshot};
-use crate::run::collective::max_f64;
+use crate::run::collective::{agree, max_f64};
 use crate::run::resume::{self, Resume};
 use crate::run::stats::{CommTimer, Stop, Summary};
 use crate::run::RunContext;
@@ -55,6 +61,7 @@ use starhalo_boundary::{
     BlockData, BoundaryType, BufferPool, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
+use starhalo_exec::{MemSpace, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
 use std::cell::{Cell, RefCell};
@@ -65,6 +72,7 @@ use std::time::{Duration, Instant};
 const BLOCK: &str = "advection";
 const TIME: &str = "parthenon/time";
 const MESH: &str = "parthenon/mesh";
+const EXEC: &str = "parthenon/exec";
 const SPARSE: &str = "parthenon/sparse";
 
 /// The driver's entry for this problem.
@@ -203,6 +211,8 @@ struct Advection {
     amr_stats: amr::AmrStats,
     /// Where a restarted run picks up (`-r FILE`); `None` starts from the profile.
     resume: Option<Resume>,
+    /// Where the fields live while the run steps.
+    space: MemSpace,
 }
 
 /// The name of field copy `n`.
@@ -382,6 +392,33 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
 
     let sparse = sparse_thresholds(deck)?;
+    let space: MemSpace = deck
+        .get_str_or(EXEC, "space", "host")?
+        .parse()
+        .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
+    if space == MemSpace::Cuda {
+        let periodic = (0..ndim).all(|d| config.bc[d] == [BoundaryCondition::Periodic; 2]);
+        let why = if config.is_multilevel() || amr.is_some() {
+            Some("a multilevel or adaptive mesh")
+        } else if sparse.is_some() {
+            Some("sparse fields")
+        } else if !periodic {
+            Some("non-periodic boundaries")
+        } else if ctx.restart.is_some() {
+            Some("a restart")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(deck
+                .invalid(
+                    EXEC,
+                    "space",
+                    format!("cuda runs single-level periodic meshes of dense fields from the start; this run has {why}"),
+                )
+                .into());
+        }
+    }
     let mut fields = Fields::default();
     for n in 0..num_vars {
         let mut md = Metadata::new(Centering::Cell).fill_ghost();
@@ -424,6 +461,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         amr,
         amr_stats: amr::AmrStats::default(),
         resume,
+        space,
     }))
 }
 
@@ -812,6 +850,7 @@ impl Advection {
         sched: &mut [Schedule],
         (cycle, time, dt): (u64, f64, f64),
         last: bool,
+        gpu: Option<&gpu::Gpu>,
     ) -> Result<()> {
         // Every schedule advances before anything is written, so that a restart file holds
         // the schedules as they stand after this step.
@@ -838,6 +877,9 @@ impl Advection {
         if due.is_empty() {
             // Nothing to write (the same on every rank): no copy of the fields.
             return Ok(());
+        }
+        if let Some(g) = gpu {
+            g.download(&mut self.data.borrow_mut())?;
         }
         let data = self.data.borrow();
         let values = data.fine_values();
@@ -974,6 +1016,11 @@ impl Problem for Advection {
         // After a restart the stored ghosts are already these values; the fill also leaves
         // the coarse buffers (not stored) as the interrupted run had them.
         comm.time(|| self.fill_ghosts(ctx, &comms))?;
+        // Every rank opens its GPU, or every rank stops with the reason.
+        let mut gpu = match self.space {
+            MemSpace::Host => None,
+            MemSpace::Cuda => Some(agree(world, gpu::Gpu::new(self, &comms))?),
+        };
 
         let (mut sched, mut t, mut cycle, mut dt) = match resume {
             // The outputs of the restart step were written by the interrupted run.
@@ -989,7 +1036,7 @@ impl Problem for Advection {
             None => {
                 self.refine_initially(ctx, &comm, &mut comms)?;
                 let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
-                self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false)?;
+                self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false, gpu.as_ref())?;
                 (sched, 0.0f64, 0u64, 0.0f64)
             }
         };
@@ -1014,10 +1061,17 @@ impl Problem for Advection {
             // Within a hair of tlim the step ends the run, rather than leave a sliver.
             let last = got[0] * (1.0 + 1e-10) >= self.tlim - t;
             dt = if last { self.tlim - t } else { got[0] };
-            let base = (stages > 1).then(|| self.data.borrow().clone());
-            for st in 0..stages {
-                let base = if st == 0 { None } else { base.as_ref() };
-                comm.add(self.stage(ctx, &comms, dt, base)?);
+            if let Some(g) = gpu.as_mut() {
+                g.begin_cycle(stages)?;
+                for st in 0..stages {
+                    g.stage(self, &comms, dt, st)?;
+                }
+            } else {
+                let base = (stages > 1).then(|| self.data.borrow().clone());
+                for st in 0..stages {
+                    let base = if st == 0 { None } else { base.as_ref() };
+                    comm.add(self.stage(ctx, &comms, dt, base)?);
+                }
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
@@ -1031,15 +1085,18 @@ impl Problem for Advection {
                 (since_line, line_t0) = (0.0, Instant::now());
                 format!("time={t:.6e} dt={dt:.6e} blocks={blocks} zone-cycles/wsec={rate:.3e}")
             });
-            self.write_outputs(ctx, &mut sched, (cycle, t, dt), false)?;
+            self.write_outputs(ctx, &mut sched, (cycle, t, dt), false, gpu.as_ref())?;
         };
-        self.write_outputs(ctx, &mut sched, (cycle, t, dt), true)?;
+        self.write_outputs(ctx, &mut sched, (cycle, t, dt), true, gpu.as_ref())?;
         if self.amr.is_some() && ctx.is_root() {
             let f = self.mesh.forest();
             println!("{}", self.amr_stats.line(f.len(), f.max_level()));
         }
 
         if self.compute_error {
+            if let Some(g) = &gpu {
+                g.download(&mut self.data.borrow_mut())?;
+            }
             let (l1, linf) = self.errors(ctx, t);
             if ctx.is_root() {
                 let nx = self.mesh.config().nx;

@@ -1,0 +1,127 @@
+//! `parthenon/exec/space: cuda` for the advection problem. Where this machine has an NVIDIA
+//! GPU, the run on 1 and 2 ranks gives the host run's error norms bit for bit; where it has
+//! none, every rank exits 1 saying why and nothing is written. Decks the GPU path does not run,
+//! and unknown spaces, are bad input (exit 2) naming the key.
+
+mod common;
+
+use common::{assert_ok, starhalo_run};
+use std::path::{Path, PathBuf};
+
+const DECK: &str = "\
+parthenon/job:
+  problem: advection
+parthenon/mesh:
+  nx1: 32
+  x1min: -0.5
+  x1max: 0.5
+  ix1_bc: periodic
+  ox1_bc: periodic
+  nx2: 32
+  x2min: -0.5
+  x2max: 0.5
+  ix2_bc: periodic
+  ox2_bc: periodic
+parthenon/meshblock:
+  nx1: 8
+  nx2: 8
+parthenon/time:
+  tlim: 1.0
+  nlim: 6
+advection:
+  num_vars: 2
+  vx: 1.0
+  vy: -0.5
+  profile: smooth_gaussian
+  amp: 1.0
+  width: 0.1
+  limiter: mc
+  compute_error: true
+";
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("starhalo_gpu_{name}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An NVIDIA driver is loaded on this machine.
+fn has_gpu() -> bool {
+    Path::new("/proc/driver/nvidia/version").exists()
+}
+
+fn run(ranks: usize, deck: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![deck.to_str().unwrap(), "-d", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    starhalo_run(ranks, 120, &args)
+}
+
+#[test]
+fn cuda_matches_the_host_or_exits_1_saying_why() {
+    let dir = scratch("run");
+    let deck = dir.join("deck.yaml");
+    std::fs::write(&deck, DECK).unwrap();
+    let host_out = dir.join("host");
+    assert_ok("host run", &run(1, &deck, &host_out, &[]));
+    let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
+    for ranks in [1, 2] {
+        let out = dir.join(format!("cuda{ranks}"));
+        let r = run(ranks, &deck, &out, &["parthenon/exec/space=cuda"]);
+        if has_gpu() {
+            assert_ok("cuda run", &r);
+            let got = std::fs::read_to_string(out.join("advection-errors.dat")).unwrap();
+            assert_eq!(
+                got, want,
+                "{ranks} ranks: GPU error norms differ from the host's"
+            );
+        } else {
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(1), "{ranks} ranks: {err}");
+            assert!(
+                err.contains("parthenon/exec/space is cuda, but no GPU can be used"),
+                "{err}"
+            );
+            // Rank 0 speaks for all; no output was started.
+            assert_eq!(err.matches("error:").count(), 1, "{err}");
+            let written = std::fs::read_dir(&out).map_or(0, |d| d.count());
+            assert_eq!(written, 0, "{ranks} ranks wrote output before failing");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
+    let dir = scratch("bad");
+    let deck = dir.join("deck.yaml");
+    std::fs::write(&deck, DECK).unwrap();
+    let out = dir.join("out");
+    for (extra, says) in [
+        (
+            vec!["parthenon/exec/space=gpu"],
+            "unknown memory space `gpu`",
+        ),
+        (
+            vec![
+                "parthenon/exec/space=cuda",
+                "parthenon/mesh/ix1_bc=outflow",
+                "parthenon/mesh/ox1_bc=outflow",
+            ],
+            "non-periodic boundaries",
+        ),
+        (
+            vec!["parthenon/exec/space=cuda", "advection/sparse=true"],
+            "sparse fields",
+        ),
+    ] {
+        let r = run(2, &deck, &out, &extra);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("parthenon/exec/space") && err.contains(says),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
