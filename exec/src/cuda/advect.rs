@@ -6,6 +6,7 @@ use super::device::{grid_for, Device};
 use super::error::CudaError;
 use super::ffi::Arg;
 use super::kernels::KernelSet;
+use super::ops::need;
 use crate::buffer::Buffer;
 
 const BLOCK: u32 = 256;
@@ -51,16 +52,6 @@ impl AdvectGeom {
     fn shape_args(&self) -> [Arg; 9] {
         let [d, g, n] = [self.dims, self.ghosts, self.n];
         [d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2]].map(|v| Arg::U64(v as u64))
-    }
-}
-
-fn need(what: &str, want: usize, got: usize) -> Result<(), CudaError> {
-    if want == got {
-        Ok(())
-    } else {
-        Err(CudaError::Invalid(format!(
-            "{what}: {got} values, expected {want}"
-        )))
     }
 }
 

@@ -435,7 +435,7 @@ impl DeviceHalos {
     }
 }
 
-fn need(what: &str, want: usize, got: usize) -> Result<(), CudaError> {
+pub(crate) fn need(what: &str, want: usize, got: usize) -> Result<(), CudaError> {
     if want == got {
         Ok(())
     } else {
