@@ -201,7 +201,8 @@ mod device {
 
     impl DeviceFields {
         /// Uploads `data` (the blocks of a single-level mesh) and the descriptors of every
-        /// route of `ex`, which was built for `data`.
+        /// route of `ex`, which was built for `data` and must need no host work
+        /// ([`Exchange::needs_host`]).
         pub fn new(
             dev: &Arc<Device>,
             ex: &Exchange,
@@ -211,6 +212,13 @@ mod device {
             if l.coarse.is_some() {
                 return Err(BoundaryError::Geometry(
                     "device fields hold single-level meshes (no coarse buffers)".into(),
+                ));
+            }
+            if ex.needs_host() {
+                return Err(BoundaryError::Geometry(
+                    "device fields with restriction, prolongation or physical boundaries, \
+                     which run on the host"
+                        .into(),
                 ));
             }
             let nblocks = data.gids().len();

@@ -236,15 +236,10 @@ impl coalesce::Listed for End {
 ///
 /// `route` numbers the exchange's (partition, type) routes as
 /// [`Exchange::route_caches`] lists them, so that an implementation can prepare per-route
-/// state (device descriptors) once.
+/// state (device descriptors) once. Restriction, prolongation and physical boundaries run on
+/// the host's block storage, so a space other than the host's serves only exchanges that need
+/// none of them ([`Exchange::needs_host`]).
 pub trait FieldSpace {
-    /// Whether this is the host's block storage itself: restriction, prolongation and
-    /// physical boundaries run on the host, so other spaces serve single-level meshes whose
-    /// boundaries are all periodic.
-    fn is_host(&self) -> bool {
-        false
-    }
-
     /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`.
     fn pack(
         &mut self,
@@ -270,10 +265,6 @@ pub trait FieldSpace {
 pub struct HostFields(pub Policy);
 
 impl FieldSpace for HostFields {
-    fn is_host(&self) -> bool {
-        true
-    }
-
     fn pack(
         &mut self,
         _route: usize,
@@ -770,12 +761,6 @@ impl Exchange {
         fields: &mut dyn FieldSpace,
     ) -> Result<TaskStatus, BoundaryError> {
         let ri = self.route_index(part, ty)?;
-        if !fields.is_host() && !self.routes[ri].restrict.is_empty() {
-            return Err(BoundaryError::Geometry(
-                "fields outside host memory on a multilevel mesh: restriction runs on the host"
-                    .into(),
-            ));
-        }
         let r = &mut self.routes[ri];
         // Same-rank receivers must have consumed the last exchange.
         if r.send
@@ -1022,28 +1007,12 @@ impl Exchange {
         self.routes.iter().map(|r| (&r.send_cache, &r.recv_cache))
     }
 
-    /// Whether this rank's ghost fills need host work after the unpack (prolongation from
-    /// coarser neighbours or physical boundaries), which [`finish`](Self::finish) does on the
-    /// host's block storage.
-    pub fn finishes_on_host(&self) -> bool {
-        self.finish.iter().any(|l| !l.is_empty())
-    }
-
-    /// One whole ghost fill of type `any` with the values in `fields`, which must not need
-    /// host work after the unpack ([`finishes_on_host`](Self::finishes_on_host)).
-    pub fn fill_ghosts_in(
-        &mut self,
-        data: &mut BlockData,
-        fields: &mut dyn FieldSpace,
-    ) -> Result<(), BoundaryError> {
-        if !fields.is_host() && self.finishes_on_host() {
-            return Err(BoundaryError::Geometry(
-                "fields outside host memory with coarser neighbours or physical boundaries: \
-                 prolongation and boundary conditions run on the host"
-                    .into(),
-            ));
-        }
-        self.fill_ghosts_as_in(&[BoundaryType::Any], data, fields)
+    /// Whether this rank's ghost fills work on the host's block storage besides packing and
+    /// unpacking: restriction before sending to a coarser neighbour, prolongation from a
+    /// coarser one, or physical boundaries.
+    pub fn needs_host(&self) -> bool {
+        self.routes.iter().any(|r| !r.restrict.is_empty())
+            || self.finish.iter().any(|l| !l.is_empty())
     }
 
     /// One whole ghost fill running the given types one after the other (`[Any]`, or
@@ -1054,10 +1023,11 @@ impl Exchange {
         data: &mut BlockData,
     ) -> Result<(), BoundaryError> {
         let mut host = HostFields(self.opts.policy);
-        self.fill_ghosts_as_in(types, data, &mut host)
+        self.fill_ghosts_in(types, data, &mut host)
     }
 
-    fn fill_ghosts_as_in(
+    /// [`fill_ghosts_as`](Self::fill_ghosts_as) with the values in `fields`.
+    pub fn fill_ghosts_in(
         &mut self,
         types: &[BoundaryType],
         data: &mut BlockData,

@@ -148,6 +148,28 @@ impl<T: Element> Buffer<T> {
         Ok(())
     }
 
+    /// Overwrites every element with those of `src` (same length), in whichever spaces the
+    /// two live: a plain copy, an upload, a download, or a copy on the device.
+    pub fn copy_from(&mut self, src: &Self) -> Result<(), SpaceError> {
+        if let Some(s) = src.host() {
+            return self.upload(s);
+        }
+        if let Some(d) = self.host_mut() {
+            return src.download(d);
+        }
+        if src.len() != self.len() {
+            return Err(SpaceError::Length {
+                expected: self.len(),
+                got: src.len(),
+            });
+        }
+        #[cfg(feature = "cuda")]
+        if let (Repr::Cuda(d), Repr::Cuda(s)) = (&mut self.repr, &src.repr) {
+            d.copy_from(0, s, 0, s.len())?;
+        }
+        Ok(())
+    }
+
     /// The elements, copied to a host vector.
     pub fn to_vec(&self) -> Result<Vec<T>, SpaceError> {
         let mut v = vec![T::default(); self.len()];
@@ -311,5 +333,20 @@ mod tests {
         b.download(&mut out).unwrap();
         assert_eq!(out, [4.0, 5.0]);
         assert_eq!(c.to_vec().unwrap(), [-3.5, -3.5]);
+    }
+
+    #[test]
+    fn copy_from_overwrites_and_checks_the_length() {
+        let mut b = Buffer::from_slice(MemSpace::Host, &[1.0f64, 2.0]).unwrap();
+        b.copy_from(&Buffer::from_host(&[7.0, 8.0])).unwrap();
+        assert_eq!(b.to_vec().unwrap(), [7.0, 8.0]);
+        assert!(matches!(
+            b.copy_from(&Buffer::from_host(&[1.0])),
+            Err(SpaceError::Length {
+                expected: 2,
+                got: 1
+            })
+        ));
+        assert_eq!(b.to_vec().unwrap(), [7.0, 8.0]);
     }
 }

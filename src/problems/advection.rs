@@ -1062,7 +1062,7 @@ impl Problem for Advection {
             let last = got[0] * (1.0 + 1e-10) >= self.tlim - t;
             dt = if last { self.tlim - t } else { got[0] };
             if let Some(g) = gpu.as_mut() {
-                g.begin_cycle(stages)?;
+                g.begin_cycle()?;
                 for st in 0..stages {
                     g.stage(self, &comms, dt, st)?;
                 }

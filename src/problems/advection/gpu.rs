@@ -8,8 +8,8 @@
 use super::{Advection, Comms, Geo, Limiter};
 use anyhow::{Context as _, Result};
 use starhalo_boundary::device_pack::DeviceFields;
-use starhalo_boundary::BlockData;
-use starhalo_exec::cuda::{local_rank_from_env, AdvectGeom, Device, SlopeLimiter};
+use starhalo_boundary::{BlockData, BoundaryType};
+use starhalo_exec::cuda::{AdvectGeom, Device, SlopeLimiter};
 use starhalo_exec::Buffer;
 use std::sync::Arc;
 
@@ -20,14 +20,15 @@ pub(super) struct Gpu {
     flux: Vec<Buffer<f64>>,
     /// Three cell widths per block.
     dx: Buffer<f64>,
-    /// The fields at the start of the cycle (second RK2 stage).
+    /// The fields at the start of the cycle, for the stages after the first (RK2 only).
     base: Option<Buffer<f64>>,
     limiter: SlopeLimiter,
 }
 
-/// The GPU of this rank (node-local rank mod the device count), its kernels compiled.
+/// The GPU of this process (`STARHALO_CUDA_DEVICE`, else the node-local rank mod the device
+/// count), its kernels compiled.
 fn open() -> Result<Arc<Device>> {
-    let dev = Device::for_local_rank(local_rank_from_env())?;
+    let dev = Device::process_default()?;
     dev.compile_all()?;
     Ok(dev)
 }
@@ -61,11 +62,16 @@ impl Gpu {
         let flux = (0..ndim)
             .map(|d| Buffer::zeroed_on(&dev, geom.flux_len(d)))
             .collect::<Result<_, _>>()?;
+        let base = if a.integrator.stages() > 1 {
+            Some(Buffer::zeroed_on(&dev, geom.field_len())?)
+        } else {
+            None
+        };
         Ok(Self {
             geom,
             flux,
             dx: Buffer::from_host_to(&dev, &dx)?,
-            base: None,
+            base,
             limiter: match a.limiter {
                 Limiter::None => SlopeLimiter::None,
                 Limiter::Minmod => SlopeLimiter::Minmod,
@@ -75,13 +81,12 @@ impl Gpu {
         })
     }
 
-    /// Keeps the fields of the cycle's start for the second stage (`stages > 1`).
-    pub(super) fn begin_cycle(&mut self, stages: usize) -> Result<()> {
-        self.base = if stages > 1 {
-            Some(self.fields.data().try_clone()?)
-        } else {
-            None
-        };
+    /// Keeps the fields of the cycle's start for the later stages (a copy on the device into
+    /// the buffer allocated once).
+    pub(super) fn begin_cycle(&mut self) -> Result<()> {
+        if let Some(b) = &mut self.base {
+            b.copy_from(self.fields.data())?;
+        }
         Ok(())
     }
 
@@ -111,7 +116,11 @@ impl Gpu {
         comms
             .exchange
             .borrow_mut()
-            .fill_ghosts_in(&mut a.data.borrow_mut(), &mut self.fields)
+            .fill_ghosts_in(
+                &[BoundaryType::Any],
+                &mut a.data.borrow_mut(),
+                &mut self.fields,
+            )
             .context("ghost fill")?;
         Ok(())
     }
