@@ -279,3 +279,64 @@ fn one_level_reports_no_flux_correction() {
         "{r}"
     );
 }
+
+/// An NVIDIA driver is loaded on this machine.
+fn has_gpu() -> bool {
+    Path::new("/proc/driver/nvidia/version").exists()
+}
+
+/// `parthenon/exec/space=cuda`: with a GPU, a third mode (device fields, coalesced) whose
+/// traffic is the host coalesced mode's, exactly one pack and one unpack launch per partition,
+/// and the device copies (the bench itself fails unless the device fill and pack equal the
+/// host's bit for bit). Without one, every rank exits 1 before any timing, saying why, and
+/// prints no report.
+#[test]
+fn cuda_space_adds_the_device_exchange_or_exits_1() {
+    for ranks in [1, 2] {
+        if has_gpu() {
+            let r = run_json(ranks, &["exchange/nvars=3", "parthenon/exec/space=cuda"]);
+            let modes = r["modes"].as_array().unwrap();
+            assert_eq!(modes.len(), 3, "{r}");
+            let (host, dev) = (&modes[0], &modes[2]);
+            assert_eq!(dev["space"], "cuda", "{r}");
+            assert_eq!(dev["coalesced"], true, "{r}");
+            for key in ["messages_per_exchange", "bytes_per_exchange"] {
+                assert_eq!(num(dev, key), num(host, key), "{key}: {r}");
+            }
+            assert_eq!(num(dev, "launches_per_partition"), 2.0, "{r}");
+            let d = &r["device"];
+            assert!(num(d, "pack_gbps") > 0.0 && num(d, "d2d_gbps") > 0.0, "{r}");
+        } else {
+            let out = bench(ranks, &["--cycles", "1", "parthenon/exec/space=cuda"]);
+            assert_eq!(out.status.code(), Some(1), "{out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("no GPU can be used"), "{err}");
+            assert_eq!(err.matches("error:").count(), 1, "rank 0 alone speaks: {err}");
+            assert!(out.stdout.is_empty(), "no report: {out:?}");
+        }
+    }
+}
+
+/// The device bench takes single-level dense meshes; other spaces are unknown. Exit 2.
+#[test]
+fn cuda_space_refuses_what_it_does_not_run() {
+    let amr: Vec<String> = AMR.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut two_levels: Vec<&str> = amr.iter().map(String::as_str).collect();
+    two_levels.extend([
+        "parthenon/mesh/numlevel=2",
+        "parthenon/static_refinement0/level=1",
+        "parthenon/exec/space=cuda",
+    ]);
+    for extra in [
+        two_levels,
+        vec!["exchange/sparse=true", "parthenon/exec/space=cuda"],
+        vec!["parthenon/exec/space=gpu"],
+    ] {
+        let mut args = vec!["--cycles", "1"];
+        args.extend_from_slice(&extra);
+        let out = bench(2, &args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("parthenon/exec/space"), "{extra:?}: {err}");
+    }
+}

@@ -3,12 +3,18 @@
 //! several levels, the flux correction in both modes too; and the pack-in-one of this rank's
 //! send sub-halos against a plain memcpy of the same bytes.
 //!
+//! With `parthenon/exec/space=cuda` (single-level dense meshes) the fields also go to each
+//! rank's GPU, and the same run adds the coalesced exchange with device fields (kernel
+//! launches counted per partition) and the device pack-in-one against a device-to-device copy
+//! of the same bytes ([`device`](super::exchange_device)).
+//!
 //! Per mode: an [`Exchange`] (or a [`FluxCorrection`]) is built, warmed up, then `--cycles`
 //! ghost fills (corrections) are timed one by one, each after a barrier; a fill's time is the
 //! slowest rank's, and the median over fills is reported. Messages, bytes and heap
 //! allocations (counted by the global allocator) are summed over ranks and divided by the
 //! number of timed fills.
 
+use super::exchange_device::{self, DeviceCopies};
 use crate::cli::ExchangeBenchArgs;
 use crate::deck::Deck;
 use crate::exit::bad_input;
@@ -20,11 +26,11 @@ use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
 use starhalo_boundary::bnd_info::{send_box, FLAG_ALLOCATED, FLAG_COARSE};
 use starhalo_boundary::{
-    BlockData, BndCache, BndInfo, BoundaryType, BufferPool, Exchange, ExchangeOptions,
-    FluxCorrection, FluxData, Ordering, RankChannels, Space, TaskStatus, Traffic,
+    BlockData, BndCache, BndInfo, BoundaryType, BufferPool, Exchange, ExchangeOptions, FieldSpace,
+    FluxCorrection, FluxData, HostFields, Ordering, RankChannels, Space, TaskStatus, Traffic,
 };
 use starhalo_exec::alloc_count;
-use starhalo_exec::Policy;
+use starhalo_exec::{MemSpace, Policy, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{Mesh, MeshConfig};
 use std::hint::black_box;
@@ -33,18 +39,23 @@ use std::time::Instant;
 /// The deck block of the benchmark's own keys.
 const BLOCK: &str = "exchange";
 /// Untimed ghost fills before the timed ones.
-const WARMUP: usize = 3;
+pub(super) const WARMUP: usize = 3;
 /// Alternating pack/memcpy rounds; the median copy of each kind is reported.
 const COPY_ROUNDS: usize = 15;
 
 #[derive(Serialize)]
-struct Mode {
+pub(super) struct Mode {
+    /// Where the fields live: host or cuda.
+    space: &'static str,
     coalesced: bool,
     us_per_exchange: f64,
     us_per_exchange_mean: f64,
     messages_per_exchange: f64,
     bytes_per_exchange: f64,
     allocations_per_exchange: f64,
+    /// Kernel launches per exchange and partition, averaged over ranks (device fields only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) launches_per_partition: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -65,15 +76,19 @@ struct Report {
     pack_gbps: f64,
     memcpy_gbps: f64,
     pack_over_memcpy: f64,
+    /// The device pack-in-one against a device-to-device copy (`space` cuda only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<DeviceCopies>,
 }
 
-struct Setup {
-    mesh: Mesh,
+pub(super) struct Setup {
+    pub(super) mesh: Mesh,
     fields: Fields,
     nvars: usize,
     sparse: bool,
-    ordering: Ordering,
+    pub(super) ordering: Ordering,
     ordering_name: String,
+    space: MemSpace,
 }
 
 pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
@@ -83,6 +98,11 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
     let setup = agree(world, set_up(&text, a, world.size() as usize))?;
     let rank = world.rank() as usize;
     let mut data = agree(world, initial_data(&setup, rank))?;
+    // Before any timing: every rank fails together (exit 1) when some rank has no usable GPU.
+    let dev = match setup.space {
+        MemSpace::Cuda => Some(agree(world, exchange_device::open())?),
+        MemSpace::Host => None,
+    };
     let comm = world.duplicate();
 
     let mut modes = Vec::new();
@@ -97,10 +117,17 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
             Exchange::new(&comm, &setup.mesh, &data, opts).context("setting up the exchange"),
         )?;
         let mut done = vec![false; ex.partitions()];
-        modes.push(time_steps(world, coalesced, a.cycles, || {
-            fill(&mut ex, &mut data, &mut done)?;
+        let mut host = HostFields(Policy::Serial);
+        modes.push(time_steps(world, "host", coalesced, a.cycles, || {
+            fill(&mut ex, &mut data, &mut host, &mut done)?;
             Ok(ex.traffic())
         })?);
+    }
+    let mut device = None;
+    if let Some(dev) = &dev {
+        let (mode, copies) = exchange_device::run(world, dev, &comm, &setup, &data, a.cycles)?;
+        modes.push(mode);
+        device = Some(copies);
     }
     let mut flux_correction = Vec::new();
     if setup.mesh.config().is_multilevel() {
@@ -110,7 +137,7 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
             let pool = BufferPool::new();
             let fc = FluxCorrection::new_in(&comm, &setup.mesh, &data, &vars, coalesced, &pool);
             let mut fc = agree(world, fc.context("setting up the flux correction"))?;
-            flux_correction.push(time_steps(world, coalesced, a.cycles, || {
+            flux_correction.push(time_steps(world, "host", coalesced, a.cycles, || {
                 fc.correct(&mut fluxes, &data)?;
                 Ok(fc.traffic())
             })?);
@@ -132,6 +159,7 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
         pack_gbps: sum_f64(world, pack) / n,
         memcpy_gbps: sum_f64(world, memcpy) / n,
         pack_over_memcpy: 0.0,
+        device,
     };
     let report = Report {
         pack_over_memcpy: report.pack_gbps / report.memcpy_gbps,
@@ -172,9 +200,22 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
     let ordering: Ordering = ordering_name
         .parse()
         .map_err(|m: String| deck.invalid(BLOCK, "ordering", m))?;
+    let space: MemSpace = deck
+        .get_str_or("parthenon/exec", "space", "host")?
+        .parse()
+        .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
     deck.check_unread(|b| b == BLOCK, "bench exchange")?;
     let config =
         MeshConfig::from_map(&deck.flat_map()).map_err(|e| bad_input!("deck {file}: {e}"))?;
+    if space == MemSpace::Cuda && (config.is_multilevel() || sparse) {
+        return Err(deck
+            .invalid(
+                "parthenon/exec",
+                "space",
+                "cuda benchmarks single-level meshes of dense fields",
+            )
+            .into());
+    }
     let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("deck {file}: {e}"))?;
     let mut fields = Fields::default();
     for v in 0..nvars {
@@ -193,12 +234,13 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
         sparse,
         ordering,
         ordering_name,
+        space,
     })
 }
 
 /// Every value distinct from its neighbours and well above the sparse threshold, so every
 /// channel carries data.
-fn initial_data(s: &Setup, rank: usize) -> Result<BlockData> {
+pub(super) fn initial_data(s: &Setup, rank: usize) -> Result<BlockData> {
     let mut data = BlockData::new(&s.mesh, &s.fields, rank)?;
     let gids = data.gids().to_vec();
     for (b, &gid) in gids.iter().enumerate() {
@@ -214,16 +256,21 @@ fn initial_data(s: &Setup, rank: usize) -> Result<BlockData> {
     Ok(data)
 }
 
-/// One ghost fill of every partition with the task functions, as `Exchange::fill_ghosts`
+/// One ghost fill of every partition with the task functions, as `Exchange::fill_ghosts_in`
 /// runs them, with `done` supplied by the caller so that the loop itself allocates nothing.
-fn fill(ex: &mut Exchange, data: &mut BlockData, done: &mut [bool]) -> Result<()> {
+pub(super) fn fill(
+    ex: &mut Exchange,
+    data: &mut BlockData,
+    fields: &mut dyn FieldSpace,
+    done: &mut [bool],
+) -> Result<()> {
     let ty = BoundaryType::Any;
     let n = ex.partitions();
     for p in 0..n {
         ex.start_receive(p, ty)?;
     }
     for p in 0..n {
-        while ex.send(p, ty, data)? == TaskStatus::Incomplete {
+        while ex.send_in(p, ty, data, fields)? == TaskStatus::Incomplete {
             std::hint::spin_loop();
         }
     }
@@ -231,7 +278,7 @@ fn fill(ex: &mut Exchange, data: &mut BlockData, done: &mut [bool]) -> Result<()
     while done.iter().any(|d| !d) {
         for (p, d) in done.iter_mut().enumerate() {
             if !*d && ex.receive(p, ty)? == TaskStatus::Complete {
-                ex.set_bounds(p, ty, data)?;
+                ex.set_bounds_in(p, ty, data, fields)?;
                 *d = true;
             }
         }
@@ -244,8 +291,9 @@ fn fill(ex: &mut Exchange, data: &mut BlockData, done: &mut [bool]) -> Result<()
 
 /// Times `cycles` calls of `step` (after `WARMUP` untimed ones), each after a barrier; `step`
 /// returns its object's traffic so far.
-fn time_steps(
+pub(super) fn time_steps(
     world: &SimpleCommunicator,
+    space: &'static str,
     coalesced: bool,
     cycles: u32,
     mut step: impl FnMut() -> Result<Traffic>,
@@ -271,20 +319,20 @@ fn time_steps(
     let mean = slowest.iter().sum::<f64>() / n as f64;
     let per = |x: u64| x as f64 / n as f64;
     Ok(Mode {
+        space,
         coalesced,
         us_per_exchange: median(&mut slowest) * 1e6,
         us_per_exchange_mean: mean * 1e6,
         messages_per_exchange: sum_f64(world, per(traffic.messages - traffic0.messages)),
         bytes_per_exchange: sum_f64(world, per(traffic.bytes - traffic0.bytes)),
         allocations_per_exchange: sum_f64(world, per(allocs)),
+        launches_per_partition: None,
     })
 }
 
 /// This rank's send sub-halos (every channel it sends on, same-rank ones included) in one
-/// cache, as the exchange lays them out: bytes per pack, and the median GB/s of the pack-in-one
-/// and of a `copy_from_slice` of as many bytes from a contiguous array, over every copy of
-/// alternating rounds.
-fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64, f64)> {
+/// cache, as the exchange lays them out.
+pub(super) fn send_cache(s: &Setup, data: &BlockData, rank: usize) -> Result<BndCache> {
     let shape = *data.shape();
     let vars: Vec<usize> = (0..data.vars().len())
         .filter(|&v| data.vars()[v].fill_ghost)
@@ -307,7 +355,14 @@ fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64,
             infos.push(BndInfo::new(block, slot, &bx, 0, flags));
         }
     }
-    let cache = BndCache::new(data.layout(), data.gids().len(), infos)?;
+    Ok(BndCache::new(data.layout(), data.gids().len(), infos)?)
+}
+
+/// Bytes per pack of [`send_cache`], and the median GB/s of the pack-in-one and of a
+/// `copy_from_slice` of as many bytes from a contiguous array, over every copy of alternating
+/// rounds.
+fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64, f64)> {
+    let cache = send_cache(s, data, rank)?;
     let len = cache.buffer_len();
     if len == 0 {
         return Ok((0.0, 0.0, 0.0));
@@ -343,7 +398,7 @@ fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64,
     Ok((bytes, median(&mut pack), median(&mut memcpy)))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -368,7 +423,8 @@ fn print_table(r: &Report) {
         println!(
             "{:>17} {:>12.1} {:>12.1} {:>10} {:>12} {:>8}",
             format!(
-                "{what}{}",
+                "{what}{}{}",
+                if m.space == "host" { "" } else { "device " },
                 if m.coalesced { "coalesced" } else { "channel" }
             ),
             m.us_per_exchange,
@@ -378,11 +434,14 @@ fn print_table(r: &Report) {
             m.allocations_per_exchange
         );
     }
-    if let [c, p] = &r.modes[..] {
+    if let [c, p, ..] = &r.modes[..] {
         println!(
             "# per-channel / coalesced time: {:.2}",
             p.us_per_exchange / c.us_per_exchange
         );
+    }
+    if let Some(l) = r.modes.iter().find_map(|m| m.launches_per_partition) {
+        println!("# device fields: {l:.2} kernel launches per exchange and partition");
     }
     println!(
         "# pack-in-one {:.2} GB/s, memcpy {:.2} GB/s ({:.0}%), {} bytes per pack over all ranks",
@@ -391,4 +450,12 @@ fn print_table(r: &Report) {
         100.0 * r.pack_over_memcpy,
         r.pack_bytes
     );
+    if let Some(d) = &r.device {
+        println!(
+            "# device pack-in-one {:.2} GB/s, device-to-device copy {:.2} GB/s ({:.0}%)",
+            d.pack_gbps,
+            d.d2d_gbps,
+            100.0 * d.pack_over_d2d
+        );
+    }
 }

@@ -1,4 +1,5 @@
 //! `starhalo bench ...`: benchmarks that compare against a baseline inside one run.
 
 pub mod exchange;
+mod exchange_device;
 pub mod sf_pingpong;

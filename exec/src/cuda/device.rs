@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
@@ -55,6 +56,8 @@ pub struct Device {
     name: String,
     cc: (i32, i32),
     sets: [OnceLock<Result<Arc<Compiled>, CudaError>>; KernelSet::ALL.len()],
+    /// Kernels launched so far (benchmarks report launches per exchange).
+    launches: AtomicU64,
 }
 
 impl std::fmt::Debug for Device {
@@ -174,9 +177,15 @@ impl Device {
             name,
             cc,
             sets: Default::default(),
+            launches: AtomicU64::new(0),
         });
         reg.insert(ordinal, dev.clone());
         Ok(dev)
+    }
+
+    /// Kernels launched on this device by this process so far.
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
     }
 
     /// The device's ordinal.
@@ -317,6 +326,7 @@ impl Device {
             block_dim: (block, 1, 1),
             shared_mem_bytes: 0,
         };
+        self.launches.fetch_add(1, Ordering::Relaxed);
         ffi::launch(&self.stream, f, cfg, args).map_err(|e| CudaError::Driver {
             call: "cuLaunchKernel",
             why: format!("{name}: {e}"),
