@@ -311,7 +311,11 @@ fn cuda_space_adds_the_device_exchange_or_exits_1() {
             assert_eq!(out.status.code(), Some(1), "{out:?}");
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(err.contains("no GPU can be used"), "{err}");
-            assert_eq!(err.matches("error:").count(), 1, "rank 0 alone speaks: {err}");
+            assert_eq!(
+                err.matches("error:").count(),
+                1,
+                "rank 0 alone speaks: {err}"
+            );
             assert!(out.stdout.is_empty(), "no report: {out:?}");
         }
     }

@@ -117,6 +117,18 @@ impl BlockFinish {
         })
     }
 
+    /// Whether [`apply`](Self::apply) changes anything: a coarser neighbour to prolongate
+    /// from, or a face whose condition [`physical_bounds`] fills.
+    pub fn has_work(&self) -> bool {
+        !self.prolong.is_empty()
+            || self.faces.iter().flatten().any(|f| {
+                matches!(
+                    f,
+                    Some(BoundaryCondition::Outflow | BoundaryCondition::Reflecting)
+                )
+            })
+    }
+
     /// Completes the coarse buffer and prolongates (if the block has a coarser neighbour),
     /// then applies the physical boundaries, on one variable slot.
     pub fn apply(

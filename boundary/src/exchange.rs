@@ -1012,7 +1012,7 @@ impl Exchange {
     /// coarser one, or physical boundaries.
     pub fn needs_host(&self) -> bool {
         self.routes.iter().any(|r| !r.restrict.is_empty())
-            || self.finish.iter().any(|l| !l.is_empty())
+            || self.finish.iter().flatten().any(BlockFinish::has_work)
     }
 
     /// One whole ghost fill running the given types one after the other (`[Any]`, or

@@ -1,0 +1,264 @@
+//! The ghost exchange with device fields ([`DeviceFields`]) on seeded random single-level
+//! periodic meshes (2-D and 3-D, random block sizes, ghost depths and partitions, a
+//! two-component variable), on 1, 2 and 4 ranks, coalesced and per channel, in random posting
+//! orders, as `any` and as `local` then `nonlocal`. Checked:
+//!
+//! - with a GPU: the device fill gives the host fill's blocks bit for bit, twice in a row (the
+//!   second fill reuses every buffer), and the digest of the filled mesh is the same on every
+//!   rank count;
+//! - on every machine: the host fill's digest is the same on every rank count, every ghost
+//!   holds the value that names its periodic image (so the digests check a correct fill), a
+//!   single-level periodic exchange needs no host work ([`Exchange::needs_host`]) while a
+//!   multilevel or an outflow one does, and without a GPU opening one is an error on every
+//!   rank, never a panic.
+
+mod common;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use starhalo_boundary::device_pack::DeviceFields;
+use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions, Ordering};
+use starhalo_exec::cuda::Device;
+use starhalo_exec::Policy;
+use starhalo_mesh::config::BoundaryCondition;
+use starhalo_mesh::field::{Centering, Fields, Metadata};
+use starhalo_mesh::{Mesh, MeshConfig};
+use starhalo_sf::mpi::collective::SystemOperation;
+use starhalo_sf::mpi::point_to_point::{Destination, Source};
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::mpi::traits::CommunicatorCollectives;
+
+const MESHES: u64 = 6;
+
+fn main() {
+    if std::env::var_os(common::CHILD_ENV).is_some() {
+        child();
+        return;
+    }
+    eprintln!("exchange_device: device ghost fill on random single-level meshes");
+    let mut same = common::SameDigests::default();
+    common::relaunch_checked([1, 2, 4].map(|n| (n, vec![])), 300, |n, out| {
+        same.check(n, out, MESHES as usize);
+    });
+}
+
+/// An NVIDIA driver is loaded on this machine.
+fn has_gpu() -> bool {
+    std::path::Path::new("/proc/driver/nvidia/version").exists()
+}
+
+/// A random periodic single-level mesh: 2-D or 3-D, 2 to 4 blocks per direction of 2 to 6
+/// cells, 1 to 3 ghost layers (at most the block width), one partition per rank or partitions
+/// of 1 to 3 blocks.
+fn random_mesh(rng: &mut ChaCha8Rng, nranks: usize) -> Mesh {
+    let ndim = rng.gen_range(2..=3);
+    let (mut nx, mut bnx) = ([1; 3], [1; 3]);
+    for d in 0..ndim {
+        bnx[d] = rng.gen_range(2..=6);
+        nx[d] = bnx[d] * rng.gen_range(2..=4);
+    }
+    let mut c = MeshConfig::new(nx, bnx);
+    for d in 0..ndim {
+        c.bc[d] = [BoundaryCondition::Periodic; 2];
+    }
+    c.nghost = rng.gen_range(1..=3.min(*bnx[..ndim].iter().min().unwrap()));
+    c.pack_size = rng.gen_bool(0.5).then(|| rng.gen_range(1..=3));
+    c.validate().expect("test mesh configuration");
+    Mesh::new(c, nranks).expect("test mesh")
+}
+
+fn fields() -> Fields {
+    let mut f = Fields::default();
+    let cell = || Metadata::new(Centering::Cell).fill_ghost();
+    f.add("a", cell()).unwrap();
+    f.add("b", cell().components(2)).unwrap();
+    f
+}
+
+/// The value cell `p` of block `gid`, slot `slot` holds: a code of its wrapped global index
+/// (so a ghost must end up with its periodic image's code). Ghosts start at -1.
+fn code(mesh: &Mesh, gid: usize, slot: usize, p: [usize; 3]) -> Option<f64> {
+    let c = mesh.config();
+    let interior = (0..mesh.ndim()).all(|d| p[d] >= c.nghost && p[d] < c.nghost + c.block_nx[d]);
+    interior.then(|| wrapped_code(mesh, gid, slot, p))
+}
+
+/// The same code for any point, ghosts included, wrapped into the domain.
+fn wrapped_code(mesh: &Mesh, gid: usize, slot: usize, p: [usize; 3]) -> f64 {
+    let c = mesh.config();
+    let loc = mesh.forest().loc(gid).unwrap();
+    let ext = mesh.forest().grid().extent(loc.level());
+    let mut g = [0i64; 3];
+    for d in 0..mesh.ndim() {
+        let n = c.block_nx[d] as i64;
+        let x = loc.lx_dir(d) * n + p[d] as i64 - c.nghost as i64;
+        g[d] = x.rem_euclid(ext[d] * n);
+    }
+    (((g[0] * 64 + g[1]) * 64 + g[2]) * 4 + slot as i64) as f64
+}
+
+fn dims(mesh: &Mesh) -> [usize; 3] {
+    let c = mesh.config();
+    [0, 1, 2].map(|d| {
+        if d < mesh.ndim() {
+            c.block_nx[d] + 2 * c.nghost
+        } else {
+            1
+        }
+    })
+}
+
+fn points(d: [usize; 3]) -> impl Iterator<Item = [usize; 3]> {
+    (0..d[2]).flat_map(move |k| (0..d[1]).flat_map(move |j| (0..d[0]).map(move |i| [i, j, k])))
+}
+
+fn initial(mesh: &Mesh, f: &Fields, rank: usize) -> BlockData {
+    let mut data = BlockData::new(mesh, f, rank).unwrap();
+    let d = dims(mesh);
+    for (b, &gid) in data.gids().to_vec().iter().enumerate() {
+        for slot in 0..3 {
+            let values = data.fine_mut(b, slot);
+            for (i, p) in points(d).enumerate() {
+                values[i] = code(mesh, gid, slot, p).unwrap_or(-1.0);
+            }
+        }
+    }
+    data
+}
+
+/// Every cell, ghosts included, holds its periodic image's code.
+fn check_filled(mesh: &Mesh, data: &BlockData, what: &str) {
+    let d = dims(mesh);
+    for (b, &gid) in data.gids().iter().enumerate() {
+        for slot in 0..3 {
+            for (i, p) in points(d).enumerate() {
+                let want = wrapped_code(mesh, gid, slot, p);
+                let got = data.fine(b, slot)[i];
+                assert_eq!(got, want, "{what}: block {gid} slot {slot} at {p:?}");
+            }
+        }
+    }
+}
+
+/// FNV-1a over every block's gid then values, in gid order over all ranks (on rank 0).
+fn global_digest(world: &SimpleCommunicator, data: &BlockData) -> u64 {
+    let n = data.layout().fine.block_len();
+    let values = data.fine_values();
+    let mine: Vec<u64> = data
+        .gids()
+        .iter()
+        .enumerate()
+        .flat_map(|(b, &g)| {
+            let bits = values[b * n..(b + 1) * n].iter().map(|x| x.to_bits());
+            std::iter::once(g as u64).chain(bits)
+        })
+        .collect();
+    // Ranks hold consecutive gids: rank order is gid order.
+    if world.rank() == 0 {
+        let mut all = mine;
+        for r in 1..world.size() {
+            all.extend(world.process_at_rank(r).receive_vec::<u64>().0);
+        }
+        all.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, x| {
+            (h ^ x).wrapping_mul(0x100_0000_01b3)
+        })
+    } else {
+        world.process_at_rank(0).send(&mine[..]);
+        0
+    }
+}
+
+fn child() {
+    let universe = starhalo_sf::mpi::initialize().unwrap();
+    let world = universe.world();
+    let (rank, nranks) = (world.rank() as usize, world.size() as usize);
+    let dev = Device::process_default();
+    if !has_gpu() {
+        let e = dev.as_ref().expect_err("a device opened without an NVIDIA driver");
+        assert!(e.to_string().contains("driver"), "{e}");
+    }
+    let dev = dev.and_then(|d| d.compile_all().map(|()| d));
+    if has_gpu() {
+        if let Err(e) = &dev {
+            panic!("rank {rank}: the GPU cannot be used: {e}");
+        }
+    }
+    needs_host_follows_the_mesh(&world, rank, nranks);
+    for seed in 0..MESHES {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mesh = random_mesh(&mut rng, nranks);
+        let f = fields();
+        let opts = ExchangeOptions {
+            coalesced: rng.gen_bool(0.5),
+            ordering: Ordering::Random(rng.gen()),
+            policy: Policy::Serial,
+        };
+        let types: &[BoundaryType] = if rng.gen_bool(0.5) {
+            &[BoundaryType::Any]
+        } else {
+            &[BoundaryType::Local, BoundaryType::Nonlocal]
+        };
+        let what = format!("mesh {seed} on {nranks} ranks ({opts:?}, {types:?})");
+        let mut host = initial(&mesh, &f, rank);
+        let mut ex = Exchange::new(&world, &mesh, &host, opts).unwrap();
+        assert!(!ex.needs_host(), "{what}");
+        ex.fill_ghosts_as(types, &mut host).unwrap();
+        check_filled(&mesh, &host, &what);
+        if let Ok(dev) = &dev {
+            let mut data = initial(&mesh, &f, rank);
+            let mut ex = Exchange::new(&world, &mesh, &data, opts).unwrap();
+            let mut fields = DeviceFields::new(dev, &ex, &data).unwrap();
+            for round in 0..2 {
+                ex.fill_ghosts_in(types, &mut data, &mut fields).unwrap();
+                fields.download(&mut data).unwrap();
+                let same = data
+                    .data()
+                    .iter()
+                    .zip(host.data())
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{what}, device fill {round}: differs from the host fill"
+                );
+            }
+        }
+        let d = global_digest(&world, &host);
+        if rank == 0 {
+            println!("DIGEST {seed} {d:016x}");
+        }
+        world.barrier();
+    }
+}
+
+/// Single-level periodic: no host work. Two levels, or an outflow boundary: host work (so
+/// device fields refuse them).
+fn needs_host_follows_the_mesh(world: &SimpleCommunicator, rank: usize, nranks: usize) {
+    let f = fields();
+    let mut periodic = MeshConfig::new([8, 8, 1], [4, 4, 1]);
+    periodic.bc[0] = [BoundaryCondition::Periodic; 2];
+    periodic.bc[1] = [BoundaryCondition::Periodic; 2];
+    let mut outflow = periodic.clone();
+    outflow.bc[1] = [BoundaryCondition::Outflow; 2];
+    for (c, want) in [(periodic, false), (outflow, true)] {
+        let mesh = Mesh::new(c, nranks).unwrap();
+        let data = BlockData::new(&mesh, &f, rank).unwrap();
+        let ex = Exchange::new(world, &mesh, &data, ExchangeOptions::default()).unwrap();
+        // Blocks with no outflow face have no host work; some rank holds one that has.
+        let any = world_any(world, ex.needs_host());
+        assert_eq!(any, want, "{:?}", mesh.config().bc);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mesh = common::amr::random_amr_mesh(&mut rng, 2, nranks, false);
+    let data = BlockData::new(&mesh, &f, rank).unwrap();
+    let ex = Exchange::new(world, &mesh, &data, ExchangeOptions::default()).unwrap();
+    assert!(
+        world_any(world, ex.needs_host()),
+        "a multilevel mesh restricts and prolongates on the host"
+    );
+}
+
+fn world_any(world: &SimpleCommunicator, mine: bool) -> bool {
+    let mut any = 0i32;
+    world.all_reduce_into(&i32::from(mine), &mut any, SystemOperation::max());
+    any == 1
+}
