@@ -174,7 +174,9 @@ fn child() {
     let (rank, nranks) = (world.rank() as usize, world.size() as usize);
     let dev = Device::process_default();
     if !has_gpu() {
-        let e = dev.as_ref().expect_err("a device opened without an NVIDIA driver");
+        let e = dev
+            .as_ref()
+            .expect_err("a device opened without an NVIDIA driver");
         assert!(e.to_string().contains("driver"), "{e}");
     }
     let dev = dev.and_then(|d| d.compile_all().map(|()| d));

@@ -1,5 +1,6 @@
 //! Every star-forest operation and unit type on seeded random graphs, on 1, 2, 3, 4 and 8 ranks,
-//! under both discoveries, against a sequential reference computed here from the whole graph.
+//! under both discoveries, against a sequential reference computed here from the whole graph;
+//! bcast and reduce also through the forest's packed (staged) form.
 //!
 //! The parent process relaunches this binary under `mpiexec`; each rank builds the same graphs
 //! from the seed, runs its part through the forest, and checks its own results bit for bit.
@@ -10,7 +11,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use starhalo_exec::Policy;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::{Discovery, Graph, Op, RootRef, Scalar, SfError, SfOptions, StarForest, Unit};
+use starhalo_sf::{
+    Discovery, Graph, Op, RootRef, Scalar, SfError, SfOptions, Staged, StarForest, Unit,
+};
 
 fn main() {
     if std::env::var_os(common::CHILD_ENV).is_some() {
@@ -158,6 +161,8 @@ fn apply<U: Unit>(op: Op, dst: &mut U, src: &U) {
 struct Case<'a> {
     world: &'a World,
     sf: &'a StarForest,
+    /// The same forest staged through packed arrays (the device path's host form).
+    staged: &'a Staged,
     seed: u64,
     rank: usize,
     failures: &'a mut Vec<String>,
@@ -203,6 +208,9 @@ impl Case<'_> {
             let mut got = leaves[me].clone();
             self.sf.bcast(&roots[me], &mut got, op).unwrap();
             self.check(&format!("bcast {op} {name}"), &got, &want);
+            let mut got = leaves[me].clone();
+            self.staged.bcast(&roots[me], &mut got, op).unwrap();
+            self.check(&format!("staged bcast {op} {name}"), &got, &want);
 
             // reduce and fetch-and-op: each root combines its leaves in the documented order.
             let mut want_root = roots[me].clone();
@@ -224,6 +232,9 @@ impl Case<'_> {
             let mut got = roots[me].clone();
             self.sf.reduce(&leaves[me], &mut got, op).unwrap();
             self.check(&format!("reduce {op} {name}"), &got, &want_root);
+            let mut got = roots[me].clone();
+            self.staged.reduce(&leaves[me], &mut got, op).unwrap();
+            self.check(&format!("staged reduce {op} {name}"), &got, &want_root);
 
             let mut got_root = roots[me].clone();
             let mut got_upd = vec![U::zeroed(); self.world.leaf_space[me]];
@@ -314,9 +325,11 @@ fn child() {
             };
             let sf = StarForest::new(&world, &g, opts).unwrap();
             seen.push(plans(&sf));
+            let staged = Staged::new(&sf).unwrap();
             let mut case = Case {
                 world: &w,
                 sf: &sf,
+                staged: &staged,
                 seed,
                 rank,
                 failures: &mut failures,

@@ -527,7 +527,7 @@ fn lanes_mut<U: Unit>(u: &mut [U]) -> &mut [U::Scalar] {
 }
 
 /// `dst = dst op src`, lane by lane.
-fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
+pub(crate) fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
     let d = lanes_mut(std::slice::from_mut(dst));
     d.iter_mut()
         .zip(lanes(std::slice::from_ref(src)))

@@ -10,7 +10,9 @@
 //!
 //! Layout: `graph` (the input), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
-//! `transport` (how bytes move: one implementation per [`SfType`]), `raw` (the only MPI FFI).
+//! `transport` (how bytes move: one implementation per [`SfType`]), `raw` (the only MPI FFI),
+//! `staged` (the traffic through packed arrays, for data in device memory), `device` (pack
+//! plans and the staged forest on a CUDA device).
 
 pub mod device;
 mod discovery;
@@ -22,6 +24,7 @@ pub mod p2p;
 mod plan;
 pub mod pool;
 mod raw;
+pub mod staged;
 mod transport;
 mod unit;
 
@@ -31,5 +34,6 @@ pub use forest::{Pending, SfOptions, StarForest};
 pub use graph::{Graph, RootRef};
 pub use mpi;
 pub use plan::{PackPlan, Plan, PlanIter};
+pub use staged::Staged;
 pub use transport::SfType;
 pub use unit::{Op, Reducer, Scalar, Unit};

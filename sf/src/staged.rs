@@ -1,0 +1,187 @@
+//! A forest's traffic staged through packed arrays: the form in which data that lives in
+//! another memory space (a GPU) crosses an MPI that only reads host memory.
+//!
+//! Each rank's roots are gathered, one segment per leaf rank (this rank first, then the others
+//! in ascending rank), into a packed root array; its leaves likewise, one segment per root
+//! rank, into a packed leaf array. The `k`-th unit of rank `q`'s segment for rank `r` and the
+//! `k`-th unit of `r`'s segment for `q` are the two ends of one edge (set-up lists both in the
+//! leaf rank's ascending leaf order), so a second forest joins the packed arrays unit to unit
+//! with contiguous plans on both sides: MPI reads and writes them in place, and the only
+//! packing is the gather and scatter on the data's own side. A bcast is then gather roots,
+//! move the packed roots to the packed leaves, scatter into the leaves with `op`; a reduce the
+//! same backwards. [`Staged::bcast`] and [`Staged::reduce`] do it on host slices and give the
+//! forest's own results bit for bit; the device path (`DeviceStaged`, feature `cuda`) runs the
+//! gathers and scatters as kernels.
+
+use mpi::topology::Communicator;
+use mpi::traits::CommunicatorCollectives;
+
+use crate::error::SfError;
+use crate::forest::{combine_unit, StarForest};
+use crate::graph::{Graph, RootRef};
+use crate::plan::Plan;
+use crate::unit::{reducer, Op, Unit};
+
+/// One peer's part of a packed array: the plan of the data's indices and where the segment
+/// starts in the packed array.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub rank: i32,
+    pub plan: Plan,
+    pub offset: usize,
+}
+
+/// The packed form of a star forest.
+pub struct Staged {
+    packed: StarForest,
+    nroots: usize,
+    leaf_space: usize,
+    roots: Vec<Segment>,
+    leaves: Vec<Segment>,
+}
+
+/// Segments of `peers` (this rank first, then ascending rank), laid end to end.
+fn segments(me: i32, peers: Vec<(i32, &Plan)>) -> Vec<Segment> {
+    let mut peers = peers;
+    peers.sort_by_key(|&(r, _)| (r != me, r));
+    let mut offset = 0;
+    peers
+        .into_iter()
+        .map(|(rank, plan)| {
+            let s = Segment {
+                rank,
+                plan: plan.clone(),
+                offset,
+            };
+            offset += plan.len();
+            s
+        })
+        .collect()
+}
+
+fn packed_len(s: &[Segment]) -> usize {
+    s.last().map_or(0, |s| s.offset + s.plan.len())
+}
+
+impl Staged {
+    /// The packed form of `sf`. Collective over its communicator.
+    pub fn new(sf: &StarForest) -> Result<Self, SfError> {
+        let comm = sf.comm();
+        let me = comm.rank();
+        let roots = segments(me, sf.leaf_ranks());
+        let leaves = segments(me, sf.root_ranks());
+        // Each root rank tells each leaf rank where its segment starts.
+        let n = comm.size() as usize;
+        let mut starts = vec![0u64; n];
+        for s in &roots {
+            starts[s.rank as usize] = s.offset as u64;
+        }
+        let mut theirs = vec![0u64; n];
+        comm.all_to_all_into(&starts[..], &mut theirs[..]);
+        let iremote = leaves
+            .iter()
+            .flat_map(|s| {
+                let base = theirs[s.rank as usize];
+                (0..s.plan.len() as u64).map(move |k| RootRef {
+                    rank: i64::from(s.rank),
+                    offset: base + k,
+                })
+            })
+            .collect();
+        let graph = Graph::new(packed_len(&roots), None, iremote);
+        let packed = StarForest::new(comm, &graph, sf.options())?;
+        Ok(Self {
+            packed,
+            nroots: sf.nroots(),
+            leaf_space: sf.leaf_space(),
+            roots,
+            leaves,
+        })
+    }
+
+    /// The forest between the packed arrays.
+    pub fn packed(&self) -> &StarForest {
+        &self.packed
+    }
+
+    /// The root segments, one per leaf rank.
+    pub fn root_segments(&self) -> &[Segment] {
+        &self.roots
+    }
+
+    /// The leaf segments, one per root rank.
+    pub fn leaf_segments(&self) -> &[Segment] {
+        &self.leaves
+    }
+
+    /// Units in the packed root array.
+    pub fn packed_roots(&self) -> usize {
+        packed_len(&self.roots)
+    }
+
+    /// Units in the packed leaf array.
+    pub fn packed_leaves(&self) -> usize {
+        packed_len(&self.leaves)
+    }
+
+    /// Checks the lengths of a root and a leaf array, as the forest does.
+    pub fn check(&self, root: usize, leaf: usize) -> Result<(), SfError> {
+        if root < self.nroots {
+            return Err(too_short("rootdata", root, self.nroots));
+        }
+        if leaf < self.leaf_space {
+            return Err(too_short("leafdata", leaf, self.leaf_space));
+        }
+        Ok(())
+    }
+
+    /// `leaf = leaf op root` through the packed arrays, on the host.
+    pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
+        self.check(root.len(), leaf.len())?;
+        reducer::<U>(op)?;
+        let mut proots = vec![U::zeroed(); self.packed_roots()];
+        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
+        gather(&self.roots, root, &mut proots);
+        self.packed.bcast(&proots, &mut pleaves, Op::Replace)?;
+        scatter(&self.leaves, &pleaves, leaf, op)
+    }
+
+    /// `root = root op leaf` through the packed arrays, on the host.
+    pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
+        self.check(root.len(), leaf.len())?;
+        reducer::<U>(op)?;
+        let mut proots = vec![U::zeroed(); self.packed_roots()];
+        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
+        gather(&self.leaves, leaf, &mut pleaves);
+        self.packed.reduce(&pleaves, &mut proots, Op::Replace)?;
+        scatter(&self.roots, &proots, root, op)
+    }
+}
+
+fn too_short(what: &'static str, got: usize, need: usize) -> SfError {
+    SfError::BufferTooShort { what, got, need }
+}
+
+/// `packed[s.offset + k] = data[s.plan[k]]` for every segment (lengths checked).
+fn gather<U: Unit>(segs: &[Segment], data: &[U], packed: &mut [U]) {
+    for s in segs {
+        for (k, i) in s.plan.iter().enumerate() {
+            packed[s.offset + k] = data[i];
+        }
+    }
+}
+
+/// `data[s.plan[k]] = data[...] op packed[s.offset + k]`, segment by segment, in order
+/// (lengths and `op` checked).
+fn scatter<U: Unit>(segs: &[Segment], packed: &[U], data: &mut [U], op: Op) -> Result<(), SfError> {
+    let red = reducer::<U>(op)?;
+    for s in segs {
+        for (k, i) in s.plan.iter().enumerate() {
+            match op {
+                Op::Replace => data[i] = packed[s.offset + k],
+                _ => combine_unit(&mut data[i], &packed[s.offset + k], red),
+            }
+        }
+    }
+    Ok(())
+}
