@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         cli::Command::Sf(cli::SfCommand::Run(a)) => sf_cmd::run(&world, &a),
         cli::Command::Sf(cli::SfCommand::View(a)) => sf_cmd::view(&world, &a),
         cli::Command::Bench(cli::BenchCommand::SfPingpong(a)) => {
-            bench::sf_pingpong::run(&world, &a)
+            return run::report(&world, bench::sf_pingpong::run(&world, &a))
         }
         cli::Command::Bench(cli::BenchCommand::Exchange(a)) => {
             return run::report(&world, bench::exchange::run(&world, &a))

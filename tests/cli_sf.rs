@@ -242,3 +242,39 @@ fn pingpong_json_reports_each_size() {
     let out = common::mpirun(3, 60, Path::new(EXE), &["bench", "sf-pingpong"], &[]);
     assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
 }
+
+/// `--device`: with a GPU, every row also has the forest on device arrays (D-D), checked for
+/// the right values before it is timed; without one, both ranks exit 1 and rank 0 alone says
+/// why. Sizes that are not whole doubles are bad input.
+#[test]
+fn pingpong_device_rows_or_exit_1() {
+    let args = [
+        "bench",
+        "sf-pingpong",
+        "--max-bytes",
+        "64",
+        "--json",
+        "--device",
+    ];
+    let out = common::mpirun(2, 120, Path::new(EXE), &args, &[]);
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        common::assert_ok("bench sf-pingpong --device", &out);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for r in v["rows"].as_array().unwrap() {
+            assert!(r["sf_dd_us"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        }
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no GPU can be used"), "{err}");
+        assert_eq!(
+            err.matches("error:").count(),
+            1,
+            "rank 0 alone speaks: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    let bad = ["bench", "sf-pingpong", "--device", "--min-bytes", "12"];
+    let out = common::mpirun(2, 60, Path::new(EXE), &bad, &[]);
+    assert_bad_input("--device with 12 bytes", &out, "multiple of 8");
+}

@@ -2,7 +2,10 @@
 //! the gather/scatter kernels of `starhalo_exec::cuda` walk. A contiguous plan is a plain
 //! device copy (or nothing, when MPI reads the array in place), a strided plan one 3-D box
 //! kernel, a list one kernel over indices uploaded once; unpacking a list with duplicates
-//! uses atomics.
+//! uses atomics. [`DeviceStaged`] runs a forest's bcast and reduce on device arrays, staged
+//! through the host ([`Staged`](crate::Staged)): gather kernels into a packed device array,
+//! one download (the one stream synchronisation before MPI), the packed forest's MPI traffic
+//! in place, one upload, scatter kernels with the op.
 
 use starhalo_exec::cuda::ReduceOp;
 
@@ -25,18 +28,21 @@ pub fn reduce_op(op: Op) -> ReduceOp {
 }
 
 #[cfg(feature = "cuda")]
-pub use on_device::DevicePlan;
+pub use on_device::{DevicePlan, DeviceSfError, DeviceStaged};
 
 #[cfg(feature = "cuda")]
 mod on_device {
     use std::sync::Arc;
 
     use starhalo_exec::cuda::{CudaError, Device, DeviceIndices, IndexList};
-    use starhalo_exec::{Buffer, Element};
+    use starhalo_exec::{Buffer, Element, SpaceError};
 
     use super::reduce_op;
+    use crate::error::SfError;
+    use crate::forest::StarForest;
     use crate::plan::{PackPlan, Plan};
-    use crate::unit::Op;
+    use crate::staged::{Segment, Staged};
+    use crate::unit::{reducer, Op, Unit};
 
     /// A pack plan with its indices on a device.
     #[derive(Debug)]
@@ -115,6 +121,114 @@ mod on_device {
             dst: &mut Buffer<T>,
         ) -> Result<(), CudaError> {
             dev.scatter(src, src_off, &self.indices(), lanes, reduce_op(op), dst)
+        }
+    }
+
+    /// What a staged device operation can fail on: the forest (bad lengths, an op the unit
+    /// type lacks), or the device.
+    #[derive(Debug, thiserror::Error)]
+    pub enum DeviceSfError {
+        #[error(transparent)]
+        Sf(#[from] SfError),
+        #[error(transparent)]
+        Cuda(#[from] CudaError),
+        #[error(transparent)]
+        Space(#[from] SpaceError),
+    }
+
+    /// A star forest's bcast and reduce on device arrays of scalars `T`, staged through the
+    /// host; the packed arrays on both sides are allocated once.
+    #[derive(Debug)]
+    pub struct DeviceStaged<T: Element> {
+        staged: Staged,
+        roots: Vec<(DevicePlan, usize)>,
+        leaves: Vec<(DevicePlan, usize)>,
+        /// Packed roots and leaves on the device and on the host (at least one unit each).
+        device: [Buffer<T>; 2],
+        host: [Vec<T>; 2],
+    }
+
+    fn plans(dev: &Arc<Device>, segs: &[Segment]) -> Result<Vec<(DevicePlan, usize)>, CudaError> {
+        segs.iter()
+            .filter(|s| !s.plan.is_empty())
+            .map(|s| Ok((DevicePlan::new(dev, &s.plan)?, s.offset)))
+            .collect()
+    }
+
+    impl<T: Element + Unit> DeviceStaged<T> {
+        /// Prepares `sf` for arrays on `dev`. Collective over the forest's communicator.
+        pub fn new(dev: &Arc<Device>, sf: &StarForest) -> Result<Self, DeviceSfError> {
+            let staged = Staged::new(sf)?;
+            let n = [staged.packed_roots().max(1), staged.packed_leaves().max(1)];
+            Ok(Self {
+                roots: plans(dev, staged.root_segments())?,
+                leaves: plans(dev, staged.leaf_segments())?,
+                device: [Buffer::zeroed_on(dev, n[0])?, Buffer::zeroed_on(dev, n[1])?],
+                host: n.map(|n| vec![T::zeroed(); n]),
+                staged,
+            })
+        }
+
+        /// `leaf = leaf op root`, both arrays on `dev`.
+        pub fn bcast(
+            &mut self,
+            dev: &Device,
+            root: &Buffer<T>,
+            leaf: &mut Buffer<T>,
+            op: Op,
+        ) -> Result<(), DeviceSfError> {
+            self.staged.check(root.len(), leaf.len())?;
+            reducer::<T>(op)?;
+            let (nr, nl) = (self.staged.packed_roots(), self.staged.packed_leaves());
+            let [proots, pleaves] = &mut self.device;
+            let [hroots, hleaves] = &mut self.host;
+            for (p, off) in &self.roots {
+                p.pack(dev, root, 1, proots, *off)?;
+            }
+            if nr > 0 {
+                proots.download(hroots)?;
+            }
+            self.staged
+                .packed()
+                .bcast(&hroots[..nr], &mut hleaves[..nl], Op::Replace)?;
+            if nl > 0 {
+                pleaves.upload(hleaves)?;
+            }
+            for (p, off) in &self.leaves {
+                p.unpack(dev, pleaves, *off, 1, op, leaf)?;
+            }
+            Ok(())
+        }
+
+        /// `root = root op leaf`, both arrays on `dev`.
+        pub fn reduce(
+            &mut self,
+            dev: &Device,
+            leaf: &Buffer<T>,
+            root: &mut Buffer<T>,
+            op: Op,
+        ) -> Result<(), DeviceSfError> {
+            self.staged.check(root.len(), leaf.len())?;
+            reducer::<T>(op)?;
+            let (nr, nl) = (self.staged.packed_roots(), self.staged.packed_leaves());
+            let [proots, pleaves] = &mut self.device;
+            let [hroots, hleaves] = &mut self.host;
+            for (p, off) in &self.leaves {
+                p.pack(dev, leaf, 1, pleaves, *off)?;
+            }
+            if nl > 0 {
+                pleaves.download(hleaves)?;
+            }
+            self.staged
+                .packed()
+                .reduce(&hleaves[..nl], &mut hroots[..nr], Op::Replace)?;
+            if nr > 0 {
+                proots.upload(hroots)?;
+            }
+            for (p, off) in &self.roots {
+                p.unpack(dev, proots, *off, 1, op, root)?;
+            }
+            Ok(())
         }
     }
 }

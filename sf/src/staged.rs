@@ -40,6 +40,15 @@ pub struct Staged {
     leaves: Vec<Segment>,
 }
 
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged")
+            .field("roots", &self.roots)
+            .field("leaves", &self.leaves)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Segments of `peers` (this rank first, then ascending rank), laid end to end.
 fn segments(me: i32, peers: Vec<(i32, &Plan)>) -> Vec<Segment> {
     let mut peers = peers;

@@ -1,15 +1,22 @@
 //! PetscSF's Table I experiment: a forest with `n` contiguous roots on rank 0 and `n` leaves on
 //! rank 1, a bcast then a reduce (replace), against a raw MPI send/receive ping-pong of the
 //! same bytes, in the same run. Rounds alternate the two so that drift hits both alike.
+//! With `--device` the same rounds also time the forest with both arrays in GPU memory (D-D,
+//! doubles, staged through the host by [`DeviceStaged`]) beside host memory (H-H).
 
 use crate::cli::PingpongArgs;
 use crate::exit::bad_input;
-use anyhow::Result;
+use crate::run::collective::agree;
+use anyhow::{Context as _, Result};
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, Process, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
+use starhalo_exec::cuda::Device;
+use starhalo_exec::Buffer;
+use starhalo_sf::device::DeviceStaged;
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Serialize)]
@@ -19,6 +26,9 @@ struct Row {
     sf_us: f64,
     /// Median over rounds of the forest's time minus raw MPI's in the same round.
     overhead_us: f64,
+    /// The forest with device arrays (`--device`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sf_dd_us: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -40,11 +50,26 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
             "--min-bytes must be at least 1 and at most --max-bytes"
         ));
     }
+    if a.device && !a.min_bytes.is_multiple_of(8) {
+        return Err(bad_input!(
+            "--device moves doubles: --min-bytes must be a multiple of 8"
+        ));
+    }
+    let dev = match a.device {
+        true => Some(agree(world, open_device())?),
+        false => None,
+    };
     let comm = world.duplicate();
     let mut rows = Vec::new();
     let mut bytes = a.min_bytes;
     while bytes <= a.max_bytes {
-        rows.push(measure(world, &comm, bytes, a.rounds as usize)?);
+        rows.push(measure(
+            world,
+            &comm,
+            bytes,
+            a.rounds as usize,
+            dev.as_ref(),
+        )?);
         bytes *= 2;
     }
     if world.rank() == 0 {
@@ -62,17 +87,23 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
                 a.rounds
             );
             println!(
-                "{:>10} {:>10} {:>10} {:>12} {:>10}",
-                "bytes", "mpi_us", "sf_us", "overhead_us", "overhead"
+                "{:>10} {:>10} {:>10} {:>12} {:>10}{}",
+                "bytes",
+                "mpi_us",
+                "sf_us",
+                "overhead_us",
+                "overhead",
+                if a.device { "   sf_dd_us" } else { "" }
             );
             for r in rows {
                 println!(
-                    "{:>10} {:>10.3} {:>10.3} {:>12.3} {:>9.1}%",
+                    "{:>10} {:>10.3} {:>10.3} {:>12.3} {:>9.1}%{}",
                     r.bytes,
                     r.mpi_us,
                     r.sf_us,
                     r.overhead_us,
-                    100.0 * r.overhead_us / r.mpi_us
+                    100.0 * r.overhead_us / r.mpi_us,
+                    r.sf_dd_us.map_or(String::new(), |t| format!(" {t:>10.3}"))
                 );
             }
         }
@@ -85,6 +116,7 @@ fn measure(
     comm: &SimpleCommunicator,
     bytes: usize,
     rounds: usize,
+    dev: Option<&Arc<Device>>,
 ) -> Result<Row> {
     let rank = world.rank();
     let graph = if rank == 0 {
@@ -109,23 +141,32 @@ fn measure(
     let (root, leaf) = (&mut root[..sf.nroots()], &mut leaf[..sf.leaf_space()]);
     let iters = (4_000_000 / (bytes + 512)).clamp(60, 20_000);
 
+    let mut on_device = match dev {
+        Some(d) => Some(agree(world, DeviceCase::new(world, d, bytes / 8))?),
+        None => None,
+    };
+    let kinds = if on_device.is_some() { 3 } else { 2 };
+
     let peer = comm.process_at_rank(1 - rank);
-    // `which`: 0 raw MPI send/receive, 1 the SF's bcast + reduce. Each is its own function,
-    // so that changes elsewhere in this file do not move the timed loops' code.
+    // `which`: 0 raw MPI send/receive, 1 the SF's bcast + reduce, 2 the same on device
+    // arrays. Each is its own function, so that changes elsewhere in this file do not move
+    // the timed loops' code.
     let mut pingpong = |which: usize, n: usize| -> Result<()> {
-        match which {
-            0 if rank == 0 => raw_pingpong(&peer, root, true, n),
-            0 => raw_pingpong(&peer, leaf, false, n),
+        match (which, on_device.as_mut()) {
+            (0, _) if rank == 0 => raw_pingpong(&peer, root, true, n),
+            (0, _) => raw_pingpong(&peer, leaf, false, n),
+            (2, Some(d)) => d.pingpong(n)?,
             _ => sf_pingpong(&sf, root, leaf, n)?,
         }
         Ok(())
     };
-    pingpong(0, iters / 4 + 1)?;
-    pingpong(1, iters / 4 + 1)?;
-    let (mut t_mpi, mut t_sf, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    for which in 0..kinds {
+        pingpong(which, iters / 4 + 1)?;
+    }
+    let (mut t_mpi, mut t_sf, mut diff, mut t_dd) = (vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
-        let mut t = [0.0; 2];
-        for which in [round % 2, 1 - round % 2] {
+        let mut t = [0.0; 3];
+        for which in (0..kinds).map(|k| (k + round) % kinds) {
             comm.barrier();
             let t0 = Instant::now();
             pingpong(which, iters)?;
@@ -133,6 +174,7 @@ fn measure(
         }
         t_mpi.push(t[0]);
         t_sf.push(t[1]);
+        t_dd.push(t[2]);
         diff.push(t[1] - t[0]);
     }
     // The overhead is paired: each round times both back to back, so drift between rounds
@@ -142,7 +184,76 @@ fn measure(
         mpi_us: median(&mut t_mpi),
         sf_us: median(&mut t_sf),
         overhead_us: median(&mut diff),
+        sf_dd_us: (kinds == 3).then(|| median(&mut t_dd)),
     })
+}
+
+/// The GPU of this process, its kernels compiled.
+fn open_device() -> Result<Arc<Device>> {
+    let dev = Device::process_default().context("--device, but no GPU can be used")?;
+    dev.compile_all()?;
+    Ok(dev)
+}
+
+/// The same ping-pong with `n` doubles in device memory: rank 0's roots, rank 1's leaves.
+struct DeviceCase {
+    dev: Arc<Device>,
+    sf: DeviceStaged<f64>,
+    root: Buffer<f64>,
+    leaf: Buffer<f64>,
+}
+
+impl DeviceCase {
+    fn new(world: &SimpleCommunicator, dev: &Arc<Device>, n: usize) -> Result<Self> {
+        let graph = if world.rank() == 0 {
+            Graph::new(n, None, Vec::new())
+        } else {
+            let leaves = (0..n as u64).map(|offset| RootRef { rank: 0, offset });
+            Graph::new(0, None, leaves.collect())
+        };
+        let sf = StarForest::new(world, &graph, SfOptions::default())?;
+        let staged = DeviceStaged::new(dev, &sf)?;
+        let ramp = |k: f64, len: usize| (0..len).map(|i| k * i as f64).collect::<Vec<_>>();
+        let mut case = Self {
+            root: Buffer::from_host_to(dev, &ramp(1.0, sf.nroots()))?,
+            leaf: Buffer::zeroed_on(dev, sf.leaf_space())?,
+            dev: dev.clone(),
+            sf: staged,
+        };
+        // Checked once before timing: leaf i gets root i, and a doubled leaf i comes back.
+        let Self {
+            dev,
+            sf,
+            root,
+            leaf,
+        } = &mut case;
+        sf.bcast(dev, root, leaf, Op::Replace)?;
+        if leaf.to_vec()? != ramp(1.0, leaf.len()) {
+            anyhow::bail!("the device bcast delivered wrong values");
+        }
+        leaf.upload(&ramp(2.0, leaf.len()))?;
+        sf.reduce(dev, leaf, root, Op::Replace)?;
+        if root.to_vec()? != ramp(2.0, root.len()) {
+            anyhow::bail!("the device reduce delivered wrong values");
+        }
+        Ok(case)
+    }
+
+    /// `n` bcasts and reduces (replace) on the device arrays.
+    #[inline(never)]
+    fn pingpong(&mut self, n: usize) -> Result<()> {
+        for _ in 0..n {
+            let Self {
+                dev,
+                sf,
+                root,
+                leaf,
+            } = self;
+            sf.bcast(dev, root, leaf, Op::Replace)?;
+            sf.reduce(dev, leaf, root, Op::Replace)?;
+        }
+        Ok(())
+    }
 }
 
 /// `n` round trips of `buf` with `peer`, sending first when `first`.
