@@ -1,7 +1,7 @@
 //! `parthenon/exec/space: cuda` for the advection problem. Where this machine has an NVIDIA
-//! GPU, the run on 1 and 2 ranks gives the host run's error norms bit for bit; where it has
-//! none, every rank exits 1 saying why and nothing is written. Decks the GPU path does not run,
-//! and unknown spaces, are bad input (exit 2) naming the key.
+//! GPU, the run on 1 and 2 ranks, periodic and with outflow faces, gives the host run's error
+//! norms bit for bit; where it has none, every rank exits 1 saying why and nothing is written.
+//! Decks the GPU path does not run, and unknown spaces, are bad input (exit 2) naming the key.
 
 mod common;
 
@@ -62,33 +62,47 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
     let dir = scratch("run");
     let deck = dir.join("deck.yaml");
     std::fs::write(&deck, DECK).unwrap();
-    let host_out = dir.join("host");
-    assert_ok("host run", &run(1, &deck, &host_out, &[]));
-    let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
-    for ranks in [1, 2] {
-        let out = dir.join(format!("cuda{ranks}"));
-        let r = run(ranks, &deck, &out, &["parthenon/exec/space=cuda"]);
-        if has_gpu() {
-            assert_ok("cuda run", &r);
-            let got = std::fs::read_to_string(out.join("advection-errors.dat")).unwrap();
-            assert_eq!(
-                got, want,
-                "{ranks} ranks: GPU error norms differ from the host's"
-            );
-        } else {
-            let err = String::from_utf8_lossy(&r.stderr);
-            assert_eq!(r.status.code(), Some(1), "{ranks} ranks: {err}");
-            assert!(
-                err.contains("parthenon/exec/space is cuda, but no GPU can be used"),
-                "{err}"
-            );
-            // Rank 0 speaks for all; no output was started.
-            assert_eq!(err.matches("error:").count(), 1, "{err}");
-            let written = std::fs::read_dir(&out).map_or(0, |d| d.count());
-            assert_eq!(written, 0, "{ranks} ranks wrote output before failing");
+    // Periodic everywhere, and outflow along x2 (filled on the device by the outflow kernel).
+    let outflow = [
+        "parthenon/mesh/ix2_bc=outflow",
+        "parthenon/mesh/ox2_bc=outflow",
+    ];
+    for (case, bcs) in [("periodic", &[][..]), ("outflow", &outflow[..])] {
+        let host_out = dir.join(format!("host_{case}"));
+        assert_ok("host run", &run(1, &deck, &host_out, bcs));
+        let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
+        for ranks in [1, 2] {
+            let out = dir.join(format!("cuda_{case}_{ranks}"));
+            let mut extra = vec!["parthenon/exec/space=cuda"];
+            extra.extend_from_slice(bcs);
+            check_cuda_run(ranks, &run(ranks, &deck, &out, &extra), &out, &want);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cuda run on `ranks` ranks: the host's error norms `want` with a GPU, else exit 1 on
+/// every rank, rank 0 saying why, nothing written.
+fn check_cuda_run(ranks: usize, r: &std::process::Output, out: &Path, want: &str) {
+    if has_gpu() {
+        assert_ok("cuda run", r);
+        let got = std::fs::read_to_string(out.join("advection-errors.dat")).unwrap();
+        assert_eq!(
+            got, want,
+            "{ranks} ranks: GPU error norms differ from the host's"
+        );
+    } else {
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{ranks} ranks: {err}");
+        assert!(
+            err.contains("parthenon/exec/space is cuda, but no GPU can be used"),
+            "{err}"
+        );
+        // Rank 0 speaks for all; no output was started.
+        assert_eq!(err.matches("error:").count(), 1, "{err}");
+        let written = std::fs::read_dir(out).map_or(0, |d| d.count());
+        assert_eq!(written, 0, "{ranks} ranks wrote output before failing");
+    }
 }
 
 #[test]
@@ -105,10 +119,10 @@ fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
         (
             vec![
                 "parthenon/exec/space=cuda",
-                "parthenon/mesh/ix1_bc=outflow",
-                "parthenon/mesh/ox1_bc=outflow",
+                "parthenon/mesh/ix1_bc=reflecting",
+                "parthenon/mesh/ox1_bc=reflecting",
             ],
-            "non-periodic boundaries",
+            "reflecting or user boundaries",
         ),
         (
             vec!["parthenon/exec/space=cuda", "advection/sparse=true"],

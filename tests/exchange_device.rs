@@ -1,23 +1,30 @@
 //! The ghost exchange with device fields ([`DeviceFields`]) on seeded random single-level
-//! periodic meshes (2-D and 3-D, random block sizes, ghost depths and partitions, a
-//! two-component variable), on 1, 2 and 4 ranks, coalesced and per channel, in random posting
-//! orders, as `any` and as `local` then `nonlocal`. Checked:
+//! meshes (2-D and 3-D, each direction periodic or outflow, random block sizes, ghost depths
+//! and partitions, a two-component variable), on 1, 2 and 4 ranks, coalesced and per channel,
+//! in random posting orders, as `any` and as `local` then `nonlocal`. Checked:
 //!
 //! - with a GPU: the device fill gives the host fill's blocks bit for bit, twice in a row (the
-//!   second fill reuses every buffer), and the digest of the filled mesh is the same on every
-//!   rank count;
-//! - on every machine: the host fill's digest is the same on every rank count, every ghost
-//!   holds the value that names its periodic image (so the digests check a correct fill), a
-//!   single-level periodic exchange needs no host work ([`Exchange::needs_host`]) while a
-//!   multilevel or an outflow one does, and without a GPU opening one is an error on every
-//!   rank, never a panic.
+//!   second fill reuses every buffer);
+//! - on every machine: the same fill through a [`FieldSpace`] that does on its own copy of the
+//!   storage what the device does (pack and unpack per route, then the partition's outflow
+//!   boxes filled by the device kernel's rule, [`outflow_fill`]) gives the host fill's blocks
+//!   bit for bit; the host fill's digest is the same on every rank count, and every ghost
+//!   holds the value that names its periodic image or, beyond an outflow face, the nearest
+//!   interior cell (so the digests check a correct fill); single-level periodic and outflow
+//!   exchanges need no host-only work ([`Exchange::needs_host`]) while a multilevel or a
+//!   reflecting one does; without a GPU opening one is an error on every rank, never a
+//!   panic.
 
 mod common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use starhalo_boundary::device_pack::DeviceFields;
-use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions, Ordering};
+use starhalo_boundary::bounds::interior_bounds;
+use starhalo_boundary::device_pack::{outflow_fill, DeviceFields};
+use starhalo_boundary::{
+    BlockData, BndCache, BndInfo, BoundaryError, BoundaryType, Exchange, ExchangeOptions,
+    FieldLayout, FieldSpace, Ordering,
+};
 use starhalo_exec::cuda::Device;
 use starhalo_exec::Policy;
 use starhalo_mesh::config::BoundaryCondition;
@@ -47,9 +54,9 @@ fn has_gpu() -> bool {
     std::path::Path::new("/proc/driver/nvidia/version").exists()
 }
 
-/// A random periodic single-level mesh: 2-D or 3-D, 2 to 4 blocks per direction of 2 to 6
-/// cells, 1 to 3 ghost layers (at most the block width), one partition per rank or partitions
-/// of 1 to 3 blocks.
+/// A random single-level mesh: 2-D or 3-D, each direction periodic or outflow, 2 to 4 blocks
+/// per direction of 2 to 6 cells, 1 to 3 ghost layers (at most the block width), one
+/// partition per rank or partitions of 1 to 3 blocks.
 fn random_mesh(rng: &mut ChaCha8Rng, nranks: usize) -> Mesh {
     let ndim = rng.gen_range(2..=3);
     let (mut nx, mut bnx) = ([1; 3], [1; 3]);
@@ -59,7 +66,11 @@ fn random_mesh(rng: &mut ChaCha8Rng, nranks: usize) -> Mesh {
     }
     let mut c = MeshConfig::new(nx, bnx);
     for d in 0..ndim {
-        c.bc[d] = [BoundaryCondition::Periodic; 2];
+        c.bc[d] = [if rng.gen_bool(0.6) {
+            BoundaryCondition::Periodic
+        } else {
+            BoundaryCondition::Outflow
+        }; 2];
     }
     c.nghost = rng.gen_range(1..=3.min(*bnx[..ndim].iter().min().unwrap()));
     c.pack_size = rng.gen_bool(0.5).then(|| rng.gen_range(1..=3));
@@ -75,16 +86,17 @@ fn fields() -> Fields {
     f
 }
 
-/// The value cell `p` of block `gid`, slot `slot` holds: a code of its wrapped global index
-/// (so a ghost must end up with its periodic image's code). Ghosts start at -1.
+/// The value cell `p` of block `gid`, slot `slot` holds: a code of its global index. Ghosts
+/// start at -1.
 fn code(mesh: &Mesh, gid: usize, slot: usize, p: [usize; 3]) -> Option<f64> {
     let c = mesh.config();
     let interior = (0..mesh.ndim()).all(|d| p[d] >= c.nghost && p[d] < c.nghost + c.block_nx[d]);
-    interior.then(|| wrapped_code(mesh, gid, slot, p))
+    interior.then(|| filled_code(mesh, gid, slot, p))
 }
 
-/// The same code for any point, ghosts included, wrapped into the domain.
-fn wrapped_code(mesh: &Mesh, gid: usize, slot: usize, p: [usize; 3]) -> f64 {
+/// The code a filled point holds, ghosts included: that of the cell it maps to, wrapped
+/// across periodic directions and clamped onto the domain across outflow ones.
+fn filled_code(mesh: &Mesh, gid: usize, slot: usize, p: [usize; 3]) -> f64 {
     let c = mesh.config();
     let loc = mesh.forest().loc(gid).unwrap();
     let ext = mesh.forest().grid().extent(loc.level());
@@ -92,7 +104,10 @@ fn wrapped_code(mesh: &Mesh, gid: usize, slot: usize, p: [usize; 3]) -> f64 {
     for d in 0..mesh.ndim() {
         let n = c.block_nx[d] as i64;
         let x = loc.lx_dir(d) * n + p[d] as i64 - c.nghost as i64;
-        g[d] = x.rem_euclid(ext[d] * n);
+        g[d] = match c.bc[d][0] {
+            BoundaryCondition::Periodic => x.rem_euclid(ext[d] * n),
+            _ => x.clamp(0, ext[d] * n - 1),
+        };
     }
     (((g[0] * 64 + g[1]) * 64 + g[2]) * 4 + slot as i64) as f64
 }
@@ -126,13 +141,13 @@ fn initial(mesh: &Mesh, f: &Fields, rank: usize) -> BlockData {
     data
 }
 
-/// Every cell, ghosts included, holds its periodic image's code.
+/// Every cell, ghosts included, holds the code of the cell it maps to.
 fn check_filled(mesh: &Mesh, data: &BlockData, what: &str) {
     let d = dims(mesh);
     for (b, &gid) in data.gids().iter().enumerate() {
         for slot in 0..3 {
             for (i, p) in points(d).enumerate() {
-                let want = wrapped_code(mesh, gid, slot, p);
+                let want = filled_code(mesh, gid, slot, p);
                 let got = data.fine(b, slot)[i];
                 assert_eq!(got, want, "{what}: block {gid} slot {slot} at {p:?}");
             }
@@ -206,6 +221,17 @@ fn child() {
         assert!(!ex.needs_host(), "{what}");
         ex.fill_ghosts_as(types, &mut host).unwrap();
         check_filled(&mesh, &host, &what);
+
+        let mut data = initial(&mesh, &f, rank);
+        let mut ex = Exchange::new(&world, &mesh, &data, opts).unwrap();
+        let mut twin = TwinFields::new(&ex, &data);
+        for round in 0..2 {
+            ex.fill_ghosts_in(types, &mut data, &mut twin).unwrap();
+            assert!(
+                same_bits(&twin.data, host.data()),
+                "{what}, twin fill {round}: differs from the host fill"
+            );
+        }
         if let Ok(dev) = &dev {
             let mut data = initial(&mesh, &f, rank);
             let mut ex = Exchange::new(&world, &mesh, &data, opts).unwrap();
@@ -232,8 +258,66 @@ fn child() {
     }
 }
 
-/// Single-level periodic: no host work. Two levels, or an outflow boundary: host work (so
-/// device fields refuse them).
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// What [`DeviceFields`] does, on a host copy of the storage: pack and unpack each route, then
+/// fill each partition's outflow boxes by the device kernel's rule.
+struct TwinFields {
+    data: Vec<f64>,
+    layout: FieldLayout,
+    nblocks: usize,
+    boxes: Vec<Vec<BndInfo>>,
+    bounds: ([usize; 3], [usize; 3]),
+}
+
+impl TwinFields {
+    fn new(ex: &Exchange, data: &BlockData) -> Self {
+        Self {
+            data: data.data().to_vec(),
+            layout: data.layout().fine,
+            nblocks: data.gids().len(),
+            boxes: (0..ex.partitions())
+                .map(|p| ex.outflow_boxes(p, data))
+                .collect(),
+            bounds: interior_bounds(data.shape()),
+        }
+    }
+}
+
+impl FieldSpace for TwinFields {
+    fn pack(
+        &mut self,
+        _route: usize,
+        cache: &BndCache,
+        _data: &BlockData,
+        buf: &mut [f64],
+    ) -> Result<(), BoundaryError> {
+        cache.pack(Policy::Serial, &self.data, buf)
+    }
+
+    fn unpack(
+        &mut self,
+        _route: usize,
+        cache: &BndCache,
+        buf: &[f64],
+        _data: &mut BlockData,
+        defaults: &[f64],
+    ) -> Result<(), BoundaryError> {
+        cache.unpack(Policy::Serial, buf, &mut self.data, defaults)
+    }
+
+    fn finish(&mut self, part: usize) -> Result<bool, BoundaryError> {
+        let (lo, hi) = self.bounds;
+        let boxes = &self.boxes[part];
+        outflow_fill(self.layout, self.nblocks, boxes, lo, hi, &mut self.data)?;
+        Ok(true)
+    }
+}
+
+/// Single-level periodic or outflow: no host-only work. Two levels, or a reflecting boundary:
+/// host-only work (so device fields refuse them).
 fn needs_host_follows_the_mesh(world: &SimpleCommunicator, rank: usize, nranks: usize) {
     let f = fields();
     let mut periodic = MeshConfig::new([8, 8, 1], [4, 4, 1]);
@@ -241,11 +325,13 @@ fn needs_host_follows_the_mesh(world: &SimpleCommunicator, rank: usize, nranks: 
     periodic.bc[1] = [BoundaryCondition::Periodic; 2];
     let mut outflow = periodic.clone();
     outflow.bc[1] = [BoundaryCondition::Outflow; 2];
-    for (c, want) in [(periodic, false), (outflow, true)] {
+    let mut reflecting = periodic.clone();
+    reflecting.bc[0] = [BoundaryCondition::Reflecting; 2];
+    for (c, want) in [(periodic, false), (outflow, false), (reflecting, true)] {
         let mesh = Mesh::new(c, nranks).unwrap();
         let data = BlockData::new(&mesh, &f, rank).unwrap();
         let ex = Exchange::new(world, &mesh, &data, ExchangeOptions::default()).unwrap();
-        // Blocks with no outflow face have no host work; some rank holds one that has.
+        // Blocks with no reflecting face have no host work; some rank holds one that has.
         let any = world_any(world, ex.needs_host());
         assert_eq!(any, want, "{:?}", mesh.config().bc);
     }

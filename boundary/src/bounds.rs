@@ -117,16 +117,15 @@ impl BlockFinish {
         })
     }
 
-    /// Whether [`apply`](Self::apply) changes anything: a coarser neighbour to prolongate
-    /// from, or a face whose condition [`physical_bounds`] fills.
-    pub fn has_work(&self) -> bool {
+    /// Whether [`apply`](Self::apply) does work that only the host does: prolongation from a
+    /// coarser neighbour, or a reflecting face ([`outflow_boxes`] covers outflow faces).
+    pub fn needs_host(&self) -> bool {
         !self.prolong.is_empty()
-            || self.faces.iter().flatten().any(|f| {
-                matches!(
-                    f,
-                    Some(BoundaryCondition::Outflow | BoundaryCondition::Reflecting)
-                )
-            })
+            || self
+                .faces
+                .iter()
+                .flatten()
+                .any(|f| *f == Some(BoundaryCondition::Reflecting))
     }
 
     /// Completes the coarse buffer and prolongates (if the block has a coarser neighbour),
@@ -152,6 +151,70 @@ impl BlockFinish {
         physical_bounds(shape, &self.faces, fine);
         Ok(())
     }
+}
+
+/// The interior of `shape` as inclusive index bounds per direction (`0..=0` along inactive
+/// directions): the range outflow boxes clamp onto.
+pub fn interior_bounds(shape: &IndexShape) -> ([usize; 3], [usize; 3]) {
+    let (mut lo, mut hi) = ([0; 3], [0; 3]);
+    for d in 0..shape.ndim() {
+        lo[d] = shape.ghosts(d);
+        hi[d] = shape.ghosts(d) + shape.nx()[d] - 1;
+    }
+    (lo, hi)
+}
+
+/// [`physical_bounds`]' outflow faces as disjoint boxes for a one-launch fill: along each
+/// direction the points split into the ghost layers of each outflow side and one range of the
+/// rest (interior plus any non-outflow ghosts); every product of these ranges except the
+/// all-rest one is a box. A cell of a box outside along the directions `S` takes the value of
+/// the cell clamped onto the interior along `S`, which is what the direction-by-direction
+/// fill leaves there; no box reads a cell any box writes, so all boxes of all blocks and
+/// variables go in one launch. Empty unless some face is outflow; reflecting faces are not
+/// boxes (only the host fills them).
+pub fn outflow_boxes(
+    shape: &IndexShape,
+    faces: &[[Option<BoundaryCondition>; 2]; 3],
+) -> Vec<IndexBox> {
+    let dims = FieldLayout::of_shape(shape, 1).dims;
+    let mut ranges: [Vec<(IndexRange, bool)>; 3] = Default::default();
+    for (d, r) in ranges.iter_mut().enumerate() {
+        let out =
+            |side: usize| d < shape.ndim() && faces[d][side] == Some(BoundaryCondition::Outflow);
+        let (g, n) = if d < shape.ndim() {
+            (shape.ghosts(d), shape.nx()[d])
+        } else {
+            (0, dims[d])
+        };
+        let (s, e) = (
+            if out(0) { g } else { 0 },
+            if out(1) { g + n } else { dims[d] } - 1,
+        );
+        if out(0) {
+            r.push((IndexRange { s: 0, e: g - 1 }, true));
+        }
+        r.push((IndexRange { s, e }, false));
+        if out(1) {
+            r.push((
+                IndexRange {
+                    s: g + n,
+                    e: dims[d] - 1,
+                },
+                true,
+            ));
+        }
+    }
+    let mut boxes = Vec::new();
+    for &(r0, o0) in &ranges[0] {
+        for &(r1, o1) in &ranges[1] {
+            for &(r2, o2) in &ranges[2] {
+                if o0 || o1 || o2 {
+                    boxes.push(IndexBox([r0, r1, r2]));
+                }
+            }
+        }
+    }
+    boxes
 }
 
 /// Fills the ghosts of `arr` (one variable slot on `shape`) beyond every face with a physical

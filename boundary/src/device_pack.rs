@@ -185,7 +185,8 @@ mod device {
     /// The field storage of a single-level mesh's blocks on a device, as an exchange's
     /// [`FieldSpace`]: each route packs in one launch into a device buffer, which is copied to
     /// the host buffer MPI sends (the copy waits for the stream: the one synchronisation
-    /// before MPI), and unpacks in one launch after the host buffer is copied up.
+    /// before MPI), and unpacks in one launch after the host buffer is copied up; each
+    /// partition's outflow faces are then filled in one launch.
     #[derive(Debug)]
     pub struct DeviceFields {
         dev: Arc<Device>,
@@ -193,6 +194,8 @@ mod device {
         data: Buffer<f64>,
         /// Per route: send and receive descriptors and their device buffers.
         routes: Vec<[(DeviceBndCache, Buffer<f64>); 2]>,
+        /// Per partition: its outflow boxes.
+        outflow: Vec<DeviceHalos>,
     }
 
     fn device_error(e: impl std::fmt::Display) -> BoundaryError {
@@ -201,8 +204,8 @@ mod device {
 
     impl DeviceFields {
         /// Uploads `data` (the blocks of a single-level mesh) and the descriptors of every
-        /// route of `ex`, which was built for `data` and must need no host work
-        /// ([`Exchange::needs_host`]).
+        /// route and outflow face of `ex`, which was built for `data` and must need no host
+        /// work ([`Exchange::needs_host`]).
         pub fn new(
             dev: &Arc<Device>,
             ex: &Exchange,
@@ -216,12 +219,22 @@ mod device {
             }
             if ex.needs_host() {
                 return Err(BoundaryError::Geometry(
-                    "device fields with restriction, prolongation or physical boundaries, \
+                    "device fields with restriction, prolongation or reflecting boundaries, \
                      which run on the host"
                         .into(),
                 ));
             }
             let nblocks = data.gids().len();
+            let (lo, hi) = crate::bounds::interior_bounds(data.shape());
+            let outflow = (0..ex.partitions())
+                .map(|p| {
+                    let descs: Vec<HaloDesc> =
+                        ex.outflow_boxes(p, data).iter().map(halo_desc).collect();
+                    let f = field_dims(l.fine, nblocks);
+                    DeviceHalos::for_outflow(dev, &descs, f, lo, hi)
+                })
+                .collect::<Result<_, _>>()
+                .map_err(device_error)?;
             let mut routes = Vec::new();
             for (send, recv) in ex.route_caches() {
                 let side = |c: &BndCache| -> Result<_, CudaError> {
@@ -239,6 +252,7 @@ mod device {
                 layout: l.fine,
                 data: Buffer::from_host_to(dev, data.data()).map_err(device_error)?,
                 routes,
+                outflow,
             })
         }
 
@@ -322,6 +336,14 @@ mod device {
             let [_, (d, dbuf)] = routes.get_mut(route).ok_or_else(|| no_route(route))?;
             dbuf.upload(from).map_err(device_error)?;
             d.unpack(dev, dbuf, data, 0.0).map_err(device_error)
+        }
+
+        fn finish(&mut self, part: usize) -> Result<bool, BoundaryError> {
+            let h = self.outflow.get(part).ok_or_else(|| {
+                BoundaryError::Mismatch(format!("partition {part} was not uploaded"))
+            })?;
+            self.dev.outflow(h, &mut self.data).map_err(device_error)?;
+            Ok(true)
         }
     }
 
@@ -494,6 +516,58 @@ mod tests {
         assert_eq!(&data[0..4], &data[4..8]);
         let mixed = [x1[0], x2[0]];
         assert!(outflow_fill(l, 1, &mixed, lo, hi, &mut data).is_err());
+    }
+
+    /// The outflow boxes filled by the device's rule (the host twin) give exactly what the
+    /// host's direction-by-direction fill gives, for every mix of outflow, periodic, reflecting
+    /// and interior faces in 1-D, 2-D and 3-D.
+    #[test]
+    fn outflow_boxes_fill_as_the_host_does() {
+        use crate::bounds::{interior_bounds, outflow_boxes, physical_bounds};
+        use starhalo_mesh::BoundaryCondition as Bc;
+        let kinds = [
+            None,
+            Some(Bc::Periodic),
+            Some(Bc::Outflow),
+            Some(Bc::Reflecting),
+        ];
+        let mut seed = 12345u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        for (nx, g, ndim) in [
+            ([5, 1, 1], 2, 1),
+            ([4, 3, 1], 1, 2),
+            ([4, 3, 2], 2, 3),
+            ([3, 3, 3], 3, 3),
+        ] {
+            let shape = IndexShape::new(nx, g, ndim).unwrap();
+            let l = FieldLayout::of_shape(&shape, 1);
+            let (lo, hi) = interior_bounds(&shape);
+            for _ in 0..200 {
+                let faces = [0, 1, 2].map(|_| [0, 1].map(|_| kinds[next() % 4]));
+                let data: Vec<f64> = (0..l.block_len()).map(|_| (next() % 1000) as f64).collect();
+                let mut want = data.clone();
+                // The host fills reflecting faces too: give the twin the same start there.
+                let no_reflect = faces.map(|f| f.map(|x| x.filter(|&b| b != Bc::Reflecting)));
+                physical_bounds(&shape, &no_reflect, &mut want);
+                let boxes: Vec<BndInfo> = outflow_boxes(&shape, &faces)
+                    .iter()
+                    .map(|b| BndInfo::new(0, 0, b, 0, 0))
+                    .collect();
+                let mut got = data.clone();
+                outflow_fill(l, 1, &boxes, lo, hi, &mut got).unwrap();
+                assert_eq!(got, want, "{nx:?} g={g} faces {faces:?}");
+                let any_outflow = faces[..shape.ndim()]
+                    .iter()
+                    .flatten()
+                    .any(|f| *f == Some(Bc::Outflow));
+                assert_eq!(!boxes.is_empty(), any_outflow, "{faces:?}");
+            }
+        }
     }
 
     #[test]

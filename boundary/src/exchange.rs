@@ -236,9 +236,10 @@ impl coalesce::Listed for End {
 ///
 /// `route` numbers the exchange's (partition, type) routes as
 /// [`Exchange::route_caches`] lists them, so that an implementation can prepare per-route
-/// state (device descriptors) once. Restriction, prolongation and physical boundaries run on
-/// the host's block storage, so a space other than the host's serves only exchanges that need
-/// none of them ([`Exchange::needs_host`]).
+/// state (device descriptors) once. Restriction, prolongation and reflecting boundaries run
+/// on the host's block storage, so a space other than the host's serves only exchanges that
+/// need none of them ([`Exchange::needs_host`]); outflow boundaries it fills itself, from
+/// [`Exchange::outflow_boxes`], when [`finish`](Self::finish) is called.
 pub trait FieldSpace {
     /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`.
     fn pack(
@@ -258,6 +259,13 @@ pub trait FieldSpace {
         data: &mut BlockData,
         defaults: &[f64],
     ) -> Result<(), BoundaryError>;
+
+    /// Runs partition `part`'s post-unpack work in this space and returns true, or returns
+    /// false to leave it to the host's block storage (the default).
+    fn finish(&mut self, part: usize) -> Result<bool, BoundaryError> {
+        let _ = part;
+        Ok(false)
+    }
 }
 
 /// The host's block storage, packed and unpacked with `Policy`.
@@ -974,6 +982,16 @@ impl Exchange {
         part: usize,
         data: &mut BlockData,
     ) -> Result<TaskStatus, BoundaryError> {
+        self.finish_in(part, data, &mut HostFields(self.opts.policy))
+    }
+
+    /// [`finish`](Self::finish) with the post-unpack work done by `fields` where it can.
+    pub fn finish_in(
+        &mut self,
+        part: usize,
+        data: &mut BlockData,
+        fields: &mut dyn FieldSpace,
+    ) -> Result<TaskStatus, BoundaryError> {
         let Some(list) = self.finish.get(part) else {
             return Err(BoundaryError::Geometry(format!(
                 "partition {part} of {}",
@@ -982,6 +1000,9 @@ impl Exchange {
         };
         for (b, v) in self.pending_alloc[part].drain(..) {
             data.mark_allocated(b, v);
+        }
+        if fields.finish(part)? {
+            return Ok(TaskStatus::Complete);
         }
         for f in list {
             for v in 0..data.vars().len() {
@@ -1007,12 +1028,33 @@ impl Exchange {
         self.routes.iter().map(|r| (&r.send_cache, &r.recv_cache))
     }
 
-    /// Whether this rank's ghost fills work on the host's block storage besides packing and
-    /// unpacking: restriction before sending to a coarser neighbour, prolongation from a
-    /// coarser one, or physical boundaries.
+    /// Whether this rank's ghost fills need work that only the host's block storage does:
+    /// restriction before sending to a coarser neighbour, prolongation from a coarser one, or
+    /// reflecting boundaries.
     pub fn needs_host(&self) -> bool {
         self.routes.iter().any(|r| !r.restrict.is_empty())
-            || self.finish.iter().flatten().any(BlockFinish::has_work)
+            || self.finish.iter().flatten().any(BlockFinish::needs_host)
+    }
+
+    /// Partition `part`'s outflow faces as boxes of its blocks' fill-ghost variable slots,
+    /// disjoint and each read only outside every box, so one launch fills them all
+    /// ([`outflow_boxes`](crate::bounds::outflow_boxes)); empty without outflow faces.
+    pub fn outflow_boxes(&self, part: usize, data: &BlockData) -> Vec<BndInfo> {
+        let slots: Vec<usize> = data
+            .vars()
+            .iter()
+            .filter(|v| v.fill_ghost)
+            .flat_map(|v| v.slots.clone())
+            .collect();
+        let mut out = Vec::new();
+        for f in self.finish.get(part).into_iter().flatten() {
+            for b in crate::bounds::outflow_boxes(&self.shape, &f.faces) {
+                for &s in &slots {
+                    out.push(BndInfo::new(f.block, s, &b, 0, 0));
+                }
+            }
+        }
+        out
     }
 
     /// One whole ghost fill running the given types one after the other (`[Any]`, or
@@ -1054,7 +1096,7 @@ impl Exchange {
             }
         }
         for p in 0..n {
-            self.finish(p, data)?;
+            self.finish_in(p, data, fields)?;
         }
         Ok(())
     }

@@ -284,7 +284,7 @@ pub(super) fn fill(
         }
     }
     for p in 0..n {
-        ex.finish(p, data)?;
+        ex.finish_in(p, data, fields)?;
     }
     Ok(())
 }

@@ -169,28 +169,62 @@ pub fn check_halos(descs: &[HaloDesc], f: &FieldDims, buf_len: usize) -> Result<
 }
 
 /// Checks outflow descriptors: each box lies wholly outside `[lo, hi]` along one direction
-/// at least, and the directions it is outside along are the same for every descriptor (so no
-/// launch reads a cell it writes).
+/// at least, and no box writes a cell that another box of the same block and variable writes
+/// or reads (its sources: its cells clamped onto `[lo, hi]` along the directions it lies
+/// outside), so the cells of one launch can be filled in any order.
 pub fn check_outflow(
     descs: &[HaloDesc],
     f: &FieldDims,
     lo: [usize; 3],
     hi: [usize; 3],
 ) -> Result<(), CudaError> {
-    let mut dirs = None;
+    if (0..3).any(|k| lo[k] > hi[k] || hi[k] >= f.dims[k]) {
+        return Err(CudaError::Invalid(format!(
+            "outflow interior {lo:?}..={hi:?} outside {:?} points",
+            f.dims
+        )));
+    }
+    let (lo, hi) = (lo.map(|v| v as u64), hi.map(|v| v as u64));
+    let outside = |d: &HaloDesc| [0, 1, 2].map(|k| d.e[k] < lo[k] || d.s[k] > hi[k]);
+    // Inclusive ranges of the cells a box reads, per direction.
+    let sources = |d: &HaloDesc| {
+        let out = outside(d);
+        [0, 1, 2].map(|k| match (out[k], d.e[k] < lo[k]) {
+            (true, true) => (lo[k], lo[k]),
+            (true, false) => (hi[k], hi[k]),
+            (false, _) => (d.s[k], d.e[k]),
+        })
+    };
+    let meets =
+        |a: [(u64, u64); 3], b: &HaloDesc| (0..3).all(|k| a[k].0 <= b.e[k] && b.s[k] <= a[k].1);
+    let cells = |d: &HaloDesc| [0, 1, 2].map(|k| (d.s[k], d.e[k]));
+    let mut order: Vec<usize> = Vec::with_capacity(descs.len());
     for (h, d) in descs.iter().enumerate() {
         f.check_desc(h, d)?;
         if d.is_empty() {
             continue;
         }
-        let out = [0, 1, 2].map(|k| d.e[k] < lo[k] as u64 || d.s[k] > hi[k] as u64);
-        let first = *dirs.get_or_insert(out);
-        if out == [false; 3] || out != first || (0..3).any(|k| lo[k] > hi[k] || hi[k] >= f.dims[k])
-        {
+        if outside(d) == [false; 3] {
             return Err(CudaError::Invalid(format!(
-                "outflow descriptor {h} ({d:?}) is not a ghost box of the same faces as the others \
-                 (interior {lo:?}..={hi:?})"
+                "outflow descriptor {h} ({d:?}) is not a ghost box (interior {lo:?}..={hi:?})"
             )));
+        }
+        order.push(h);
+    }
+    order.sort_by_key(|&h| (descs[h].block, descs[h].var));
+    for group in
+        order.chunk_by(|&a, &b| (descs[a].block, descs[a].var) == (descs[b].block, descs[b].var))
+    {
+        for &a in group {
+            for &b in group {
+                let (da, db) = (&descs[a], &descs[b]);
+                if meets(sources(da), db) || (a != b && meets(cells(da), db)) {
+                    return Err(CudaError::Invalid(format!(
+                        "outflow descriptor {b} ({db:?}) overlaps the cells descriptor {a} \
+                         ({da:?}) writes or reads"
+                    )));
+                }
+            }
         }
     }
     Ok(())
@@ -347,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn outflow_boxes_must_share_their_faces() {
+    fn outflow_boxes_must_not_touch_what_others_write_or_read() {
         let f = FieldDims {
             dims: [6, 6, 1],
             nvar: 1,
@@ -358,7 +392,22 @@ mod tests {
         let right = desc(0, [4, 0, 0], [5, 5, 0], 0);
         let bottom = desc(0, [0, 0, 0], [5, 1, 0], 0);
         assert!(check_outflow(&[left, right], &f, lo, hi).is_ok());
+        // Both write the corner (0..=1, 0..=1).
         assert!(check_outflow(&[left, bottom], &f, lo, hi).is_err());
+        // Disjoint, but the edge strip reads (2, 0..=1), which the corner-free bottom writes.
+        let bottom_strip = desc(0, [2, 0, 0], [5, 1, 0], 0);
+        let left_rows = desc(0, [0, 0, 0], [1, 5, 0], 0);
+        assert!(check_outflow(&[left_rows, bottom_strip], &f, lo, hi).is_err());
+        // The element split: a corner, the two edges next to it, each clamped on its own.
+        let corner = desc(0, [0, 0, 0], [1, 1, 0], 0);
+        let x_edge = desc(0, [0, 2, 0], [1, 5, 0], 0);
+        let y_edge = desc(0, [2, 0, 0], [5, 1, 0], 0);
+        assert!(check_outflow(&[corner, x_edge, y_edge], &f, lo, hi).is_ok());
+        // Other blocks never conflict.
+        let other = HaloDesc { block: 1, ..left };
+        let f2 = FieldDims { nblocks: 2, ..f };
+        assert!(check_outflow(&[left, bottom_strip, other], &f2, lo, hi).is_err());
+        assert!(check_outflow(&[x_edge, HaloDesc { block: 1, ..bottom }], &f2, lo, hi).is_ok());
         assert!(check_outflow(&[desc(0, [2, 2, 0], [3, 3, 0], 0)], &f, lo, hi).is_err());
     }
 

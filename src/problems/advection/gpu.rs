@@ -2,8 +2,8 @@
 //! each stage is one flux launch per direction and one update launch over every block, and the
 //! ghost fill packs and unpacks each route in one launch, staging the buffers through the host
 //! for MPI. The host's block data keeps the metadata and receives the fields only for outputs
-//! and error norms. Single-level meshes with periodic boundaries and dense fields (`setup`
-//! refuses the rest).
+//! and error norms. Single-level meshes with periodic or outflow boundaries and dense fields
+//! (`setup` refuses the rest).
 
 use super::{Advection, Comms, Geo, Limiter};
 use anyhow::{Context as _, Result};
