@@ -3,8 +3,10 @@
 
 RANKS ?= 2
 CARGO ?= cargo
+# NVRTC fetched by scripts/setup: the CUDA-feature tests compile every kernel with it.
+NVRTC_LIB := $(CURDIR)/target/nvrtc/nvidia/cuda_nvrtc/lib
 
-.PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest
+.PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest gpu-check
 
 setup:
 	@scripts/setup
@@ -21,7 +23,7 @@ test: setup
 	$(CARGO) test --workspace --doc
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test -p starhalo-exec -p starhalo-sf -p starhalo-boundary --lib --features starhalo-boundary/cuda
+	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH $(CARGO) test -p starhalo-exec -p starhalo-sf -p starhalo-boundary --lib --features starhalo-boundary/cuda
 	$(CARGO) clippy -p starhalo-exec -p starhalo-sf -p starhalo-boundary --all-targets --features starhalo-boundary/cuda -- -D warnings
 
 # The CUDA self-test needs no toolkit to build; run it where a GPU, its driver and NVRTC are.
@@ -30,6 +32,16 @@ gpu-selftest-build:
 
 gpu-selftest: gpu-selftest-build
 	$${CARGO_TARGET_DIR:-target}/release/examples/gpu_selftest
+
+# Every GPU check and figure, where a GPU, its driver, NVRTC and MPICH are: the kernel
+# self-test, the tests that compare device and host runs (they take their GPU branch), the
+# device exchange and ping-pong benchmarks, and advection throughput on the host and the GPU.
+gpu-check: gpu-selftest
+	$(CARGO) test --release --test exchange_device --test advection_gpu --test cli_bench_exchange --test cli_sf
+	mpiexec -n 4 target/release/starhalo bench exchange inputs/bench_exchange.yaml parthenon/exec/space=cuda
+	mpiexec -n 2 target/release/starhalo bench sf-pingpong --device
+	mpiexec -n 1 target/release/starhalo run inputs/advection_throughput.yaml -d out/throughput-host
+	mpiexec -n 1 target/release/starhalo run inputs/advection_throughput.yaml -d out/throughput-cuda parthenon/exec/space=cuda
 
 bench: build
 	mpiexec -n 2 target/release/starhalo bench sf-pingpong --json

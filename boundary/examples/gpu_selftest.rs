@@ -396,7 +396,8 @@ mod selftest {
         Ok(())
     }
 
-    /// Outflow fill of the x1 faces, then the x2 faces, of a 2-D block.
+    /// Outflow fill of the x1 faces, then the x2 faces, of a 2-D block; then every outflow box
+    /// of blocks with mixed faces in one launch.
     fn outflow_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
         let shape = IndexShape::new([6, 4, 1], 2, 2)?;
         let (nvar, nblocks) = (2, 2);
@@ -453,6 +454,34 @@ mod selftest {
             let h = starhalo_exec::cuda::DeviceHalos::for_outflow(dev, &descs, f, lo, hi)?;
             dev.outflow(&h, &mut ddata)?;
             rep.exact(&format!("outflow {name} faces"), &ddata.to_vec()?, &host);
+        }
+        // One launch for every outflow box of a block, corners and edges included, as the
+        // exchange's device fields send them: the host's direction-by-direction fill.
+        use starhalo_boundary::bounds::{interior_bounds, outflow_boxes, physical_bounds};
+        use starhalo_mesh::BoundaryCondition as Bc;
+        let (o, p) = (Some(Bc::Outflow), Some(Bc::Periodic));
+        for (nx, ndim, faces) in [
+            ([6, 4, 1], 2, [[o, o], [o, o], [None, None]]),
+            ([6, 4, 1], 2, [[p, o], [o, None], [None, None]]),
+            ([4, 4, 4], 3, [[o, o], [o, o], [o, o]]),
+            ([4, 3, 5], 3, [[o, p], [None, o], [o, None]]),
+        ] {
+            let shape = IndexShape::new(nx, 2, ndim)?;
+            let layout = FieldLayout::of_shape(&shape, 1);
+            let data: Vec<f64> = (0..layout.block_len()).map(|_| r.unit()).collect();
+            let mut want = data.clone();
+            physical_bounds(&shape, &faces, &mut want);
+            let descs: Vec<_> = outflow_boxes(&shape, &faces)
+                .iter()
+                .map(|b| starhalo_boundary::device_pack::halo_desc(&BndInfo::new(0, 0, b, 0, 0)))
+                .collect();
+            let (lo, hi) = interior_bounds(&shape);
+            let f = field_dims(layout, 1);
+            let h = starhalo_exec::cuda::DeviceHalos::for_outflow(dev, &descs, f, lo, hi)?;
+            let mut ddata = Buffer::from_host_to(dev, &data)?;
+            dev.outflow(&h, &mut ddata)?;
+            let name = format!("outflow boxes in one launch, {ndim}-D {faces:?}");
+            rep.exact(&name, &ddata.to_vec()?, &want);
         }
         Ok(())
     }

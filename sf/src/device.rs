@@ -138,6 +138,11 @@ mod on_device {
 
     /// A star forest's bcast and reduce on device arrays of scalars `T`, staged through the
     /// host; the packed arrays on both sides are allocated once.
+    ///
+    /// Results equal the host forest's, except a reduce onto roots that several leaves of one
+    /// rank share: their segment unpacks with atomics, so `Replace` keeps one of those leaves,
+    /// not necessarily the last, and floating-point sums and products may round in another
+    /// order.
     #[derive(Debug)]
     pub struct DeviceStaged<T: Element> {
         staged: Staged,

@@ -49,6 +49,26 @@ impl AdvectGeom {
         self.nblocks * self.nvar * f.iter().product::<usize>()
     }
 
+    /// Checks that the arrays are what the kernels assume, so that no stencil reads outside
+    /// them: 1 to 3 dimensions; along each active one at least the two ghost layers the
+    /// limited reconstruction reads and `dims = n + 2 ghosts`; inactive ones of one point.
+    pub fn check(&self) -> Result<(), CudaError> {
+        let ok = (1..=3).contains(&self.ndim)
+            && (0..3).all(|d| {
+                let (n, g, dims) = (self.n[d], self.ghosts[d], self.dims[d]);
+                if d < self.ndim {
+                    n >= 1 && g >= 2 && dims == n + 2 * g
+                } else {
+                    n == 1 && g == 0 && dims == 1
+                }
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(CudaError::Invalid(format!("advection arrays {self:?}")))
+        }
+    }
+
     fn shape_args(&self) -> [Arg; 9] {
         let [d, g, n] = [self.dims, self.ghosts, self.n];
         [d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2]].map(|v| Arg::U64(v as u64))
@@ -67,6 +87,7 @@ impl Device {
         vel: f64,
         limiter: SlopeLimiter,
     ) -> Result<(), CudaError> {
+        g.check()?;
         if dir >= g.ndim {
             return Err(CudaError::Invalid(format!(
                 "direction {dir} of a {}-D mesh",
@@ -103,6 +124,7 @@ impl Device {
         dx: &Buffer<f64>,
         dt: f64,
     ) -> Result<(), CudaError> {
+        g.check()?;
         need("field storage", g.field_len(), u.len())?;
         need("flux directions", g.ndim, fluxes.len())?;
         need("cell widths", 3 * g.nblocks, dx.len())?;
@@ -134,5 +156,40 @@ impl Device {
         let cells = g.nblocks * g.nvar * g.n.iter().product::<usize>();
         let grid = grid_for(cells, BLOCK);
         self.launch(KernelSet::Advect, "sh_adv_update", grid, BLOCK, &args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_check_refuses_arrays_a_stencil_would_leave() {
+        let ok = AdvectGeom {
+            nblocks: 2,
+            nvar: 1,
+            dims: [12, 12, 1],
+            ghosts: [2, 2, 0],
+            n: [8, 8, 1],
+            ndim: 2,
+        };
+        assert!(ok.check().is_ok());
+        let one_ghost = AdvectGeom {
+            dims: [10, 10, 1],
+            ghosts: [1, 1, 0],
+            ..ok
+        };
+        assert!(one_ghost.check().is_err());
+        let short = AdvectGeom {
+            dims: [11, 12, 1],
+            ..ok
+        };
+        assert!(short.check().is_err());
+        let ghost_on_inactive = AdvectGeom {
+            ghosts: [2, 2, 2],
+            ..ok
+        };
+        assert!(ghost_on_inactive.check().is_err());
+        assert!(AdvectGeom { ndim: 0, ..ok }.check().is_err());
     }
 }

@@ -11,26 +11,23 @@ use super::kernels::KernelSet;
 use crate::element::Element;
 
 /// `len` values of `T` in the memory of one device. All transfers and kernels touching it
-/// run on that device's stream, in issue order.
+/// run on that device's stream, in issue order. An empty buffer still holds one value of
+/// memory: the driver refuses to allocate zero bytes.
 pub(crate) struct DeviceBuffer<T> {
     slice: CudaSlice<T>,
+    len: usize,
     dev: Arc<Device>,
 }
 
 impl<T> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "DeviceBuffer({} values on {:?})",
-            self.slice.len(),
-            self.dev
-        )
+        write!(f, "DeviceBuffer({} values on {:?})", self.len, self.dev)
     }
 }
 
 impl<T> DeviceBuffer<T> {
     pub(crate) fn len(&self) -> usize {
-        self.slice.len()
+        self.len
     }
 
     pub(crate) fn device(&self) -> &Arc<Device> {
@@ -44,14 +41,13 @@ impl<T> DeviceBuffer<T> {
 
 impl<T: Element> DeviceBuffer<T> {
     pub(crate) fn zeroed(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
-        let slice = if len == 0 {
-            dev.stream().null()
-        } else {
-            dev.stream().alloc_zeros(len)
-        }
-        .map_err(driver("cuMemAlloc"))?;
+        let slice = dev
+            .stream()
+            .alloc_zeros(len.max(1))
+            .map_err(driver("cuMemAlloc"))?;
         Ok(Self {
             slice,
+            len,
             dev: dev.clone(),
         })
     }
@@ -66,6 +62,7 @@ impl<T: Element> DeviceBuffer<T> {
         }
         Ok(Self {
             slice,
+            len: values.len(),
             dev: dev.clone(),
         })
     }
@@ -154,6 +151,7 @@ impl<T: Element> DeviceBuffer<T> {
         let mut out = Self {
             slice: ffi::alloc_uninit(self.dev.stream(), self.len())
                 .map_err(driver("cuMemAlloc"))?,
+            len: self.len,
             dev: self.dev.clone(),
         };
         out.copy_from(0, self, 0, self.len())?;

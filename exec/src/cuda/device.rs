@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
+use cudarc::nvrtc::sys::nvrtcResult as NvrtcResult;
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
 use super::error::CudaError;
 use super::ffi::{self, Arg};
@@ -245,8 +246,8 @@ impl Device {
             .clone()
     }
 
-    /// Virtual architectures to try, newest first: the device's own, then older ones an
-    /// older NVRTC may still know.
+    /// Virtual architectures to fall back on, newest first: the device's own, then older
+    /// ones an older NVRTC may still know.
     fn archs(&self) -> Vec<String> {
         let own = self.cc.0 * 10 + self.cc.1;
         let mut v = vec![own];
@@ -254,50 +255,76 @@ impl Device {
         v.into_iter().map(|a| format!("compute_{a}")).collect()
     }
 
+    /// Compiles `set` to machine code for this device (`sm_XX`); when this NVRTC does not
+    /// know the device (a GPU newer than the toolkit), to PTX for the newest virtual
+    /// architecture it knows, which the driver compiles at load.
     fn compile(&self, set: KernelSet) -> Result<Compiled, CudaError> {
         ffi::nvrtc_present()?;
         let parsed = signatures(set.source()).map_err(CudaError::Invalid)?;
+        let name = format!("starhalo_{}.cu", set.name());
+        let sm = format!("sm_{}{}", self.cc.0, self.cc.1);
+        let opts = [format!("--gpu-architecture={sm}"), "--fmad=false".into()];
+        let image = guarded("nvrtcCompileProgram", || {
+            ffi::compile_cubin(set.source(), &name, &opts)
+        })?;
+        let module = match image {
+            Ok(cubin) => self.load(Ptx::from_binary(cubin), &sm)?,
+            Err((NvrtcResult::NVRTC_ERROR_INVALID_OPTION, _)) => self.compile_ptx(set, &name)?,
+            Err((nvrtc, log)) => {
+                return Err(CudaError::Compile {
+                    kernels: set.name(),
+                    why: format!("{nvrtc:?} for {sm}"),
+                    log,
+                })
+            }
+        };
+        let mut sigs = HashMap::new();
+        for (name, kinds) in parsed {
+            let f = module
+                .load_function(&name)
+                .map_err(driver("cuModuleGetFunction"))?;
+            sigs.insert(name, (kinds, f));
+        }
+        Ok(Compiled {
+            _module: module,
+            sigs,
+        })
+    }
+
+    /// PTX for the newest virtual architecture this NVRTC accepts.
+    fn compile_ptx(&self, set: KernelSet, name: &str) -> Result<Arc<CudaModule>, CudaError> {
         let mut last = None;
         for arch in self.archs() {
             let opts = CompileOptions {
                 fmad: Some(false),
                 options: vec![format!("--gpu-architecture={arch}")],
-                name: Some(format!("starhalo_{}.cu", set.name())),
+                name: Some(name.to_string()),
                 ..Default::default()
             };
-            let ptx = match guarded("nvrtcCompileProgram", || {
+            match guarded("nvrtcCompileProgram", || {
                 compile_ptx_with_opts(set.source(), opts)
             })? {
-                Ok(ptx) => ptx,
+                Ok(ptx) => return self.load(ptx, &arch),
                 Err(e) => {
                     let invalid_arch = matches!(&e, CompileError::CompileError { nvrtc, .. }
-                        if nvrtc.0 == cudarc::nvrtc::sys::nvrtcResult::NVRTC_ERROR_INVALID_OPTION);
+                        if nvrtc.0 == NvrtcResult::NVRTC_ERROR_INVALID_OPTION);
                     last = Some(compile_error(set, &arch, e));
-                    if invalid_arch {
-                        continue;
+                    if !invalid_arch {
+                        break;
                     }
-                    break;
                 }
-            };
-            let module = self.ctx.load_module(ptx).map_err(|e| CudaError::Driver {
-                call: "cuModuleLoadData",
-                why: format!(
-                    "{e} (PTX for {arch}; a driver older than the NVRTC library rejects its PTX)"
-                ),
-            })?;
-            let mut sigs = HashMap::new();
-            for (name, kinds) in parsed {
-                let f = module
-                    .load_function(&name)
-                    .map_err(driver("cuModuleGetFunction"))?;
-                sigs.insert(name, (kinds, f));
             }
-            return Ok(Compiled {
-                _module: module,
-                sigs,
-            });
         }
         Err(last.unwrap_or(CudaError::Invalid("no architecture to compile for".into())))
+    }
+
+    fn load(&self, image: Ptx, arch: &str) -> Result<Arc<CudaModule>, CudaError> {
+        self.ctx.load_module(image).map_err(|e| CudaError::Driver {
+            call: "cuModuleLoadData",
+            why: format!(
+                "{e} (code for {arch}; a driver older than the NVRTC library rejects its PTX)"
+            ),
+        })
     }
 
     /// Launches kernel `name` of `set` over `grid` blocks of `block` threads, after checking
@@ -387,5 +414,47 @@ mod tests {
         let a = Device::process_default().map(|d| d.ordinal());
         let b = Device::process_default().map(|d| d.ordinal());
         assert_eq!(a, b);
+    }
+
+    /// Where NVRTC is (no GPU needed): every kernel set compiles to machine code for the
+    /// architectures of current GPUs, with no fused multiply-add in its PTX (the host's
+    /// rounding), and an architecture NVRTC does not know is the status `compile` falls back
+    /// on. Without NVRTC, asking for it is the clear error.
+    #[test]
+    fn kernels_compile_to_machine_code_where_nvrtc_is() {
+        if let Err(e) = ffi::nvrtc_present() {
+            assert!(matches!(e, CudaError::NoNvrtc { .. }), "{e}");
+            eprintln!("no NVRTC library: kernel compilation not checked ({e})");
+            return;
+        }
+        for set in KernelSet::ALL {
+            for sm in ["sm_70", "sm_80", "sm_90"] {
+                let opts = [format!("--gpu-architecture={sm}"), "--fmad=false".into()];
+                let bin = ffi::compile_cubin(set.source(), "t.cu", &opts)
+                    .unwrap_or_else(|(r, log)| panic!("{} for {sm}: {r:?}\n{log}", set.name()));
+                assert_eq!(&bin[..4], b"\x7fELF", "{} for {sm}", set.name());
+            }
+            let opts = CompileOptions {
+                fmad: Some(false),
+                options: vec!["--gpu-architecture=compute_90".into()],
+                ..Default::default()
+            };
+            let ptx = compile_ptx_with_opts(set.source(), opts).unwrap().to_src();
+            assert!(
+                !ptx.contains("fma."),
+                "{} has fused multiply-adds",
+                set.name()
+            );
+            let entry = ptx.matches(".entry").count();
+            assert_eq!(
+                entry,
+                signatures(set.source()).unwrap().len(),
+                "{}",
+                set.name()
+            );
+        }
+        let bogus = ["--gpu-architecture=sm_1".to_string()];
+        let e = ffi::compile_cubin(KernelSet::Sf.source(), "t.cu", &bogus).unwrap_err();
+        assert_eq!(e.0, NvrtcResult::NVRTC_ERROR_INVALID_OPTION);
     }
 }

@@ -59,6 +59,60 @@ pub(crate) fn nvrtc_present() -> Result<(), CudaError> {
     }
 }
 
+/// Compiles `src` with NVRTC into a CUBIN for the real architecture `options` names
+/// (`--gpu-architecture=sm_XX`). Machine code loads on any driver of the toolkit's major
+/// version, whereas PTX carries the NVRTC release's ISA version, which an older driver
+/// rejects. On failure: NVRTC's status and its log.
+pub(crate) fn compile_cubin(
+    src: &str,
+    name: &str,
+    options: &[String],
+) -> Result<Vec<u8>, (cudarc::nvrtc::sys::nvrtcResult, String)> {
+    use cudarc::nvrtc::{result, sys};
+    use std::ffi::CString;
+    let bad = |what: &str| {
+        (
+            sys::nvrtcResult::NVRTC_ERROR_INVALID_INPUT,
+            format!("{what} holds a NUL byte"),
+        )
+    };
+    let src = CString::new(src).map_err(|_| bad("kernel source"))?;
+    let name = CString::new(name).map_err(|_| bad("program name"))?;
+    if let Some(o) = options.iter().find(|o| o.contains('\0')) {
+        return Err(bad(o));
+    }
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| (e.0, String::new()))?;
+    // SAFETY: `prog` comes from create_program above, is used only here and destroyed once at
+    // the end; `src` and `name` outlive it; the CUBIN buffer holds the size NVRTC reported.
+    unsafe {
+        let out = match result::compile_program(prog, options) {
+            Err(e) => {
+                let log = result::get_program_log(prog).unwrap_or_default();
+                let log: Vec<u8> = log
+                    .iter()
+                    .map(|&c| c as u8)
+                    .take_while(|&c| c != 0)
+                    .collect();
+                Err((e.0, String::from_utf8_lossy(&log).into_owned()))
+            }
+            Ok(()) => {
+                let mut n = 0usize;
+                let got = sys::nvrtcGetCUBINSize(prog, &mut n)
+                    .result()
+                    .and_then(|()| {
+                        let mut bin = vec![0u8; n];
+                        sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr().cast())
+                            .result()
+                            .map(|()| bin)
+                    });
+                got.map_err(|e| (e.0, String::new()))
+            }
+        };
+        let _ = result::destroy_program(prog);
+        out
+    }
+}
+
 /// Turns off cudarc's per-buffer event tracking for `ctx`: each [`super::Device`] issues all
 /// its work on its one stream, and orders other streams with explicit events.
 pub(crate) fn manual_stream_ordering(ctx: &CudaContext) {
@@ -68,17 +122,15 @@ pub(crate) fn manual_stream_ordering(ctx: &CudaContext) {
     unsafe { ctx.disable_event_tracking() }
 }
 
-/// Uninitialised device memory for `len` values, to be overwritten before it is read.
+/// Uninitialised device memory for `len` values (one when `len` is 0: the driver refuses
+/// zero bytes), to be overwritten before it is read.
 pub(crate) fn alloc_uninit<T: DeviceRepr>(
     stream: &Arc<CudaStream>,
     len: usize,
 ) -> Result<CudaSlice<T>, cudarc::driver::DriverError> {
-    if len == 0 {
-        return stream.null();
-    }
-    // SAFETY: callers write every element (copy from the host or from another buffer) on the
-    // same stream before any read is issued.
-    unsafe { stream.alloc(len) }
+    // SAFETY: callers write every element of their `len` (copy from the host or from another
+    // buffer) on the same stream before any read is issued, and never read the spare one.
+    unsafe { stream.alloc(len.max(1)) }
 }
 
 /// The raw device address of `s`, to pass to a kernel.

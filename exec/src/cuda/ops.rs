@@ -395,7 +395,8 @@ impl DeviceHalos {
     }
 
     /// Ghost boxes for [`Device::outflow`] on `fields` with interior `lo..=hi` per direction;
-    /// every box lies outside the interior along the same directions.
+    /// no box writes a cell another box of its array writes or reads
+    /// ([`check_outflow`](super::desc::check_outflow)).
     pub fn for_outflow(
         dev: &Arc<Device>,
         descs: &[HaloDesc],
