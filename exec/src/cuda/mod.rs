@@ -10,7 +10,8 @@
 //! The pieces:
 //! - [`Device`]: one GPU (device = node-local rank mod device count), its primary context and
 //!   the one stream all starhalo work on it goes to; kernels are compiled once per kernel set,
-//!   per device, per process; [`Device::record`]/[`Device::wait`] order streams without a
+//!   per device, per process, to machine code for the device (`sm_XX`, which loads on any
+//!   driver of the toolkit's major version; PTX only for a GPU this NVRTC does not know); [`Device::record`]/[`Device::wait`] order streams without a
 //!   device-wide synchronisation, and [`Device::synchronize`] is the one stream
 //!   synchronisation before a device buffer is handed to MPI.
 //! - [`Buffer`](crate::Buffer) in [`MemSpace::Cuda`](crate::MemSpace::Cuda): device memory
@@ -47,7 +48,8 @@
 //!
 //! The self-test needs no CUDA toolkit to build, only to run: build it on any machine with
 //! `make gpu-selftest-build` and copy `target/release/examples/gpu_selftest` to the GPU
-//! machine. `STARHALO_CUDA_DEVICE=N` picks device `N`; otherwise the node-local rank (from the
+//! machine. `make gpu-check` runs the self-test, the device-against-host tests and the GPU
+//! benchmarks in one go. `STARHALO_CUDA_DEVICE=N` picks device `N`; otherwise the node-local rank (from the
 //! MPI launcher's environment) mod the device count is used. Without a driver the self-test
 //! prints the reason and exits 1.
 
