@@ -321,18 +321,38 @@ fn cuda_space_adds_the_device_exchange_or_exits_1() {
     }
 }
 
-/// The device bench takes single-level dense meshes; other spaces are unknown. Exit 2.
+/// Two levels with `parthenon/exec/space=cuda`: with a GPU the device mode moves what the host
+/// coalesced mode moves (restriction, coarse sub-halos and prolongation on the device);
+/// without one, exit 1 before any timing.
 #[test]
-fn cuda_space_refuses_what_it_does_not_run() {
+fn cuda_space_runs_two_levels_or_exits_1() {
     let amr: Vec<String> = AMR.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut two_levels: Vec<&str> = amr.iter().map(String::as_str).collect();
-    two_levels.extend([
+    let mut args: Vec<&str> = amr.iter().map(String::as_str).collect();
+    args.extend([
         "parthenon/mesh/numlevel=2",
         "parthenon/static_refinement0/level=1",
         "parthenon/exec/space=cuda",
+        "exchange/nvars=2",
     ]);
+    if has_gpu() {
+        let r = run_json(3, &args);
+        let modes = r["modes"].as_array().unwrap();
+        assert_eq!(modes.len(), 3, "{r}");
+        for key in ["messages_per_exchange", "bytes_per_exchange"] {
+            assert_eq!(num(&modes[2], key), num(&modes[0], key), "{key}: {r}");
+        }
+    } else {
+        args.extend(["--cycles", "1"]);
+        let out = bench(3, &args);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+}
+
+/// The device bench takes dense fields; other spaces are unknown. Exit 2.
+#[test]
+fn cuda_space_refuses_what_it_does_not_run() {
     for extra in [
-        two_levels,
         vec!["exchange/sparse=true", "parthenon/exec/space=cuda"],
         vec!["parthenon/exec/space=gpu"],
     ] {

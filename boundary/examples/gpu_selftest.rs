@@ -308,11 +308,11 @@ mod selftest {
 
             let mut hbuf = vec![0.0; send.buffer_len()];
             send.pack(Policy::Serial, &data, &mut hbuf)?;
-            let dsend = DeviceBndCache::new(dev, &send, layout, nblocks)?;
+            let dsend = DeviceBndCache::new(dev, &send, layout, None, nblocks)?;
             let ddata = Buffer::from_host_to(dev, &data)?;
             let mut dbuf = Buffer::zeroed_on(dev, send.buffer_len())?;
             let mut over = Buffer::<u32>::zeroed_on(dev, send.infos().len())?;
-            dsend.pack(dev, &ddata, &mut dbuf, Some((0.9, &mut over)))?;
+            dsend.pack(dev, &ddata, None, &mut dbuf, Some((0.9, &mut over)))?;
             rep.exact(&format!("halo pack {tag}"), &dbuf.to_vec()?, &hbuf);
             let want = threshold_flags(&send, &hbuf, 0.9);
             let got = over.to_vec()?;
@@ -326,9 +326,9 @@ mod selftest {
 
             let mut hdata = vec![f64::NAN; len];
             recv.unpack(Policy::Serial, &hbuf, &mut hdata, &vec![-5.0; nvar])?;
-            let drecv = DeviceBndCache::new(dev, &recv, layout, nblocks)?;
+            let drecv = DeviceBndCache::new(dev, &recv, layout, None, nblocks)?;
             let mut dout = Buffer::from_host_to(dev, &vec![f64::NAN; len])?;
-            drecv.unpack(dev, &dbuf, &mut dout, -5.0)?;
+            drecv.unpack(dev, &dbuf, &mut dout, None, -5.0)?;
             rep.exact(&format!("halo unpack {tag}"), &dout.to_vec()?, &hdata);
         }
         Ok(())

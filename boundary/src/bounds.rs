@@ -43,7 +43,7 @@ fn element_coarse_box(o: [i32; 3], shape: &IndexShape, cshape: &IndexShape) -> I
 
 /// The post-unpack work of one block.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct BlockFinish {
+pub struct BlockFinish {
     /// Local block index.
     pub block: usize,
     /// Coarse boxes to prolongate (regions whose neighbour is coarser).
@@ -117,15 +117,13 @@ impl BlockFinish {
         })
     }
 
-    /// Whether [`apply`](Self::apply) does work that only the host does: prolongation from a
-    /// coarser neighbour, or a reflecting face ([`outflow_boxes`] covers outflow faces).
+    /// Whether [`apply`](Self::apply) does work that only the host does: a reflecting face
+    /// ([`outflow_boxes`] covers outflow faces; boxes cover restriction and prolongation).
     pub fn needs_host(&self) -> bool {
-        !self.prolong.is_empty()
-            || self
-                .faces
-                .iter()
-                .flatten()
-                .any(|f| *f == Some(BoundaryCondition::Reflecting))
+        self.faces
+            .iter()
+            .flatten()
+            .any(|f| *f == Some(BoundaryCondition::Reflecting))
     }
 
     /// Completes the coarse buffer and prolongates (if the block has a coarser neighbour),

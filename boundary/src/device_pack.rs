@@ -4,14 +4,26 @@
 //! A [`BndCache`]'s descriptors go to the device once, as the `#[repr(C)]`
 //! [`HaloDesc`](starhalo_exec::cuda::HaloDesc) array the kernels read (a [`BndInfo`] has the
 //! same layout; a test checks both against the CUDA source), and every exchange is then one
-//! launch per operation. The conversions and the host twins (sparse-threshold flags, outflow
-//! fill) exist in every build.
+//! launch per operation.
+//!
+//! [`SpacePlan`] turns an exchange's data work into box lists: per route, the coarse
+//! interiors restricted before packing; per partition, the coarse boxes restricted, the
+//! coarse outflow boxes, the boxes prolongated (per operator) and the fine outflow boxes.
+//! The device storage keeps the block arrays and the coarse buffers apart, each laid out as
+//! the kernels index them (`[block][variable][points]`). [`HostTwin`] runs a plan on the host
+//! with the host's own restriction, prolongation and outflow code, so the plan itself is
+//! checked against the exchange's host path in every build; `DeviceFields` (feature `cuda`)
+//! runs the same plan as kernels. The conversions and the host twins exist in every build.
 
 use starhalo_exec::cuda::{FieldDims, HaloDesc, RefineGeom};
 use starhalo_mesh::field::IndexShape;
 
-use crate::bnd_info::{BndCache, BndInfo, FieldLayout};
+use crate::bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED, FLAG_COARSE};
+use crate::bounds::{coarse_interior, interior_bounds, outflow_boxes, BlockFinish};
 use crate::error::BoundaryError;
+use crate::exchange::{Exchange, FieldSpace};
+use crate::prolong_restrict::{prolongate, restrict, Prolongation};
+use crate::storage::BlockData;
 
 /// The kernels' form of a descriptor.
 pub fn halo_desc(b: &BndInfo) -> HaloDesc {
@@ -108,6 +120,312 @@ pub fn outflow_fill(
     Ok(())
 }
 
+/// An exchange's data work as box lists, for storage that keeps the block arrays (`fine`) and
+/// the coarse buffers (`coarse`) apart, each `[block][variable][points]`.
+#[derive(Debug, Clone)]
+pub struct SpacePlan {
+    /// The block arrays of one block.
+    pub fine: FieldLayout,
+    /// The coarse buffers of one block, on a multilevel mesh.
+    pub coarse: Option<FieldLayout>,
+    /// Blocks on this rank.
+    pub nblocks: usize,
+    /// The block shape.
+    pub shape: IndexShape,
+    /// The prolongation of each variable the plan was made with.
+    pub ops: Vec<Prolongation>,
+    /// Per route: the coarse interiors restricted before it packs.
+    pub route_restrict: Vec<Vec<BndInfo>>,
+    /// Per partition: its post-unpack work.
+    pub parts: Vec<PartPlan>,
+}
+
+/// A partition's post-unpack work, in launch order.
+#[derive(Debug, Clone, Default)]
+pub struct PartPlan {
+    /// Coarse boxes of the blocks with a coarser neighbour restricted from their block arrays:
+    /// interiors, and the ghosts same-level or finer neighbours filled.
+    pub restrict: Vec<BndInfo>,
+    /// Those blocks' coarse outflow boxes.
+    pub coarse_outflow: Vec<BndInfo>,
+    /// Coarse boxes prolongated into the block arrays, per operator.
+    pub prolong: Vec<(Prolongation, Vec<BndInfo>)>,
+    /// The block arrays' outflow boxes.
+    pub outflow: Vec<BndInfo>,
+}
+
+impl SpacePlan {
+    /// The plan of `ex`, built for `data`: dense variables only, every one allocated, and no
+    /// reflecting face ([`Exchange::needs_host`]).
+    pub fn new(ex: &Exchange, data: &BlockData) -> Result<Self, BoundaryError> {
+        let geometry = |why: &str| Err(BoundaryError::Geometry(why.into()));
+        if ex.needs_host() {
+            return geometry("reflecting boundaries run on the host only");
+        }
+        let nblocks = data.gids().len();
+        if data.vars().iter().any(|v| v.threshold.is_some()) {
+            return geometry("sparse variables run on the host only");
+        }
+        if (0..nblocks).any(|b| (0..data.vars().len()).any(|v| !data.is_allocated(b, v))) {
+            return geometry("unallocated variables run on the host only");
+        }
+        let shape = *data.shape();
+        let cshape = data.coarse_shape().copied();
+        let slots_of = |v: usize| data.vars()[v].slots.clone();
+        // (variable, slot) of every fill-ghost variable.
+        let filled: Vec<(usize, usize)> = (0..data.vars().len())
+            .filter(|&v| data.vars()[v].fill_ghost)
+            .flat_map(|v| slots_of(v).map(move |s| (v, s)))
+            .collect();
+        let ops = ex.prolongations().to_vec();
+        let route_restrict = ex
+            .route_restricts()
+            .map(|list| match &cshape {
+                Some(cs) => {
+                    let interior = coarse_interior(cs);
+                    list.iter()
+                        .flat_map(|&(b, v)| slots_of(v).map(move |s| (b, s)))
+                        .map(|(b, s)| BndInfo::new(b, s, &interior, 0, FLAG_COARSE))
+                        .collect()
+                }
+                None => Vec::new(),
+            })
+            .collect();
+        let parts = (0..ex.partitions())
+            .map(|p| part_plan(ex.finish_work(p), &filled, &ops, &shape, cshape.as_ref()))
+            .collect::<Result<_, _>>()?;
+        let layout = data.layout();
+        Ok(Self {
+            fine: layout.fine,
+            coarse: layout.coarse,
+            nblocks,
+            shape,
+            ops,
+            route_restrict,
+            parts,
+        })
+    }
+
+    /// The block layout the host storage has for this plan.
+    pub fn block_layout(&self) -> BlockLayout {
+        BlockLayout {
+            fine: self.fine,
+            coarse: self.coarse,
+        }
+    }
+
+    /// The host storage `data` split into block arrays and coarse buffers.
+    pub fn split(&self, data: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let l = self.block_layout();
+        let (n, start) = (l.block_len(), l.coarse_start());
+        let (mut fine, mut coarse) = (Vec::new(), Vec::new());
+        for b in data.chunks(n.max(1)).take(self.nblocks) {
+            fine.extend_from_slice(&b[..start]);
+            coarse.extend_from_slice(&b[start..]);
+        }
+        (fine, coarse)
+    }
+
+    /// The inverse of [`split`](Self::split), into `data`.
+    pub fn merge(&self, fine: &[f64], coarse: &[f64], data: &mut [f64]) {
+        let l = self.block_layout();
+        let (n, start) = (l.block_len(), l.coarse_start());
+        let cn = n - start;
+        for (b, out) in data.chunks_mut(n.max(1)).take(self.nblocks).enumerate() {
+            out[..start].copy_from_slice(&fine[b * start..(b + 1) * start]);
+            out[start..].copy_from_slice(&coarse[b * cn..(b + 1) * cn]);
+        }
+    }
+}
+
+fn part_plan(
+    work: &[BlockFinish],
+    filled: &[(usize, usize)],
+    ops: &[Prolongation],
+    shape: &IndexShape,
+    cshape: Option<&IndexShape>,
+) -> Result<PartPlan, BoundaryError> {
+    let mut p = PartPlan::default();
+    let mut by_op: Vec<(Prolongation, Vec<BndInfo>)> = Vec::new();
+    for f in work {
+        let fine_outflow = outflow_boxes(shape, &f.faces);
+        for &(_, s) in filled {
+            for b in &fine_outflow {
+                p.outflow.push(BndInfo::new(f.block, s, b, 0, 0));
+            }
+        }
+        if f.prolong.is_empty() {
+            continue;
+        }
+        let Some(cs) = cshape else {
+            return Err(BoundaryError::Geometry(
+                "prolongation without coarse buffers".into(),
+            ));
+        };
+        let coarse_outflow = outflow_boxes(cs, &f.faces);
+        for &(v, s) in filled {
+            let co = |b: &crate::bnd_info::IndexBox| BndInfo::new(f.block, s, b, 0, FLAG_COARSE);
+            p.restrict.push(co(&f.interior));
+            p.restrict.extend(f.restrict.iter().map(co));
+            p.coarse_outflow.extend(coarse_outflow.iter().map(co));
+            let op = ops.get(v).copied().unwrap_or_default();
+            let list = match by_op.iter().position(|(o, _)| *o == op) {
+                Some(i) => &mut by_op[i].1,
+                None => {
+                    by_op.push((op, Vec::new()));
+                    &mut by_op.last_mut().expect("just pushed").1
+                }
+            };
+            list.extend(f.prolong.iter().map(co));
+        }
+    }
+    p.prolong = by_op;
+    Ok(p)
+}
+
+/// A [`SpacePlan`] run on the host with the host's restriction, prolongation and outflow
+/// code, on its own split copy of the storage: what `DeviceFields` does, box for box, so
+/// that its results can be checked against the exchange's host path anywhere.
+#[derive(Debug)]
+pub struct HostTwin {
+    plan: SpacePlan,
+    fine: Vec<f64>,
+    coarse: Vec<f64>,
+}
+
+impl HostTwin {
+    /// The plan of `ex` and a copy of `data`.
+    pub fn new(ex: &Exchange, data: &BlockData) -> Result<Self, BoundaryError> {
+        let plan = SpacePlan::new(ex, data)?;
+        let (fine, coarse) = plan.split(data.data());
+        Ok(Self { plan, fine, coarse })
+    }
+
+    /// The twin's values in the host storage's layout.
+    pub fn merged(&self) -> Vec<f64> {
+        let n = self.plan.block_layout().block_len() * self.plan.nblocks;
+        let mut out = vec![0.0; n];
+        self.plan.merge(&self.fine, &self.coarse, &mut out);
+        out
+    }
+
+    fn slot(l: FieldLayout, b: &BndInfo) -> std::ops::Range<usize> {
+        let n = l.dims.iter().product::<usize>();
+        let start = (b.block * l.nvar + b.var) * n;
+        start..start + n
+    }
+
+    fn restrict_boxes(&mut self, boxes: &[BndInfo]) -> Result<(), BoundaryError> {
+        if boxes.is_empty() {
+            return Ok(());
+        }
+        let c = self.plan.coarse.ok_or_else(no_coarse)?;
+        for b in boxes {
+            let f = &self.fine[Self::slot(self.plan.fine, b)];
+            let co = &mut self.coarse[Self::slot(c, b)];
+            restrict(&self.plan.shape, f, co, &b.index_box())?;
+        }
+        Ok(())
+    }
+}
+
+fn no_coarse() -> BoundaryError {
+    BoundaryError::Geometry("coarse boxes without coarse buffers".into())
+}
+
+impl FieldSpace for HostTwin {
+    fn restrict(
+        &mut self,
+        route: usize,
+        _list: &[(usize, usize)],
+        _shape: &IndexShape,
+        _data: &mut BlockData,
+    ) -> Result<(), BoundaryError> {
+        let boxes = self
+            .plan
+            .route_restrict
+            .get(route)
+            .cloned()
+            .unwrap_or_default();
+        self.restrict_boxes(&boxes)
+    }
+
+    fn pack(
+        &mut self,
+        _route: usize,
+        cache: &BndCache,
+        _data: &BlockData,
+        buf: &mut [f64],
+    ) -> Result<(), BoundaryError> {
+        for b in cache.infos() {
+            let (l, arr) = match b.flags & FLAG_COARSE {
+                0 => (self.plan.fine, &self.fine),
+                _ => (self.plan.coarse.ok_or_else(no_coarse)?, &self.coarse),
+            };
+            let f = field_dims(l, self.plan.nblocks);
+            for (k, p) in b.index_box().points().enumerate() {
+                buf[b.buf_offset + k] = arr[f.index(b.block, b.var, p)];
+            }
+        }
+        Ok(())
+    }
+
+    fn unpack(
+        &mut self,
+        _route: usize,
+        cache: &BndCache,
+        buf: &[f64],
+        _data: &mut BlockData,
+        _defaults: &[f64],
+    ) -> Result<(), BoundaryError> {
+        for b in cache.infos() {
+            if b.flags & FLAG_ALLOCATED == 0 {
+                return Err(BoundaryError::Geometry("a null (sparse) message".into()));
+            }
+            let (l, arr) = match b.flags & FLAG_COARSE {
+                0 => (self.plan.fine, &mut self.fine),
+                _ => (self.plan.coarse.ok_or_else(no_coarse)?, &mut self.coarse),
+            };
+            let f = field_dims(l, self.plan.nblocks);
+            for (k, p) in b.index_box().points().enumerate() {
+                arr[f.index(b.block, b.var, p)] = buf[b.buf_offset + k];
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        part: usize,
+        _work: &[BlockFinish],
+        ops: &[Prolongation],
+        _shape: &IndexShape,
+        _data: &mut BlockData,
+    ) -> Result<(), BoundaryError> {
+        if ops != self.plan.ops {
+            return Err(BoundaryError::Mismatch(
+                "prolongation changed after the plan".into(),
+            ));
+        }
+        let p = self.plan.parts.get(part).cloned().unwrap_or_default();
+        let nb = self.plan.nblocks;
+        self.restrict_boxes(&p.restrict)?;
+        if let Some(c) = self.plan.coarse {
+            let (lo, hi) = interior_bounds(&self.plan.shape.coarse()?);
+            outflow_fill(c, nb, &p.coarse_outflow, lo, hi, &mut self.coarse)?;
+            for (op, boxes) in &p.prolong {
+                for b in boxes {
+                    let co = &self.coarse[Self::slot(c, b)];
+                    let f = &mut self.fine[Self::slot(self.plan.fine, b)];
+                    prolongate(*op, &self.plan.shape, co, f, &b.index_box())?;
+                }
+            }
+        }
+        let (lo, hi) = interior_bounds(&self.plan.shape);
+        outflow_fill(self.plan.fine, nb, &p.outflow, lo, hi, &mut self.fine)
+    }
+}
+
 #[cfg(feature = "cuda")]
 pub use device::{DeviceBndCache, DeviceFields, DeviceRefine};
 
@@ -117,9 +435,11 @@ mod device {
 
     use starhalo_exec::cuda::{CudaError, Device, DeviceHalos, HaloDesc, ProlongOp, RefineGeom};
     use starhalo_exec::Buffer;
+    use starhalo_mesh::field::IndexShape;
 
-    use super::{field_dims, halo_desc};
+    use super::{field_dims, halo_desc, refine_geom, SpacePlan};
     use crate::bnd_info::{BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED};
+    use crate::bounds::{interior_bounds, BlockFinish};
     use crate::error::BoundaryError;
     use crate::exchange::{Exchange, FieldSpace};
     use crate::prolong_restrict::Prolongation;
@@ -133,17 +453,20 @@ mod device {
     }
 
     impl DeviceBndCache {
-        /// Uploads the descriptors of `cache`, built for `nblocks` blocks of `layout`.
+        /// Uploads the descriptors of `cache`, built for `nblocks` blocks of `layout` (coarse
+        /// sub-halos in coarse buffers of `coarse`).
         pub fn new(
             dev: &Arc<Device>,
             cache: &BndCache,
             layout: FieldLayout,
+            coarse: Option<FieldLayout>,
             nblocks: usize,
         ) -> Result<Self, CudaError> {
             let descs: Vec<HaloDesc> = cache.infos().iter().map(halo_desc).collect();
             let f = field_dims(layout, nblocks);
+            let c = coarse.map(|c| field_dims(c, nblocks));
             Ok(Self {
-                halos: DeviceHalos::for_pack(dev, &descs, f, cache.buffer_len())?,
+                halos: DeviceHalos::for_pack(dev, &descs, f, c, cache.buffer_len())?,
                 buffer_len: cache.buffer_len(),
             })
         }
@@ -153,49 +476,70 @@ mod device {
             self.buffer_len
         }
 
-        /// Packs every sub-halo from `data` into `buf` (both on the device); with
-        /// `flags = Some((threshold, out))`, `out[h]` becomes 1 when some |value| of sub-halo
-        /// `h` exceeds `threshold` (sparse allocation), else 0.
+        /// Packs every sub-halo from `data` (coarse ones from `coarse`) into `buf`, all on
+        /// the device; with `flags = Some((threshold, out))`, `out[h]` becomes 1 when some
+        /// |value| of sub-halo `h` exceeds `threshold` (sparse allocation), else 0.
         pub fn pack(
             &self,
             dev: &Device,
             data: &Buffer<f64>,
+            coarse: Option<&Buffer<f64>>,
             buf: &mut Buffer<f64>,
             flags: Option<(f64, &mut Buffer<u32>)>,
         ) -> Result<(), CudaError> {
             match flags {
-                Some((t, out)) => dev.halo_pack(&self.halos, data, buf, t, Some(out)),
-                None => dev.halo_pack(&self.halos, data, buf, f64::INFINITY, None),
+                Some((t, out)) => dev.halo_pack(&self.halos, data, coarse, buf, t, Some(out)),
+                None => dev.halo_pack(&self.halos, data, coarse, buf, f64::INFINITY, None),
             }
         }
 
-        /// Unpacks every sub-halo from `buf` into `data`; sub-halos without
-        /// [`FLAG_ALLOCATED`](crate::bnd_info::FLAG_ALLOCATED) get `default`.
+        /// Unpacks every sub-halo from `buf` into `data` (coarse ones into `coarse`);
+        /// sub-halos without [`FLAG_ALLOCATED`](crate::bnd_info::FLAG_ALLOCATED) get
+        /// `default`.
         pub fn unpack(
             &self,
             dev: &Device,
             buf: &Buffer<f64>,
             data: &mut Buffer<f64>,
+            coarse: Option<&mut Buffer<f64>>,
             default: f64,
         ) -> Result<(), CudaError> {
-            dev.halo_unpack(&self.halos, buf, data, default)
+            dev.halo_unpack(&self.halos, buf, data, coarse, default)
         }
     }
 
-    /// The field storage of a single-level mesh's blocks on a device, as an exchange's
-    /// [`FieldSpace`]: each route packs in one launch into a device buffer, which is copied to
-    /// the host buffer MPI sends (the copy waits for the stream: the one synchronisation
-    /// before MPI), and unpacks in one launch after the host buffer is copied up; each
-    /// partition's outflow faces are then filled in one launch.
+    /// A route on the device: send and receive descriptors with their device buffers, and the
+    /// restriction before packing.
+    #[derive(Debug)]
+    struct DeviceRoute {
+        sides: [(DeviceBndCache, Buffer<f64>); 2],
+        restrict: Option<DeviceRefine>,
+    }
+
+    /// A partition's post-unpack work on the device: one launch per non-empty step.
+    #[derive(Debug)]
+    struct DevicePart {
+        restrict: Option<DeviceRefine>,
+        coarse_outflow: Option<DeviceHalos>,
+        prolong: Vec<(Prolongation, DeviceRefine)>,
+        outflow: Option<DeviceHalos>,
+    }
+
+    /// The field storage of a rank's blocks on a device, as an exchange's [`FieldSpace`]
+    /// running a [`SpacePlan`]: the block arrays and (multilevel) the coarse buffers apart,
+    /// each route restricting its coarse interiors in one launch and packing in one launch
+    /// into a device buffer, which is copied to the host buffer MPI sends (the copy waits for
+    /// the stream: the one synchronisation before MPI), and unpacking in one launch after the
+    /// host buffer is copied up; each partition then restricts, fills coarse outflow faces,
+    /// prolongates (one launch per operator) and fills outflow faces, one launch each.
     #[derive(Debug)]
     pub struct DeviceFields {
         dev: Arc<Device>,
-        layout: FieldLayout,
-        data: Buffer<f64>,
-        /// Per route: send and receive descriptors and their device buffers.
-        routes: Vec<[(DeviceBndCache, Buffer<f64>); 2]>,
-        /// Per partition: its outflow boxes.
-        outflow: Vec<DeviceHalos>,
+        plan: SpacePlan,
+        fine: Buffer<f64>,
+        coarse: Option<Buffer<f64>>,
+        routes: Vec<DeviceRoute>,
+        parts: Vec<DevicePart>,
     }
 
     fn device_error(e: impl std::fmt::Display) -> BoundaryError {
@@ -203,56 +547,91 @@ mod device {
     }
 
     impl DeviceFields {
-        /// Uploads `data` (the blocks of a single-level mesh) and the descriptors of every
-        /// route and outflow face of `ex`, which was built for `data` and must need no host
-        /// work ([`Exchange::needs_host`]).
+        /// Uploads `data` and the plan of `ex`, which was built for `data`
+        /// ([`SpacePlan::new`] says what it refuses).
         pub fn new(
             dev: &Arc<Device>,
             ex: &Exchange,
             data: &BlockData,
         ) -> Result<Self, BoundaryError> {
-            let l = data.layout();
-            if l.coarse.is_some() {
-                return Err(BoundaryError::Geometry(
-                    "device fields hold single-level meshes (no coarse buffers)".into(),
-                ));
-            }
-            if ex.needs_host() {
-                return Err(BoundaryError::Geometry(
-                    "device fields with restriction, prolongation or reflecting boundaries, \
-                     which run on the host"
-                        .into(),
-                ));
-            }
-            let nblocks = data.gids().len();
-            let (lo, hi) = crate::bounds::interior_bounds(data.shape());
-            let outflow = (0..ex.partitions())
-                .map(|p| {
-                    let descs: Vec<HaloDesc> =
-                        ex.outflow_boxes(p, data).iter().map(halo_desc).collect();
-                    let f = field_dims(l.fine, nblocks);
-                    DeviceHalos::for_outflow(dev, &descs, f, lo, hi)
-                })
-                .collect::<Result<_, _>>()
-                .map_err(device_error)?;
-            let mut routes = Vec::new();
-            for (send, recv) in ex.route_caches() {
-                let side = |c: &BndCache| -> Result<_, CudaError> {
-                    let d = DeviceBndCache::new(dev, c, l.fine, nblocks)?;
-                    let buf = Buffer::zeroed_on(dev, c.buffer_len())?;
-                    Ok((d, buf))
+            let plan = SpacePlan::new(ex, data)?;
+            Self::upload(dev, ex, data, plan).map_err(device_error)
+        }
+
+        fn upload(
+            dev: &Arc<Device>,
+            ex: &Exchange,
+            data: &BlockData,
+            plan: SpacePlan,
+        ) -> Result<Self, CudaError> {
+            let nb = plan.nblocks;
+            let geom = match plan.coarse {
+                Some(_) => Some(
+                    refine_geom(&plan.shape, plan.fine.nvar, nb)
+                        .map_err(|e| CudaError::Invalid(e.to_string()))?,
+                ),
+                None => None,
+            };
+            let refine =
+                |boxes: &[BndInfo], slopes: bool| -> Result<Option<DeviceRefine>, CudaError> {
+                    match (boxes.is_empty(), geom) {
+                        (true, _) => Ok(None),
+                        (false, Some(g)) => DeviceRefine::new(dev, boxes, g, slopes).map(Some),
+                        (false, None) => Err(CudaError::Invalid(
+                            "coarse boxes without coarse buffers".into(),
+                        )),
+                    }
                 };
-                routes.push([
-                    side(send).map_err(device_error)?,
-                    side(recv).map_err(device_error)?,
-                ]);
+            let outflow = |boxes: &[BndInfo], l: FieldLayout, s: &IndexShape| {
+                if boxes.is_empty() {
+                    return Ok(None);
+                }
+                let descs: Vec<HaloDesc> = boxes.iter().map(halo_desc).collect();
+                let (lo, hi) = interior_bounds(s);
+                DeviceHalos::for_outflow(dev, &descs, field_dims(l, nb), lo, hi).map(Some)
+            };
+            let mut routes = Vec::new();
+            for ((send, recv), restrict) in ex.route_caches().zip(&plan.route_restrict) {
+                let side = |c: &BndCache| -> Result<_, CudaError> {
+                    let d = DeviceBndCache::new(dev, c, plan.fine, plan.coarse, nb)?;
+                    Ok((d, Buffer::zeroed_on(dev, c.buffer_len())?))
+                };
+                routes.push(DeviceRoute {
+                    sides: [side(send)?, side(recv)?],
+                    restrict: refine(restrict, false)?,
+                });
             }
+            let cshape = plan.shape.coarse().ok();
+            let mut parts = Vec::new();
+            for p in &plan.parts {
+                let coarse_outflow = match (plan.coarse, &cshape) {
+                    (Some(c), Some(cs)) => outflow(&p.coarse_outflow, c, cs)?,
+                    _ => None,
+                };
+                let mut prolong = Vec::new();
+                for (op, boxes) in &p.prolong {
+                    if let Some(r) = refine(boxes, *op != Prolongation::Constant)? {
+                        prolong.push((*op, r));
+                    }
+                }
+                parts.push(DevicePart {
+                    restrict: refine(&p.restrict, false)?,
+                    coarse_outflow,
+                    prolong,
+                    outflow: outflow(&p.outflow, plan.fine, &plan.shape)?,
+                });
+            }
+            let (fine, coarse) = plan.split(data.data());
             Ok(Self {
                 dev: dev.clone(),
-                layout: l.fine,
-                data: Buffer::from_host_to(dev, data.data()).map_err(device_error)?,
+                fine: Buffer::from_host_to(dev, &fine)?,
+                coarse: match plan.coarse {
+                    Some(_) => Some(Buffer::from_host_to(dev, &coarse)?),
+                    None => None,
+                },
+                plan,
                 routes,
-                outflow,
+                parts,
             })
         }
 
@@ -263,22 +642,30 @@ mod device {
 
         /// The layout of each block's arrays.
         pub fn layout(&self) -> FieldLayout {
-            self.layout
+            self.plan.fine
         }
 
-        /// The field storage on the device, laid out as the host's.
+        /// The block arrays on the device, `[block][variable][points]` (without a coarse
+        /// level, the host storage's own layout).
         pub fn data(&self) -> &Buffer<f64> {
-            &self.data
+            &self.fine
         }
 
         /// The same, to write.
         pub fn data_mut(&mut self) -> &mut Buffer<f64> {
-            &mut self.data
+            &mut self.fine
         }
 
-        /// Copies the device values into `data`'s storage (outputs, error norms).
+        /// Copies the device values (block arrays and coarse buffers) into `data`'s storage
+        /// (outputs, error norms, checks).
         pub fn download(&self, data: &mut BlockData) -> Result<(), BoundaryError> {
-            self.data.download(data.data_mut()).map_err(device_error)
+            let fine = self.fine.to_vec().map_err(device_error)?;
+            let coarse = match &self.coarse {
+                Some(c) => c.to_vec().map_err(device_error)?,
+                None => Vec::new(),
+            };
+            self.plan.merge(&fine, &coarse, data.data_mut());
+            Ok(())
         }
     }
 
@@ -287,6 +674,27 @@ mod device {
     }
 
     impl FieldSpace for DeviceFields {
+        fn restrict(
+            &mut self,
+            route: usize,
+            _list: &[(usize, usize)],
+            _shape: &IndexShape,
+            _data: &mut BlockData,
+        ) -> Result<(), BoundaryError> {
+            let Self {
+                dev,
+                fine,
+                coarse,
+                routes,
+                ..
+            } = self;
+            let r = routes.get(route).ok_or_else(|| no_route(route))?;
+            match (&r.restrict, coarse) {
+                (Some(r), Some(c)) => r.restrict(dev, fine, c).map_err(device_error),
+                _ => Ok(()),
+            }
+        }
+
         fn pack(
             &mut self,
             route: usize,
@@ -301,10 +709,15 @@ mod device {
                 got,
             })?;
             let Self {
-                dev, data, routes, ..
+                dev,
+                fine,
+                coarse,
+                routes,
+                ..
             } = self;
-            let [(d, dbuf), _] = routes.get_mut(route).ok_or_else(|| no_route(route))?;
-            d.pack(dev, data, dbuf, None).map_err(device_error)?;
+            let [(d, dbuf), _] = &mut routes.get_mut(route).ok_or_else(|| no_route(route))?.sides;
+            d.pack(dev, fine, coarse.as_ref(), dbuf, None)
+                .map_err(device_error)?;
             dbuf.download(out).map_err(device_error)
         }
 
@@ -331,19 +744,56 @@ mod device {
                 got: buf.len(),
             })?;
             let Self {
-                dev, data, routes, ..
+                dev,
+                fine,
+                coarse,
+                routes,
+                ..
             } = self;
-            let [_, (d, dbuf)] = routes.get_mut(route).ok_or_else(|| no_route(route))?;
+            let [_, (d, dbuf)] = &mut routes.get_mut(route).ok_or_else(|| no_route(route))?.sides;
             dbuf.upload(from).map_err(device_error)?;
-            d.unpack(dev, dbuf, data, 0.0).map_err(device_error)
+            d.unpack(dev, dbuf, fine, coarse.as_mut(), 0.0)
+                .map_err(device_error)
         }
 
-        fn finish(&mut self, part: usize) -> Result<bool, BoundaryError> {
-            let h = self.outflow.get(part).ok_or_else(|| {
+        fn finish(
+            &mut self,
+            part: usize,
+            _work: &[BlockFinish],
+            ops: &[Prolongation],
+            _shape: &IndexShape,
+            _data: &mut BlockData,
+        ) -> Result<(), BoundaryError> {
+            if ops != self.plan.ops {
+                return Err(BoundaryError::Mismatch(
+                    "prolongation changed after the device fields were built".into(),
+                ));
+            }
+            let Self {
+                dev,
+                fine,
+                coarse,
+                parts,
+                ..
+            } = self;
+            let p = parts.get(part).ok_or_else(|| {
                 BoundaryError::Mismatch(format!("partition {part} was not uploaded"))
             })?;
-            self.dev.outflow(h, &mut self.data).map_err(device_error)?;
-            Ok(true)
+            if let Some(c) = coarse {
+                if let Some(r) = &p.restrict {
+                    r.restrict(dev, fine, c).map_err(device_error)?;
+                }
+                if let Some(h) = &p.coarse_outflow {
+                    dev.outflow(h, c).map_err(device_error)?;
+                }
+                for (op, r) in &p.prolong {
+                    r.prolongate(dev, *op, c, fine).map_err(device_error)?;
+                }
+            }
+            if let Some(h) = &p.outflow {
+                dev.outflow(h, fine).map_err(device_error)?;
+            }
+            Ok(())
         }
     }
 

@@ -229,18 +229,30 @@ impl coalesce::Listed for End {
     }
 }
 
-/// Where an exchange packs its send buffers from and unpacks its receive buffers into: the
-/// host's block storage ([`HostFields`], what [`Exchange::send`] and [`Exchange::set_bounds`]
-/// use), or a copy of it in another memory space that does the same two steps there and moves
-/// the buffers between that space and the host, where MPI sends them.
+/// Where an exchange's data work happens: the host's block storage ([`HostFields`], what
+/// [`Exchange::send`], [`Exchange::set_bounds`] and [`Exchange::finish`] use), or a copy of it
+/// in another memory space that restricts, packs, unpacks and finishes there and moves the
+/// buffers between that space and the host, where MPI sends them. The exchange itself only
+/// moves messages and keeps the channel states.
 ///
-/// `route` numbers the exchange's (partition, type) routes as
-/// [`Exchange::route_caches`] lists them, so that an implementation can prepare per-route
-/// state (device descriptors) once. Restriction, prolongation and reflecting boundaries run
-/// on the host's block storage, so a space other than the host's serves only exchanges that
-/// need none of them ([`Exchange::needs_host`]); outflow boundaries it fills itself, from
-/// [`Exchange::outflow_boxes`], when [`finish`](Self::finish) is called.
+/// `route` numbers the exchange's (partition, type) routes as [`Exchange::route_caches`]
+/// lists them and `part` the partitions, so that an implementation can prepare per-route and
+/// per-partition state (device descriptors) once. Reflecting boundaries run only on the host
+/// ([`Exchange::needs_host`]).
 pub trait FieldSpace {
+    /// Restricts the interior of every slot of each `(block, variable)` of `list` into its
+    /// coarse buffer, before route `route` packs for coarser neighbours.
+    fn restrict(
+        &mut self,
+        route: usize,
+        list: &[(usize, usize)],
+        shape: &IndexShape,
+        data: &mut BlockData,
+    ) -> Result<(), BoundaryError> {
+        let _ = route;
+        host_restrict(list, shape, data)
+    }
+
     /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`.
     fn pack(
         &mut self,
@@ -260,12 +272,62 @@ pub trait FieldSpace {
         defaults: &[f64],
     ) -> Result<(), BoundaryError>;
 
-    /// Runs partition `part`'s post-unpack work in this space and returns true, or returns
-    /// false to leave it to the host's block storage (the default).
-    fn finish(&mut self, part: usize) -> Result<bool, BoundaryError> {
+    /// Partition `part`'s post-unpack work: `work` for each of its blocks, prolongating
+    /// variable `v` with `ops[v]`.
+    fn finish(
+        &mut self,
+        part: usize,
+        work: &[BlockFinish],
+        ops: &[Prolongation],
+        shape: &IndexShape,
+        data: &mut BlockData,
+    ) -> Result<(), BoundaryError> {
         let _ = part;
-        Ok(false)
+        host_finish(work, ops, shape, data)
     }
+}
+
+/// [`FieldSpace::restrict`] on the host's block storage (allocated variables only).
+pub fn host_restrict(
+    list: &[(usize, usize)],
+    shape: &IndexShape,
+    data: &mut BlockData,
+) -> Result<(), BoundaryError> {
+    let Some(cs) = data.coarse_shape().copied() else {
+        return Ok(());
+    };
+    let interior = crate::bounds::coarse_interior(&cs);
+    for &(b, v) in list {
+        if !data.is_allocated(b, v) {
+            continue;
+        }
+        for s in data.vars()[v].slots.clone() {
+            let (f, c) = data.fine_and_coarse_mut(b, s);
+            restrict(shape, f, c, &interior)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`FieldSpace::finish`] on the host's block storage (allocated fill-ghost variables only).
+pub fn host_finish(
+    work: &[BlockFinish],
+    ops: &[Prolongation],
+    shape: &IndexShape,
+    data: &mut BlockData,
+) -> Result<(), BoundaryError> {
+    for f in work {
+        for (v, &op) in ops.iter().enumerate().take(data.vars().len()) {
+            if !data.vars()[v].fill_ghost || !data.is_allocated(f.block, v) {
+                continue;
+            }
+            for s in data.vars()[v].slots.clone() {
+                let (fine, coarse) = data.fine_and_coarse_mut(f.block, s);
+                f.apply(op, shape, fine, coarse)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The host's block storage, packed and unpacked with `Policy`.
@@ -784,18 +846,8 @@ impl Exchange {
                 e.st.stale()?;
             }
         }
-        for &(b, v) in &r.restrict {
-            if !data.is_allocated(b, v) {
-                continue;
-            }
-            let Some(cs) = data.coarse_shape().copied() else {
-                continue;
-            };
-            let interior = crate::bounds::coarse_interior(&cs);
-            for s in data.vars()[v].slots.clone() {
-                let (f, c) = data.fine_and_coarse_mut(b, s);
-                restrict(&self.shape, f, c, &interior)?;
-            }
+        if !r.restrict.is_empty() {
+            fields.restrict(ri, &r.restrict, &self.shape, data)?;
         }
         let buf = r.send_buf.buf_mut()?;
         fields.pack(ri, &r.send_cache, data, buf)?;
@@ -1001,20 +1053,7 @@ impl Exchange {
         for (b, v) in self.pending_alloc[part].drain(..) {
             data.mark_allocated(b, v);
         }
-        if fields.finish(part)? {
-            return Ok(TaskStatus::Complete);
-        }
-        for f in list {
-            for v in 0..data.vars().len() {
-                if !data.vars()[v].fill_ghost || !data.is_allocated(f.block, v) {
-                    continue;
-                }
-                for s in data.vars()[v].slots.clone() {
-                    let (fine, coarse) = data.fine_and_coarse_mut(f.block, s);
-                    f.apply(self.prolongation[v], &self.shape, fine, coarse)?;
-                }
-            }
-        }
+        fields.finish(part, list, &self.prolongation, &self.shape, data)?;
         Ok(TaskStatus::Complete)
     }
 
@@ -1028,33 +1067,26 @@ impl Exchange {
         self.routes.iter().map(|r| (&r.send_cache, &r.recv_cache))
     }
 
-    /// Whether this rank's ghost fills need work that only the host's block storage does:
-    /// restriction before sending to a coarser neighbour, prolongation from a coarser one, or
-    /// reflecting boundaries.
-    pub fn needs_host(&self) -> bool {
-        self.routes.iter().any(|r| !r.restrict.is_empty())
-            || self.finish.iter().flatten().any(BlockFinish::needs_host)
+    /// Each route's `(block, variable)` list restricted before it packs
+    /// ([`FieldSpace::restrict`]), in the numbering of [`route_caches`](Self::route_caches).
+    pub fn route_restricts(&self) -> impl Iterator<Item = &[(usize, usize)]> {
+        self.routes.iter().map(|r| &r.restrict[..])
     }
 
-    /// Partition `part`'s outflow faces as boxes of its blocks' fill-ghost variable slots,
-    /// disjoint and each read only outside every box, so one launch fills them all
-    /// ([`outflow_boxes`](crate::bounds::outflow_boxes)); empty without outflow faces.
-    pub fn outflow_boxes(&self, part: usize, data: &BlockData) -> Vec<BndInfo> {
-        let slots: Vec<usize> = data
-            .vars()
-            .iter()
-            .filter(|v| v.fill_ghost)
-            .flat_map(|v| v.slots.clone())
-            .collect();
-        let mut out = Vec::new();
-        for f in self.finish.get(part).into_iter().flatten() {
-            for b in crate::bounds::outflow_boxes(&self.shape, &f.faces) {
-                for &s in &slots {
-                    out.push(BndInfo::new(f.block, s, &b, 0, 0));
-                }
-            }
-        }
-        out
+    /// Partition `part`'s post-unpack work per block ([`FieldSpace::finish`]).
+    pub fn finish_work(&self, part: usize) -> &[BlockFinish] {
+        self.finish.get(part).map_or(&[], Vec::as_slice)
+    }
+
+    /// The prolongation of each variable.
+    pub fn prolongations(&self) -> &[Prolongation] {
+        &self.prolongation
+    }
+
+    /// Whether this rank's ghost fills need work that only the host's block storage does:
+    /// reflecting boundaries.
+    pub fn needs_host(&self) -> bool {
+        self.finish.iter().flatten().any(BlockFinish::needs_host)
     }
 
     /// One whole ghost fill running the given types one after the other (`[Any]`, or

@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
-use starhalo_boundary::device_pack::{DeviceBndCache, DeviceFields};
+use starhalo_boundary::device_pack::{DeviceBndCache, DeviceFields, SpacePlan};
 use starhalo_boundary::{BlockData, Exchange, ExchangeOptions};
 use starhalo_exec::cuda::Device;
 use starhalo_exec::{Buffer, Policy};
@@ -84,7 +84,7 @@ pub(super) fn run(
     for r in 0..world.size() as usize {
         world.barrier();
         if r == rank {
-            mine = pack_vs_d2d(dev, setup, &data, rank);
+            mine = pack_vs_d2d(dev, &ex, setup, &data, rank);
         }
     }
     let (pack, d2d) = agree(world, mine)?;
@@ -109,19 +109,32 @@ pub(super) fn open() -> Result<Arc<Device>> {
 
 /// Median GB/s of the device pack-in-one of this rank's send sub-halos and of a device copy
 /// of as many bytes, each timed over a batch ended by one stream synchronisation.
-fn pack_vs_d2d(dev: &Arc<Device>, s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64)> {
+fn pack_vs_d2d(
+    dev: &Arc<Device>,
+    ex: &Exchange,
+    s: &Setup,
+    data: &BlockData,
+    rank: usize,
+) -> Result<(f64, f64)> {
     let cache = send_cache(s, data, rank)?;
     let len = cache.buffer_len();
     if len == 0 {
         return Ok((0.0, 0.0));
     }
-    let d = DeviceBndCache::new(dev, &cache, data.layout().fine, data.gids().len())?;
-    let fields = Buffer::from_host_to(dev, data.data())?;
+    // The device storage: block arrays and coarse buffers apart.
+    let plan = SpacePlan::new(ex, data)?;
+    let d = DeviceBndCache::new(dev, &cache, plan.fine, plan.coarse, plan.nblocks)?;
+    let (fine, coarse) = plan.split(data.data());
+    let fields = Buffer::from_host_to(dev, &fine)?;
+    let coarse = match plan.coarse {
+        Some(_) => Some(Buffer::from_host_to(dev, &coarse)?),
+        None => None,
+    };
     let mut buf = Buffer::zeroed_on(dev, len)?;
     let src = Buffer::from_host_to(dev, &vec![1.0f64; len])?;
     let mut dst = Buffer::zeroed_on(dev, len)?;
 
-    d.pack(dev, &fields, &mut buf, None)?;
+    d.pack(dev, &fields, coarse.as_ref(), &mut buf, None)?;
     let mut want = vec![0.0; len];
     cache.pack(Policy::Serial, data.data(), &mut want)?;
     if buf.to_vec()? != want {
@@ -137,7 +150,7 @@ fn pack_vs_d2d(dev: &Arc<Device>, s: &Setup, data: &BlockData, rank: usize) -> R
             let t0 = Instant::now();
             for _ in 0..reps {
                 if which == 0 {
-                    d.pack(dev, &fields, &mut buf, None)?;
+                    d.pack(dev, &fields, coarse.as_ref(), &mut buf, None)?;
                 } else {
                     dst.copy_from(&src)?;
                 }

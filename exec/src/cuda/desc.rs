@@ -155,10 +155,24 @@ impl FieldDims {
     }
 }
 
-/// Checks pack/unpack descriptors against the storage and a buffer of `buf_len` values.
-pub fn check_halos(descs: &[HaloDesc], f: &FieldDims, buf_len: usize) -> Result<(), CudaError> {
+/// Checks pack/unpack descriptors against the storage (`coarse` for descriptors with
+/// [`FLAG_COARSE`], `f` for the others) and a buffer of `buf_len` values.
+pub fn check_halos(
+    descs: &[HaloDesc],
+    f: &FieldDims,
+    coarse: Option<&FieldDims>,
+    buf_len: usize,
+) -> Result<(), CudaError> {
     for (h, d) in descs.iter().enumerate() {
-        f.check_desc(h, d)?;
+        match (d.flags & FLAG_COARSE != 0, coarse) {
+            (false, _) => f.check_desc(h, d)?,
+            (true, Some(c)) => c.check_desc(h, d)?,
+            (true, None) => {
+                return Err(CudaError::Invalid(format!(
+                    "descriptor {h} ({d:?}) is coarse, but there are no coarse buffers"
+                )))
+            }
+        }
         if d.buf_offset.saturating_add(d.len()) > buf_len as u64 {
             return Err(CudaError::Invalid(format!(
                 "descriptor {h} ends past the buffer of {buf_len} values"
@@ -367,17 +381,33 @@ mod tests {
         assert_eq!(ok.len(), 9);
         assert_eq!(ok.points().next(), Some([1, 0, 0]));
         assert_eq!(ok.points().nth(3), Some([1, 1, 0]));
-        assert!(check_halos(&[ok], &f, 14).is_ok());
-        assert!(check_halos(&[ok], &f, 13).is_err());
-        assert!(check_halos(&[desc(2, [0; 3], [0; 3], 0)], &f, 1).is_err());
-        assert!(check_halos(&[desc(0, [0; 3], [4, 0, 0], 0)], &f, 9).is_err());
+        assert!(check_halos(&[ok], &f, None, 14).is_ok());
+        assert!(check_halos(&[ok], &f, None, 13).is_err());
+        assert!(check_halos(&[desc(2, [0; 3], [0; 3], 0)], &f, None, 1).is_err());
+        assert!(check_halos(&[desc(0, [0; 3], [4, 0, 0], 0)], &f, None, 9).is_err());
+        // Coarse descriptors are checked against the coarse buffers, which must exist.
+        let c = FieldDims {
+            dims: [2, 2, 1],
+            ..f
+        };
+        let co = HaloDesc {
+            flags: FLAG_COARSE,
+            ..desc(0, [0; 3], [1, 1, 0], 0)
+        };
+        assert!(check_halos(&[co], &f, Some(&c), 4).is_ok());
+        assert!(check_halos(&[co], &f, None, 4).is_err());
+        let wide = HaloDesc {
+            flags: FLAG_COARSE,
+            ..desc(0, [0; 3], [2, 0, 0], 0)
+        };
+        assert!(check_halos(&[wide], &f, Some(&c), 4).is_err());
         let var = HaloDesc {
             var: 2,
             ..desc(0, [0; 3], [0; 3], 0)
         };
-        assert!(check_halos(&[var], &f, 1).is_err());
+        assert!(check_halos(&[var], &f, None, 1).is_err());
         // Empty boxes (e < s) are fine anywhere in range.
-        assert!(check_halos(&[desc(0, [3, 0, 0], [2, 0, 0], 0)], &f, 0).is_ok());
+        assert!(check_halos(&[desc(0, [3, 0, 0], [2, 0, 0], 0)], &f, None, 0).is_ok());
     }
 
     #[test]

@@ -347,6 +347,7 @@ fn scatter_args(
 enum Use {
     Pack {
         fields: FieldDims,
+        coarse: Option<FieldDims>,
         buf_len: usize,
     },
     Refine {
@@ -370,16 +371,26 @@ pub struct DeviceHalos {
 }
 
 impl DeviceHalos {
-    /// Descriptors for [`Device::halo_pack`] and [`Device::halo_unpack`] between `fields` and a
+    /// Descriptors for [`Device::halo_pack`] and [`Device::halo_unpack`] between `fields`
+    /// (and `coarse` buffers, for descriptors with [`FLAG_COARSE`](super::FLAG_COARSE)) and a
     /// buffer of `buf_len` values.
     pub fn for_pack(
         dev: &Arc<Device>,
         descs: &[HaloDesc],
         fields: FieldDims,
+        coarse: Option<FieldDims>,
         buf_len: usize,
     ) -> Result<Self, CudaError> {
-        check_halos(descs, &fields, buf_len)?;
-        Self::upload(dev, descs, Use::Pack { fields, buf_len })
+        check_halos(descs, &fields, coarse.as_ref(), buf_len)?;
+        Self::upload(
+            dev,
+            descs,
+            Use::Pack {
+                fields,
+                coarse,
+                buf_len,
+            },
+        )
     }
 
     /// Coarse boxes for [`Device::restrict`] and (with `halo`, which also requires the face
@@ -448,12 +459,19 @@ fn dims_args(f: &FieldDims) -> [Arg; 4] {
     [f.dims[0], f.dims[1], f.dims[2], f.nvar].map(|v| Arg::U64(v as u64))
 }
 
-/// `sh_halo_pack(info, nhalo, data, buf, d0, d1, d2, nvar, threshold, over)`.
+/// `d0, d1, d2, c0, c1, c2, nvar` of the fine storage and the coarse buffers.
+fn pair_dims(f: &FieldDims, c: &FieldDims) -> [Arg; 7] {
+    let (d, e) = (f.dims, c.dims);
+    [d[0], d[1], d[2], e[0], e[1], e[2], f.nvar].map(|v| Arg::U64(v as u64))
+}
+
+/// `sh_halo_pack(info, nhalo, data, coarse, buf, d0, d1, d2, c0, c1, c2, nvar, threshold,
+/// over)`.
 fn pack_args(
-    [descs, data]: [u64; 2],
+    [descs, data, coarse]: [u64; 3],
     buf: u64,
     nhalo: usize,
-    f: &FieldDims,
+    [f, c]: [&FieldDims; 2],
     threshold: f64,
     over: u64,
 ) -> Vec<Arg> {
@@ -461,19 +479,20 @@ fn pack_args(
         Arg::Ptr(descs),
         Arg::U64(nhalo as u64),
         Arg::Ptr(data),
+        Arg::Ptr(coarse),
         Arg::Ptr(buf),
     ];
-    a.extend(dims_args(f));
+    a.extend(pair_dims(f, c));
     a.extend([Arg::F64(threshold), Arg::Ptr(over)]);
     a
 }
 
-/// `sh_halo_unpack(info, nhalo, buf, data, d0, d1, d2, nvar, fill)`.
+/// `sh_halo_unpack(info, nhalo, buf, data, coarse, d0, d1, d2, c0, c1, c2, nvar, fill)`.
 fn unpack_args(
     [descs, buf]: [u64; 2],
-    data: u64,
+    [data, coarse]: [u64; 2],
     nhalo: usize,
-    f: &FieldDims,
+    [f, c]: [&FieldDims; 2],
     fill: f64,
 ) -> Vec<Arg> {
     let mut a = vec![
@@ -481,8 +500,9 @@ fn unpack_args(
         Arg::U64(nhalo as u64),
         Arg::Ptr(buf),
         Arg::Ptr(data),
+        Arg::Ptr(coarse),
     ];
-    a.extend(dims_args(f));
+    a.extend(pair_dims(f, c));
     a.push(Arg::F64(fill));
     a
 }
@@ -518,21 +538,40 @@ fn outflow_args(
 }
 
 impl Device {
-    /// Packs every sub-halo of `h` from `data` into `buf` in one launch; when `over` is given,
-    /// `over[k]` becomes 1 if some |value| of sub-halo `k` exceeds `threshold`, else 0.
+    /// Packs every sub-halo of `h` from `data` (coarse ones from `coarse`, given when `h` was
+    /// checked with coarse buffers) into `buf` in one launch; when `over` is given, `over[k]`
+    /// becomes 1 if some |value| of sub-halo `k` exceeds `threshold`, else 0.
     pub fn halo_pack(
         &self,
         h: &DeviceHalos,
         data: &Buffer<f64>,
+        coarse: Option<&Buffer<f64>>,
         buf: &mut Buffer<f64>,
         threshold: f64,
         over: Option<&mut Buffer<u32>>,
     ) -> Result<(), CudaError> {
-        let Use::Pack { fields, buf_len } = h.usage else {
+        let Use::Pack {
+            fields,
+            coarse: cdims,
+            buf_len,
+        } = h.usage
+        else {
             return invalid("descriptors were not checked for packing".into());
         };
         need("field storage", fields.len(), data.len())?;
         need("communication buffer", buf_len, buf.len())?;
+        let (cptr, cdims) = match (coarse, cdims) {
+            (Some(c), Some(d)) => {
+                need("coarse buffers", d.len(), c.len())?;
+                (c.on_device(self)?.address(), d)
+            }
+            (None, None) => (data.on_device(self)?.address(), fields),
+            _ => {
+                return invalid(
+                    "coarse buffers given without coarse dimensions, or not given".into(),
+                )
+            }
+        };
         let over_ptr = match over {
             Some(o) => {
                 if o.len() < h.len() {
@@ -549,31 +588,51 @@ impl Device {
             [
                 h.descs.on_device(self)?.address(),
                 data.on_device(self)?.address(),
+                cptr,
             ],
             buf.on_device_mut(self)?.address(),
             h.len(),
-            &fields,
+            [&fields, &cdims],
             threshold,
             over_ptr,
         );
         self.launch(KernelSet::Halo, "sh_halo_pack", h.grid(), HALO_BLOCK, &args)
     }
 
-    /// Unpacks every sub-halo of `h` from `buf` into `data` in one launch; a sub-halo without
-    /// [`FLAG_ALLOCATED`](super::desc::FLAG_ALLOCATED) gets `fill`. Receiving boxes must not
-    /// overlap (they do not in a valid exchange).
+    /// Unpacks every sub-halo of `h` from `buf` into `data` (coarse ones into `coarse`) in one
+    /// launch; a sub-halo without [`FLAG_ALLOCATED`](super::desc::FLAG_ALLOCATED) gets
+    /// `fill`. Receiving boxes must not overlap (they do not in a valid exchange).
     pub fn halo_unpack(
         &self,
         h: &DeviceHalos,
         buf: &Buffer<f64>,
         data: &mut Buffer<f64>,
+        coarse: Option<&mut Buffer<f64>>,
         fill: f64,
     ) -> Result<(), CudaError> {
-        let Use::Pack { fields, buf_len } = h.usage else {
+        let Use::Pack {
+            fields,
+            coarse: cdims,
+            buf_len,
+        } = h.usage
+        else {
             return invalid("descriptors were not checked for unpacking".into());
         };
         need("field storage", fields.len(), data.len())?;
         need("communication buffer", buf_len, buf.len())?;
+        let dptr = data.on_device_mut(self)?.address();
+        let (cptr, cdims) = match (coarse, cdims) {
+            (Some(c), Some(d)) => {
+                need("coarse buffers", d.len(), c.len())?;
+                (c.on_device_mut(self)?.address(), d)
+            }
+            (None, None) => (dptr, fields),
+            _ => {
+                return invalid(
+                    "coarse buffers given without coarse dimensions, or not given".into(),
+                )
+            }
+        };
         if h.is_empty() {
             return Ok(());
         }
@@ -582,9 +641,9 @@ impl Device {
                 h.descs.on_device(self)?.address(),
                 buf.on_device(self)?.address(),
             ],
-            data.on_device_mut(self)?.address(),
+            [dptr, cptr],
             h.len(),
-            &fields,
+            [&fields, &cdims],
             fill,
         );
         self.launch(
@@ -738,9 +797,9 @@ mod tests {
             nvar: 1,
             nblocks: 1,
         };
-        let a = pack_args([1, 2], 3, 5, &f, 0.5, 0);
+        let a = pack_args([1, 2, 4], 3, 5, [&f, &f], 0.5, 0);
         assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_pack"));
-        let a = unpack_args([1, 2], 3, 5, &f, 0.5);
+        let a = unpack_args([1, 2], [3, 4], 5, [&f, &f], 0.5);
         assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_unpack"));
         let g = RefineGeom {
             ndim: 2,

@@ -39,17 +39,33 @@ __device__ __forceinline__ u64 sh_at(u64 block, u64 var, u64 nvar, u64 d0, u64 d
     return (((block * nvar + var) * d2 + k) * d1 + j) * d0 + i;
 }
 
-// Packs every sub-halo into buf at its buf_offset; over[h] = 1 when some |value| of sub-halo h
-// exceeds threshold (a null `over` skips the flags).
-extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, const double *data, double *buf, u64 d0, u64 d1, u64 d2, u64 nvar, double threshold, u32 *over) {
+// The array a sub-halo lives in: the coarse buffers (dims c) when it has SH_FLAG_COARSE, else
+// the block data (dims d). Both hold nvar variables per block.
+struct sh_arr {
+    u64 n0, n1, n2;
+    bool coarse;
+};
+
+__device__ __forceinline__ sh_arr sh_arr_of(const sh_bnd_info &b, u64 d0, u64 d1, u64 d2, u64 c0, u64 c1, u64 c2) {
+    bool co = (b.flags & SH_FLAG_COARSE) != 0;
+    sh_arr a = {co ? c0 : d0, co ? c1 : d1, co ? c2 : d2, co};
+    return a;
+}
+
+// Packs every sub-halo into buf at its buf_offset, from data or (coarse sub-halos) coarse;
+// over[h] = 1 when some |value| of sub-halo h exceeds threshold (a null `over` skips the
+// flags).
+extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, const double *data, const double *coarse, double *buf, u64 d0, u64 d1, u64 d2, u64 c0, u64 c1, u64 c2, u64 nvar, double threshold, u32 *over) {
     for (u64 h = blockIdx.x; h < nhalo; h += gridDim.x) {
         const sh_bnd_info b = info[h];
+        const sh_arr a = sh_arr_of(b, d0, d1, d2, c0, c1, c2);
+        const double *src = a.coarse ? coarse : data;
         u64 n0 = sh_extent(b, 0), n1 = sh_extent(b, 1), n2 = sh_extent(b, 2);
         u64 n = n0 * n1 * n2;
         int hit = 0;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 i = c % n0, r = c / n0, j = r % n1, k = r / n1;
-            double v = data[sh_at(b.block, b.var, nvar, d0, d1, d2, b.s[0] + i, b.s[1] + j, b.s[2] + k)];
+            double v = src[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, b.s[0] + i, b.s[1] + j, b.s[2] + k)];
             buf[b.buf_offset + c] = v;
             hit |= fabs(v) > threshold;
         }
@@ -58,16 +74,19 @@ extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, cons
     }
 }
 
-// Unpacks every sub-halo from buf; a sub-halo without SH_FLAG_ALLOCATED gets `fill`.
-extern "C" __global__ void sh_halo_unpack(const sh_bnd_info *info, u64 nhalo, const double *buf, double *data, u64 d0, u64 d1, u64 d2, u64 nvar, double fill) {
+// Unpacks every sub-halo from buf into data or (coarse sub-halos) coarse; a sub-halo without
+// SH_FLAG_ALLOCATED gets `fill`.
+extern "C" __global__ void sh_halo_unpack(const sh_bnd_info *info, u64 nhalo, const double *buf, double *data, double *coarse, u64 d0, u64 d1, u64 d2, u64 c0, u64 c1, u64 c2, u64 nvar, double fill) {
     for (u64 h = blockIdx.x; h < nhalo; h += gridDim.x) {
         const sh_bnd_info b = info[h];
+        const sh_arr a = sh_arr_of(b, d0, d1, d2, c0, c1, c2);
+        double *dst = a.coarse ? coarse : data;
         u64 n0 = sh_extent(b, 0), n1 = sh_extent(b, 1), n2 = sh_extent(b, 2);
         u64 n = n0 * n1 * n2;
         bool on = (b.flags & SH_FLAG_ALLOCATED) != 0;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 i = c % n0, r = c / n0, j = r % n1, k = r / n1;
-            data[sh_at(b.block, b.var, nvar, d0, d1, d2, b.s[0] + i, b.s[1] + j, b.s[2] + k)] = on ? buf[b.buf_offset + c] : fill;
+            dst[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, b.s[0] + i, b.s[1] + j, b.s[2] + k)] = on ? buf[b.buf_offset + c] : fill;
         }
     }
 }

@@ -36,18 +36,33 @@ int main() {
     sh_bnd_info p[2] = {{0, 0, {1, 1, 0}, {2, 2, 0}, 3, 2, 0}, {1, 0, {0, 0, 0}, {0, 1, 0}, 0, 0, 0}};
     double buf[8] = {0};
     unsigned over[2] = {7, 7};
-    sh_halo_pack(p, 2, data, buf, 4, 4, 1, 1, 9.5, over);
+    sh_halo_pack(p, 2, data, data, buf, 4, 4, 1, 4, 4, 1, 1, 9.5, over);
     double want_buf[8] = {16, 20, 0, 5, 6, 9, 10, 0};
     for (int i = 0; i < 8; ++i) expect("pack", buf[i], want_buf[i]);
     expect("pack flag 0", over[0], 1);
     expect("pack flag 1", over[1], 1);
     // Unpack: the allocated box gets the buffer, the other the fill value.
     double out[32] = {0};
-    sh_halo_unpack(p, 2, buf, out, 4, 4, 1, 1, -1.0);
+    sh_halo_unpack(p, 2, buf, out, out, 4, 4, 1, 4, 4, 1, 1, -1.0);
     expect("unpack 5", out[5], 5);
     expect("unpack 10", out[10], 10);
     expect("unpack fill 16", out[16], -1);
     expect("unpack fill 20", out[20], -1);
+    // A coarse sub-halo reads and writes the coarse buffers (3x2 points per block here),
+    // a fine one the block data, in one launch.
+    double cdata[12];
+    for (int i = 0; i < 12; ++i) cdata[i] = 100 + i;
+    sh_bnd_info q[2] = {{1, 0, {1, 0, 0}, {2, 1, 0}, 0, 1 | 2, 0}, {0, 0, {3, 3, 0}, {3, 3, 0}, 4, 2, 0}};
+    double qbuf[5] = {0};
+    sh_halo_pack(q, 2, data, cdata, qbuf, 4, 4, 1, 3, 2, 1, 1, 1e30, 0);
+    double want_q[5] = {107, 108, 110, 111, 15};
+    for (int i = 0; i < 5; ++i) expect("pack coarse and fine", qbuf[i], want_q[i]);
+    double cout_[12] = {0}, fout[32] = {0};
+    sh_halo_unpack(q, 2, qbuf, fout, cout_, 4, 4, 1, 3, 2, 1, 1, -1.0);
+    expect("unpack coarse 7", cout_[7], 107);
+    expect("unpack coarse 11", cout_[11], 111);
+    expect("unpack fine 15", fout[15], 15);
+    expect("unpack coarse leaves fine", fout[7], 0);
     // Star-forest kernels.
     double src[10];
     for (int i = 0; i < 10; ++i) src[i] = i;
