@@ -2,7 +2,7 @@
 //! (feature `cuda`), with the host twins the device kernels are checked against.
 //!
 //! A [`BndCache`]'s descriptors go to the device once, as the `#[repr(C)]`
-//! [`HaloDesc`](starhalo_exec::cuda::HaloDesc) array the kernels read (a [`BndInfo`] has the
+//! [`HaloDesc`] array the kernels read (a [`BndInfo`] has the
 //! same layout; a test checks both against the CUDA source), and every exchange is then one
 //! launch per operation.
 //!

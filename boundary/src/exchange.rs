@@ -19,6 +19,11 @@
 //! Everything a route needs (channel lists, sub-halo caches, buffers, message groups, tags,
 //! posting order) is built once in [`Exchange::new`]; an exchange allocates nothing once warm.
 //!
+//! The data work of steps 2, 4 and 5 (restriction, pack, unpack, prolongation, physical
+//! boundaries) goes through a [`FieldSpace`]: the host's block storage by default
+//! ([`HostFields`]), or a copy in device memory (`device_pack::DeviceFields`) through the
+//! `*_in` variants; the exchange itself moves messages and keeps the channel states.
+//!
 //! Each channel end keeps its state in a [`ChannelState`], the five-state protocol that
 //! [`CommBuffer`](crate::CommBuffer) uses too; the bytes of a route's channels live back to
 //! back in message arenas (so that a coalesced message is one contiguous range, sent without
