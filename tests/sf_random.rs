@@ -1,6 +1,7 @@
 //! Every star-forest operation and unit type on seeded random graphs, on 1, 2, 3, 4 and 8 ranks,
 //! under both discoveries, against a sequential reference computed here from the whole graph;
-//! bcast and reduce also through the forest's packed (staged) form.
+//! bcast and reduce also through the forest's packed (staged) form, with the packed arrays
+//! copied through the forest or moved by MPI in place (the GPU-aware path, on host memory).
 //!
 //! The parent process relaunches this binary under `mpiexec`; each rank builds the same graphs
 //! from the seed, runs its part through the forest, and checks its own results bit for bit.
@@ -211,6 +212,11 @@ impl Case<'_> {
             let mut got = leaves[me].clone();
             self.staged.bcast(&roots[me], &mut got, op).unwrap();
             self.check(&format!("staged bcast {op} {name}"), &got, &want);
+            let mut got = leaves[me].clone();
+            self.staged
+                .bcast_in_place(&roots[me], &mut got, op)
+                .unwrap();
+            self.check(&format!("in-place bcast {op} {name}"), &got, &want);
 
             // reduce and fetch-and-op: each root combines its leaves in the documented order.
             let mut want_root = roots[me].clone();
@@ -235,6 +241,11 @@ impl Case<'_> {
             let mut got = roots[me].clone();
             self.staged.reduce(&leaves[me], &mut got, op).unwrap();
             self.check(&format!("staged reduce {op} {name}"), &got, &want_root);
+            let mut got = roots[me].clone();
+            self.staged
+                .reduce_in_place(&leaves[me], &mut got, op)
+                .unwrap();
+            self.check(&format!("in-place reduce {op} {name}"), &got, &want_root);
 
             let mut got_root = roots[me].clone();
             let mut got_upd = vec![U::zeroed(); self.world.leaf_space[me]];

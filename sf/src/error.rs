@@ -22,6 +22,9 @@ pub enum SfError {
     /// The same leaf index appears twice.
     #[error("leaf index {0} is given twice")]
     DuplicateLeaf(usize),
+    /// An in-place move on a forest whose remote indices are not contiguous.
+    #[error("the forest's remote indices are not contiguous, so MPI cannot move them in place")]
+    NotInPlace,
     /// Another rank found its part of the graph invalid.
     #[error("rank {0} reported an invalid graph")]
     PeerInvalid(i32),

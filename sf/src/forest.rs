@@ -364,7 +364,10 @@ impl StarForest {
             align_of::<U>() <= 16,
             "unit types must be aligned to at most 16 bytes"
         );
-        let unit_bytes = size_of::<U>();
+        self.take_link_bytes(kind, size_of::<U>())
+    }
+
+    fn take_link_bytes(&self, kind: Kind, unit_bytes: usize) -> Link {
         let mut pool = self.links.borrow_mut();
         if let Some(i) = pool
             .iter()
@@ -393,6 +396,60 @@ impl StarForest {
             fetchbuf: link::staging(fetch_units, unit_bytes),
             transport: Box::new(transport),
         }
+    }
+
+    /// Moves every remote edge's unit, replacing, straight between `root` and `leaf` memory
+    /// that MPI reads and writes itself (host memory, or device memory under an MPI with CUDA
+    /// support): root to leaf, or leaf to root with `reduce`. This rank's own edges are left
+    /// to the caller, and every remote peer's indices must be contiguous on both sides (a
+    /// [`Staged`](crate::Staged) forest's are).
+    ///
+    /// # Safety
+    /// `root` must address `nroots` units and `leaf` `leaf_space` units of `unit_bytes` bytes,
+    /// valid until this returns, with the destination not aliased.
+    pub(crate) unsafe fn move_in_place(
+        &self,
+        root: *mut u8,
+        leaf: *mut u8,
+        unit_bytes: usize,
+        reduce: bool,
+    ) -> Result<(), SfError> {
+        let contiguous = |p: &Peers| p.plans.iter().all(|q| q.contiguous_start().is_some());
+        if !contiguous(&self.leaf_ranks) || !contiguous(&self.root_ranks) {
+            return Err(SfError::NotInPlace);
+        }
+        let (kind, dir, from, to) = match reduce {
+            false => (
+                Kind::Bcast,
+                Dir::Bcast,
+                (Side::Root, root),
+                (Side::Leaf, leaf),
+            ),
+            true => (
+                Kind::Reduce,
+                Dir::Reduce,
+                (Side::Leaf, leaf),
+                (Side::Root, root),
+            ),
+        };
+        let mut link = self.take_link_bytes(kind, unit_bytes);
+        let t = &mut link.transport;
+        // Receives first, then sends.
+        for (side, base) in [to, from] {
+            let peers = self.peers(side);
+            for (i, plan) in peers.plans.iter().enumerate() {
+                let start = plan.contiguous_start().unwrap_or(0);
+                let addr = base.wrapping_add(start * unit_bytes).cast_const();
+                // SAFETY: the caller's contract: `units(i)` units from `start` lie in the
+                // array and stay valid until the waits below.
+                unsafe { t.bind(side, dir, i, addr, peers.units(i) * unit_bytes) };
+            }
+            t.start(side, dir);
+        }
+        t.wait(to.0, dir);
+        t.wait(from.0, dir);
+        self.links.borrow_mut().push(link);
+        Ok(())
     }
 
     /// Binds and starts the receives of `(side, dir)`: in place at `direct` (the start of a

@@ -12,6 +12,11 @@
 //! same backwards. [`Staged::bcast`] and [`Staged::reduce`] do it on host slices and give the
 //! forest's own results bit for bit; the device path (`DeviceStaged`, feature `cuda`) runs the
 //! gathers and scatters as kernels.
+//!
+//! The packed arrays can also be handed to MPI in place, wherever they live
+//! ([`Staged::move_raw`]: device memory needs an MPI with CUDA support), this rank's own
+//! segment copied by the caller: the GPU-aware path. [`Staged::bcast_in_place`] and
+//! [`Staged::reduce_in_place`] run that path on host memory, so that it is tested everywhere.
 
 use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
@@ -142,6 +147,83 @@ impl Staged {
             return Err(too_short("leafdata", leaf, self.leaf_space));
         }
         Ok(())
+    }
+
+    /// This rank's own segment, when it has edges to itself: `(root offset, leaf offset,
+    /// units)` in the packed arrays (the first segment of each).
+    pub fn self_segment(&self) -> Option<(usize, usize, usize)> {
+        let me = self.packed.comm().rank();
+        match (self.roots.first(), self.leaves.first()) {
+            (Some(r), Some(l)) if r.rank == me && l.rank == me => {
+                Some((r.offset, l.offset, r.plan.len()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Moves the packed roots to the packed leaves (or back, with `reduce`) with MPI reading
+    /// and writing them in place, except this rank's own segment ([`self_segment`]).
+    ///
+    /// # Safety
+    /// `roots` and `leaves` must address [`packed_roots`](Self::packed_roots) and
+    /// [`packed_leaves`](Self::packed_leaves) units of `unit_bytes` bytes in memory this MPI
+    /// reads and writes, valid until this returns, the destination not aliased.
+    ///
+    /// [`self_segment`]: Self::self_segment
+    pub unsafe fn move_raw(
+        &self,
+        roots: *mut u8,
+        leaves: *mut u8,
+        unit_bytes: usize,
+        reduce: bool,
+    ) -> Result<(), SfError> {
+        // SAFETY: the caller's contract is the forest's (its roots and leaves are the packed
+        // arrays).
+        unsafe { self.packed.move_in_place(roots, leaves, unit_bytes, reduce) }
+    }
+
+    /// [`bcast`](Self::bcast) with the packed arrays moved in place by
+    /// [`move_raw`](Self::move_raw) (the GPU-aware path, on host memory).
+    pub fn bcast_in_place<U: Unit>(
+        &self,
+        root: &[U],
+        leaf: &mut [U],
+        op: Op,
+    ) -> Result<(), SfError> {
+        self.check(root.len(), leaf.len())?;
+        reducer::<U>(op)?;
+        let mut proots = vec![U::zeroed(); self.packed_roots()];
+        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
+        gather(&self.roots, root, &mut proots);
+        if let Some((r, l, n)) = self.self_segment() {
+            pleaves[l..l + n].copy_from_slice(&proots[r..r + n]);
+        }
+        let (pr, pl) = (proots.as_mut_ptr().cast(), pleaves.as_mut_ptr().cast());
+        // SAFETY: both vectors hold the packed lengths and outlive the call.
+        unsafe { self.move_raw(pr, pl, size_of::<U>(), false)? };
+        scatter(&self.leaves, &pleaves, leaf, op)
+    }
+
+    /// [`reduce`](Self::reduce) with the packed arrays moved in place by
+    /// [`move_raw`](Self::move_raw) (the GPU-aware path, on host memory).
+    pub fn reduce_in_place<U: Unit>(
+        &self,
+        leaf: &[U],
+        root: &mut [U],
+        op: Op,
+    ) -> Result<(), SfError> {
+        self.check(root.len(), leaf.len())?;
+        reducer::<U>(op)?;
+        let mut proots = vec![U::zeroed(); self.packed_roots()];
+        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
+        gather(&self.leaves, leaf, &mut pleaves);
+        if let Some((r, l, n)) = self.self_segment() {
+            proots[r..r + n].copy_from_slice(&pleaves[l..l + n]);
+        }
+        let (pr, pl) = (proots.as_mut_ptr().cast(), pleaves.as_mut_ptr().cast());
+        // SAFETY: both vectors hold the packed lengths and outlive the call.
+        unsafe { self.move_raw(pr, pl, size_of::<U>(), true)? };
+        scatter(&self.roots, &proots, root, op)
     }
 
     /// `leaf = leaf op root` through the packed arrays, on the host.
