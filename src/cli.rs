@@ -1,6 +1,7 @@
 //! Command-line options (clap).
 
 use clap::{Args, Parser, Subcommand};
+use starhalo_sf::device::GpuMpi;
 use std::path::PathBuf;
 
 /// starhalo: boundary communication for block-structured AMR, over MPI.
@@ -140,6 +141,10 @@ pub struct PingpongArgs {
     /// host), in the same rounds; sizes must be multiples of 8 bytes. Exit 1 without a GPU.
     #[arg(long)]
     pub device: bool,
+    /// How the device arrays cross MPI with --device: staged (host copies, any MPI), aware
+    /// (device pointers to an MPI with CUDA support; exit 1 if this MPI has none) or auto.
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<GpuMpi>())]
+    pub gpu_mpi: GpuMpi,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

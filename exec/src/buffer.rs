@@ -212,6 +212,30 @@ impl<T: Element> Buffer<T> {
         }
     }
 
+    /// The raw device address of the first element, for handing the memory to a library that
+    /// reads device memory itself (an MPI with CUDA support); `None` for host memory.
+    pub fn device_address(&self) -> Option<u64> {
+        match &self.repr {
+            Repr::Cuda(d) => Some(d.address()),
+            Repr::Host(_) => None,
+        }
+    }
+
+    /// Copies `len` elements of `src` from `src_off` to `dst_off` of this buffer, both on the
+    /// same device (a copy on the device's stream).
+    pub fn copy_range_from(
+        &mut self,
+        dst_off: usize,
+        src: &Self,
+        src_off: usize,
+        len: usize,
+    ) -> Result<(), CudaError> {
+        match (&mut self.repr, &src.repr) {
+            (Repr::Cuda(d), Repr::Cuda(s)) => d.copy_from(dst_off, s, src_off, len),
+            _ => Err(crate::cuda::ops::wrong_space(MemSpace::Host)),
+        }
+    }
+
     pub(crate) fn on_device(&self, dev: &Device) -> Result<&DeviceBuffer<T>, CudaError> {
         match &self.repr {
             Repr::Cuda(d) if std::ptr::eq(&**d.device(), dev) => Ok(d),

@@ -7,9 +7,55 @@
 //! one download (the one stream synchronisation before MPI), the packed forest's MPI traffic
 //! in place, one upload, scatter kernels with the op.
 
+use std::str::FromStr;
+
 use starhalo_exec::cuda::ReduceOp;
 
 use crate::unit::Op;
+
+/// How device data crosses MPI: `staged` through host copies (any MPI), `aware` as device
+/// pointers handed to MPI (an MPI with CUDA support), `auto` the latter where the MPI reports
+/// CUDA support ([`mpi_cuda_support`](crate::mpi_cuda_support)), else the former.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuMpi {
+    #[default]
+    Auto,
+    Staged,
+    Aware,
+}
+
+impl GpuMpi {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuMpi::Auto => "auto",
+            GpuMpi::Staged => "staged",
+            GpuMpi::Aware => "aware",
+        }
+    }
+
+    /// `Staged` or `Aware` for this MPI, given whether it reports CUDA support; forcing
+    /// `Aware` on one that does not is an error.
+    pub fn resolve(self, cuda_support: bool) -> Result<Self, String> {
+        match (self, cuda_support) {
+            (GpuMpi::Auto, true) | (GpuMpi::Aware, true) => Ok(GpuMpi::Aware),
+            (GpuMpi::Auto, false) | (GpuMpi::Staged, _) => Ok(GpuMpi::Staged),
+            (GpuMpi::Aware, false) => Err("GPU-aware MPI was asked for, but this MPI does not \
+                 report CUDA support (MPIX_Query_cuda_support)"
+                .into()),
+        }
+    }
+}
+
+impl FromStr for GpuMpi {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [GpuMpi::Auto, GpuMpi::Staged, GpuMpi::Aware]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown GPU MPI path `{s}` (expected auto, staged or aware)"))
+    }
+}
 
 /// The device kernels' code of `op`.
 pub fn reduce_op(op: Op) -> ReduceOp {
@@ -37,7 +83,7 @@ mod on_device {
     use starhalo_exec::cuda::{CudaError, Device, DeviceIndices, IndexList};
     use starhalo_exec::{Buffer, Element, SpaceError};
 
-    use super::reduce_op;
+    use super::{reduce_op, GpuMpi};
     use crate::error::SfError;
     use crate::forest::StarForest;
     use crate::plan::{PackPlan, Plan};
@@ -134,10 +180,14 @@ mod on_device {
         Cuda(#[from] CudaError),
         #[error(transparent)]
         Space(#[from] SpaceError),
+        #[error("{0}")]
+        Unsupported(String),
     }
 
-    /// A star forest's bcast and reduce on device arrays of scalars `T`, staged through the
-    /// host; the packed arrays on both sides are allocated once.
+    /// A star forest's bcast and reduce on device arrays of scalars `T`: gather kernels into
+    /// a packed device array, then either (staged) one download, the packed forest's MPI on
+    /// the host copy and one upload, or (GPU-aware) MPI reading and writing the packed device
+    /// arrays in place, and scatter kernels with the op. The packed arrays are allocated once.
     ///
     /// Results equal the host forest's, except a reduce onto roots that several leaves of one
     /// rank share: their segment unpacks with atomics, so `Replace` keeps one of those leaves,
@@ -151,6 +201,7 @@ mod on_device {
         /// Packed roots and leaves on the device and on the host (at least one unit each).
         device: [Buffer<T>; 2],
         host: [Vec<T>; 2],
+        mpi: GpuMpi,
     }
 
     fn plans(dev: &Arc<Device>, segs: &[Segment]) -> Result<Vec<(DevicePlan, usize)>, CudaError> {
@@ -161,8 +212,12 @@ mod on_device {
     }
 
     impl<T: Element + Unit> DeviceStaged<T> {
-        /// Prepares `sf` for arrays on `dev`. Collective over the forest's communicator.
-        pub fn new(dev: &Arc<Device>, sf: &StarForest) -> Result<Self, DeviceSfError> {
+        /// Prepares `sf` for arrays on `dev`, crossing MPI as `mpi` resolves for this MPI.
+        /// Collective over the forest's communicator.
+        pub fn new(dev: &Arc<Device>, sf: &StarForest, mpi: GpuMpi) -> Result<Self, DeviceSfError> {
+            let mpi = mpi
+                .resolve(crate::mpi_cuda_support())
+                .map_err(DeviceSfError::Unsupported)?;
             let staged = Staged::new(sf)?;
             let n = [staged.packed_roots().max(1), staged.packed_leaves().max(1)];
             Ok(Self {
@@ -171,7 +226,66 @@ mod on_device {
                 device: [Buffer::zeroed_on(dev, n[0])?, Buffer::zeroed_on(dev, n[1])?],
                 host: n.map(|n| vec![T::zeroed(); n]),
                 staged,
+                mpi,
             })
+        }
+
+        /// How this forest's traffic crosses MPI: `Staged` or `Aware`.
+        pub fn mpi(&self) -> GpuMpi {
+            self.mpi
+        }
+
+        /// Moves the packed arrays: through host copies, or in place by a GPU-aware MPI
+        /// (this rank's own segment copied on the device).
+        fn move_packed(&mut self, dev: &Device, reduce: bool) -> Result<(), DeviceSfError> {
+            let (nr, nl) = (self.staged.packed_roots(), self.staged.packed_leaves());
+            let [proots, pleaves] = &mut self.device;
+            let [hroots, hleaves] = &mut self.host;
+            if self.mpi == GpuMpi::Aware {
+                // The gathers must be done before MPI reads device memory.
+                dev.synchronize()?;
+                if let Some((r, l, n)) = self.staged.self_segment() {
+                    match reduce {
+                        false => pleaves.copy_range_from(l, proots, r, n)?,
+                        true => proots.copy_range_from(r, pleaves, l, n)?,
+                    }
+                }
+                let addr = |b: &Buffer<T>| b.device_address().unwrap_or(0) as usize as *mut u8;
+                // SAFETY: both are device buffers of at least the packed lengths, alive and
+                // untouched by other work until the move returns; the MPI reports CUDA
+                // support, so it reads and writes device memory itself.
+                unsafe {
+                    self.staged.move_raw(
+                        addr(proots),
+                        addr(pleaves),
+                        std::mem::size_of::<T>(),
+                        reduce,
+                    )?
+                };
+                return Ok(());
+            }
+            if reduce {
+                if nl > 0 {
+                    pleaves.download(hleaves)?;
+                }
+                self.staged
+                    .packed()
+                    .reduce(&hleaves[..nl], &mut hroots[..nr], Op::Replace)?;
+                if nr > 0 {
+                    proots.upload(hroots)?;
+                }
+            } else {
+                if nr > 0 {
+                    proots.download(hroots)?;
+                }
+                self.staged
+                    .packed()
+                    .bcast(&hroots[..nr], &mut hleaves[..nl], Op::Replace)?;
+                if nl > 0 {
+                    pleaves.upload(hleaves)?;
+                }
+            }
+            Ok(())
         }
 
         /// `leaf = leaf op root`, both arrays on `dev`.
@@ -184,23 +298,12 @@ mod on_device {
         ) -> Result<(), DeviceSfError> {
             self.staged.check(root.len(), leaf.len())?;
             reducer::<T>(op)?;
-            let (nr, nl) = (self.staged.packed_roots(), self.staged.packed_leaves());
-            let [proots, pleaves] = &mut self.device;
-            let [hroots, hleaves] = &mut self.host;
             for (p, off) in &self.roots {
-                p.pack(dev, root, 1, proots, *off)?;
+                p.pack(dev, root, 1, &mut self.device[0], *off)?;
             }
-            if nr > 0 {
-                proots.download(hroots)?;
-            }
-            self.staged
-                .packed()
-                .bcast(&hroots[..nr], &mut hleaves[..nl], Op::Replace)?;
-            if nl > 0 {
-                pleaves.upload(hleaves)?;
-            }
+            self.move_packed(dev, false)?;
             for (p, off) in &self.leaves {
-                p.unpack(dev, pleaves, *off, 1, op, leaf)?;
+                p.unpack(dev, &self.device[1], *off, 1, op, leaf)?;
             }
             Ok(())
         }
@@ -215,23 +318,12 @@ mod on_device {
         ) -> Result<(), DeviceSfError> {
             self.staged.check(root.len(), leaf.len())?;
             reducer::<T>(op)?;
-            let (nr, nl) = (self.staged.packed_roots(), self.staged.packed_leaves());
-            let [proots, pleaves] = &mut self.device;
-            let [hroots, hleaves] = &mut self.host;
             for (p, off) in &self.leaves {
-                p.pack(dev, leaf, 1, pleaves, *off)?;
+                p.pack(dev, leaf, 1, &mut self.device[1], *off)?;
             }
-            if nl > 0 {
-                pleaves.download(hleaves)?;
-            }
-            self.staged
-                .packed()
-                .reduce(&hleaves[..nl], &mut hroots[..nr], Op::Replace)?;
-            if nr > 0 {
-                proots.upload(hroots)?;
-            }
+            self.move_packed(dev, true)?;
             for (p, off) in &self.roots {
-                p.unpack(dev, proots, *off, 1, op, root)?;
+                p.unpack(dev, &self.device[0], *off, 1, op, root)?;
             }
             Ok(())
         }
@@ -241,6 +333,23 @@ mod on_device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_mpi_paths_resolve_against_what_the_mpi_reports() {
+        for m in [GpuMpi::Auto, GpuMpi::Staged, GpuMpi::Aware] {
+            assert_eq!(m.name().parse::<GpuMpi>(), Ok(m));
+        }
+        assert!("gpu"
+            .parse::<GpuMpi>()
+            .unwrap_err()
+            .contains("auto, staged or aware"));
+        assert_eq!(GpuMpi::Auto.resolve(false), Ok(GpuMpi::Staged));
+        assert_eq!(GpuMpi::Auto.resolve(true), Ok(GpuMpi::Aware));
+        assert_eq!(GpuMpi::Staged.resolve(true), Ok(GpuMpi::Staged));
+        assert_eq!(GpuMpi::Aware.resolve(true), Ok(GpuMpi::Aware));
+        let e = GpuMpi::Aware.resolve(false).unwrap_err();
+        assert!(e.contains("MPIX_Query_cuda_support"), "{e}");
+    }
 
     #[test]
     fn every_op_maps_to_the_kernel_code_of_the_same_name() {

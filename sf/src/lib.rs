@@ -34,6 +34,7 @@ pub use forest::{Pending, SfOptions, StarForest};
 pub use graph::{Graph, RootRef};
 pub use mpi;
 pub use plan::{PackPlan, Plan, PlanIter};
+pub use raw::mpi_cuda_support;
 pub use staged::Staged;
 pub use transport::SfType;
 pub use unit::{Op, Reducer, Scalar, Unit};

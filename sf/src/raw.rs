@@ -17,6 +17,14 @@ pub(crate) fn raw_comm(comm: &SimpleCommunicator) -> RawComm {
     comm.as_raw()
 }
 
+/// Whether the MPI library says it moves CUDA device memory itself (`MPIX_Query_cuda_support`,
+/// which MPICH 4 and Open MPI provide). Call it after MPI is initialised.
+pub fn mpi_cuda_support() -> bool {
+    // SAFETY: a query without arguments, made once MPI is initialised (callers hold a
+    // communicator).
+    unsafe { ffi::MPIX_Query_cuda_support() == 1 }
+}
+
 fn byte_type() -> ffi::MPI_Datatype {
     // SAFETY: RSMPI_UINT8_T is a constant initialised by the MPI library before any call here.
     unsafe { ffi::RSMPI_UINT8_T }

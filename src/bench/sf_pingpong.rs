@@ -2,7 +2,8 @@
 //! rank 1, a bcast then a reduce (replace), against a raw MPI send/receive ping-pong of the
 //! same bytes, in the same run. Rounds alternate the two so that drift hits both alike.
 //! With `--device` the same rounds also time the forest with both arrays in GPU memory (D-D,
-//! doubles, staged through the host by [`DeviceStaged`]) beside host memory (H-H).
+//! doubles, [`DeviceStaged`]: staged through the host, or handed to a GPU-aware MPI with
+//! `--gpu-mpi aware`, or `auto`) beside host memory (H-H).
 
 use crate::cli::PingpongArgs;
 use crate::exit::bad_input;
@@ -14,7 +15,7 @@ use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
 use starhalo_exec::cuda::Device;
 use starhalo_exec::Buffer;
-use starhalo_sf::device::DeviceStaged;
+use starhalo_sf::device::{DeviceStaged, GpuMpi};
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +36,9 @@ struct Row {
 struct Report {
     #[serde(rename = "impl")]
     imp: &'static str,
+    /// How device arrays crossed MPI (`--device`): staged or aware.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_mpi: Option<&'static str>,
     rows: Vec<Row>,
 }
 
@@ -62,14 +66,12 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     let comm = world.duplicate();
     let mut rows = Vec::new();
     let mut bytes = a.min_bytes;
+    let mut gpu_mpi = None;
     while bytes <= a.max_bytes {
-        rows.push(measure(
-            world,
-            &comm,
-            bytes,
-            a.rounds as usize,
-            dev.as_ref(),
-        )?);
+        let device = dev.as_ref().map(|d| (d, a.gpu_mpi));
+        let (row, used) = measure(world, &comm, bytes, a.rounds as usize, device)?;
+        rows.push(row);
+        gpu_mpi = used.map(GpuMpi::name);
         bytes *= 2;
     }
     if world.rank() == 0 {
@@ -77,14 +79,18 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
         if a.json {
             let report = Report {
                 imp: opts.sf_type.name(),
+                gpu_mpi,
                 rows,
             };
             println!("{}", serde_json::to_string(&report)?);
         } else {
             println!(
-                "# sf-pingpong, implementation {}: one-way latency (us), median of {} rounds",
+                "# sf-pingpong, implementation {}: one-way latency (us), median of {} rounds{}",
                 opts.sf_type.name(),
-                a.rounds
+                a.rounds,
+                gpu_mpi.map_or(String::new(), |m| format!(
+                    ", device arrays {m} through MPI"
+                ))
             );
             println!(
                 "{:>10} {:>10} {:>10} {:>12} {:>10}{}",
@@ -116,8 +122,8 @@ fn measure(
     comm: &SimpleCommunicator,
     bytes: usize,
     rounds: usize,
-    dev: Option<&Arc<Device>>,
-) -> Result<Row> {
+    dev: Option<(&Arc<Device>, GpuMpi)>,
+) -> Result<(Row, Option<GpuMpi>)> {
     let rank = world.rank();
     let graph = if rank == 0 {
         Graph::new(bytes, None, Vec::new())
@@ -142,9 +148,10 @@ fn measure(
     let iters = (4_000_000 / (bytes + 512)).clamp(60, 20_000);
 
     let mut on_device = match dev {
-        Some(d) => Some(agree(world, DeviceCase::new(world, d, bytes / 8))?),
+        Some((d, mpi)) => Some(agree(world, DeviceCase::new(world, d, bytes / 8, mpi))?),
         None => None,
     };
+    let used = on_device.as_ref().map(|d| d.sf.mpi());
     let kinds = if on_device.is_some() { 3 } else { 2 };
 
     let peer = comm.process_at_rank(1 - rank);
@@ -179,13 +186,14 @@ fn measure(
     }
     // The overhead is paired: each round times both back to back, so drift between rounds
     // (another process, frequency changes) cancels instead of widening the spread.
-    Ok(Row {
+    let row = Row {
         bytes,
         mpi_us: median(&mut t_mpi),
         sf_us: median(&mut t_sf),
         overhead_us: median(&mut diff),
         sf_dd_us: (kinds == 3).then(|| median(&mut t_dd)),
-    })
+    };
+    Ok((row, used))
 }
 
 /// The GPU of this process, its kernels compiled.
@@ -204,7 +212,7 @@ struct DeviceCase {
 }
 
 impl DeviceCase {
-    fn new(world: &SimpleCommunicator, dev: &Arc<Device>, n: usize) -> Result<Self> {
+    fn new(world: &SimpleCommunicator, dev: &Arc<Device>, n: usize, mpi: GpuMpi) -> Result<Self> {
         let graph = if world.rank() == 0 {
             Graph::new(n, None, Vec::new())
         } else {
@@ -212,7 +220,7 @@ impl DeviceCase {
             Graph::new(0, None, leaves.collect())
         };
         let sf = StarForest::new(world, &graph, SfOptions::default())?;
-        let staged = DeviceStaged::new(dev, &sf)?;
+        let staged = DeviceStaged::new(dev, &sf, mpi)?;
         let ramp = |k: f64, len: usize| (0..len).map(|i| k * i as f64).collect::<Vec<_>>();
         let mut case = Self {
             root: Buffer::from_host_to(dev, &ramp(1.0, sf.nroots()))?,
