@@ -6,7 +6,8 @@
 //! prolongation), with a one- and a two-component variable. Checked:
 //!
 //! - with a GPU: the device fill gives the host fill's blocks and coarse buffers bit for bit,
-//!   twice in a row (the second fill reuses every buffer);
+//!   twice in a row (the second fill reuses every buffer), from random values (not dyadic,
+//!   so a change in rounding order shows);
 //! - on every machine: the device's plan run on the host ([`HostTwin`]: the same boxes, split
 //!   storage, the host's restriction, prolongation and outflow code) gives the host fill's
 //!   storage bit for bit; the host fill's digest is the same on every rank count; on
@@ -138,6 +139,19 @@ fn initial(mesh: &Mesh, f: &Fields, rank: usize) -> BlockData {
     data
 }
 
+/// Every value of every block (ghosts and coarse buffers too) drawn from a generator seeded
+/// by the case and the block's gid, so the same on any number of ranks.
+fn random_initial(mesh: &Mesh, f: &Fields, rank: usize, case: u64) -> BlockData {
+    let mut data = BlockData::new(mesh, f, rank).unwrap();
+    let n = data.layout().block_len();
+    let gids = data.gids().to_vec();
+    for (b, chunk) in data.data_mut().chunks_mut(n).enumerate() {
+        let mut rng = ChaCha8Rng::seed_from_u64(case * 100_003 + gids[b] as u64);
+        chunk.iter_mut().for_each(|x| *x = rng.gen_range(-1.0..1.0));
+    }
+    data
+}
+
 /// Every cell, ghosts included, holds the code of the cell it maps to.
 fn check_filled(mesh: &Mesh, data: &BlockData, what: &str) {
     let d = dims(mesh);
@@ -227,15 +241,20 @@ fn child() {
             ex.set_prolongation(1, Prolongation::Constant);
             ex
         };
-        let mut host = initial(&mesh, &f, rank);
+        if !amr {
+            let mut coded = initial(&mesh, &f, rank);
+            let mut ex = exchange(&coded);
+            ex.fill_ghosts_as(types, &mut coded).unwrap();
+            check_filled(&mesh, &coded, &what);
+        }
+        // Random values everywhere (ghosts and coarse buffers too), not dyadic: any change
+        // in how restriction or prolongation round shows.
+        let mut host = random_initial(&mesh, &f, rank, case);
         let mut ex = exchange(&host);
         assert!(!ex.needs_host(), "{what}");
         ex.fill_ghosts_as(types, &mut host).unwrap();
-        if !amr {
-            check_filled(&mesh, &host, &what);
-        }
 
-        let mut data = initial(&mesh, &f, rank);
+        let mut data = random_initial(&mesh, &f, rank, case);
         let mut ex = exchange(&data);
         let mut twin = HostTwin::new(&ex, &data).unwrap_or_else(|e| panic!("{what}: {e}"));
         for round in 0..2 {
@@ -247,7 +266,7 @@ fn child() {
             );
         }
         if let Ok(dev) = &dev {
-            let mut data = initial(&mesh, &f, rank);
+            let mut data = random_initial(&mesh, &f, rank, case);
             let mut ex = exchange(&data);
             let mut fields = DeviceFields::new(dev, &ex, &data).unwrap();
             for round in 0..2 {

@@ -163,7 +163,11 @@ impl SpacePlan {
             return geometry("reflecting boundaries run on the host only");
         }
         let nblocks = data.gids().len();
-        if data.vars().iter().any(|v| v.threshold.is_some()) {
+        if data
+            .vars()
+            .iter()
+            .any(|v| v.fill_ghost && v.threshold.is_some())
+        {
             return geometry("sparse variables run on the host only");
         }
         if (0..nblocks).any(|b| (0..data.vars().len()).any(|v| !data.is_allocated(b, v))) {
@@ -268,7 +272,9 @@ fn part_plan(
             p.restrict.push(co(&f.interior));
             p.restrict.extend(f.restrict.iter().map(co));
             p.coarse_outflow.extend(coarse_outflow.iter().map(co));
-            let op = ops.get(v).copied().unwrap_or_default();
+            let op = *ops.get(v).ok_or_else(|| {
+                BoundaryError::Mismatch(format!("no prolongation for variable {v}"))
+            })?;
             let list = match by_op.iter().position(|(o, _)| *o == op) {
                 Some(i) => &mut by_op[i].1,
                 None => {
@@ -407,7 +413,18 @@ impl FieldSpace for HostTwin {
                 "prolongation changed after the plan".into(),
             ));
         }
-        let p = self.plan.parts.get(part).cloned().unwrap_or_default();
+        let p = std::mem::take(self.plan.parts.get_mut(part).ok_or_else(|| {
+            BoundaryError::Mismatch(format!("partition {part} is not in the plan"))
+        })?);
+        let done = self.run_part(&p);
+        self.plan.parts[part] = p;
+        done
+    }
+}
+
+impl HostTwin {
+    /// A partition's post-unpack work, in the device's launch order.
+    fn run_part(&mut self, p: &PartPlan) -> Result<(), BoundaryError> {
         let nb = self.plan.nblocks;
         self.restrict_boxes(&p.restrict)?;
         if let Some(c) = self.plan.coarse {

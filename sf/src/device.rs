@@ -296,16 +296,7 @@ mod on_device {
             leaf: &mut Buffer<T>,
             op: Op,
         ) -> Result<(), DeviceSfError> {
-            self.staged.check(root.len(), leaf.len())?;
-            reducer::<T>(op)?;
-            for (p, off) in &self.roots {
-                p.pack(dev, root, 1, &mut self.device[0], *off)?;
-            }
-            self.move_packed(dev, false)?;
-            for (p, off) in &self.leaves {
-                p.unpack(dev, &self.device[1], *off, 1, op, leaf)?;
-            }
-            Ok(())
+            self.run(dev, root, leaf, op, false)
         }
 
         /// `root = root op leaf`, both arrays on `dev`.
@@ -316,14 +307,37 @@ mod on_device {
             root: &mut Buffer<T>,
             op: Op,
         ) -> Result<(), DeviceSfError> {
-            self.staged.check(root.len(), leaf.len())?;
+            self.run(dev, leaf, root, op, true)
+        }
+
+        /// Gathers `from` into its packed array, moves it to the other and scatters it into
+        /// `to` with `op`: roots to leaves, or leaves to roots with `reduce`.
+        fn run(
+            &mut self,
+            dev: &Device,
+            from: &Buffer<T>,
+            to: &mut Buffer<T>,
+            op: Op,
+            reduce: bool,
+        ) -> Result<(), DeviceSfError> {
+            let (nroot, nleaf) = if reduce {
+                (to.len(), from.len())
+            } else {
+                (from.len(), to.len())
+            };
+            self.staged.check(nroot, nleaf)?;
             reducer::<T>(op)?;
-            for (p, off) in &self.leaves {
-                p.pack(dev, leaf, 1, &mut self.device[1], *off)?;
+            let (src, gathers) = match reduce {
+                false => (0, &self.roots),
+                true => (1, &self.leaves),
+            };
+            for (p, off) in gathers {
+                p.pack(dev, from, 1, &mut self.device[src], *off)?;
             }
-            self.move_packed(dev, true)?;
-            for (p, off) in &self.roots {
-                p.unpack(dev, &self.device[0], *off, 1, op, root)?;
+            self.move_packed(dev, reduce)?;
+            let scatters = if reduce { &self.roots } else { &self.leaves };
+            for (p, off) in scatters {
+                p.unpack(dev, &self.device[1 - src], *off, 1, op, to)?;
             }
             Ok(())
         }

@@ -190,18 +190,7 @@ impl Staged {
         leaf: &mut [U],
         op: Op,
     ) -> Result<(), SfError> {
-        self.check(root.len(), leaf.len())?;
-        reducer::<U>(op)?;
-        let mut proots = vec![U::zeroed(); self.packed_roots()];
-        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
-        gather(&self.roots, root, &mut proots);
-        if let Some((r, l, n)) = self.self_segment() {
-            pleaves[l..l + n].copy_from_slice(&proots[r..r + n]);
-        }
-        let (pr, pl) = (proots.as_mut_ptr().cast(), pleaves.as_mut_ptr().cast());
-        // SAFETY: both vectors hold the packed lengths and outlive the call.
-        unsafe { self.move_raw(pr, pl, size_of::<U>(), false)? };
-        scatter(&self.leaves, &pleaves, leaf, op)
+        self.run(root, leaf, op, false, true)
     }
 
     /// [`reduce`](Self::reduce) with the packed arrays moved in place by
@@ -212,40 +201,65 @@ impl Staged {
         root: &mut [U],
         op: Op,
     ) -> Result<(), SfError> {
-        self.check(root.len(), leaf.len())?;
-        reducer::<U>(op)?;
-        let mut proots = vec![U::zeroed(); self.packed_roots()];
-        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
-        gather(&self.leaves, leaf, &mut pleaves);
-        if let Some((r, l, n)) = self.self_segment() {
-            proots[r..r + n].copy_from_slice(&pleaves[l..l + n]);
-        }
-        let (pr, pl) = (proots.as_mut_ptr().cast(), pleaves.as_mut_ptr().cast());
-        // SAFETY: both vectors hold the packed lengths and outlive the call.
-        unsafe { self.move_raw(pr, pl, size_of::<U>(), true)? };
-        scatter(&self.roots, &proots, root, op)
+        self.run(leaf, root, op, true, true)
     }
 
     /// `leaf = leaf op root` through the packed arrays, on the host.
     pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
-        self.check(root.len(), leaf.len())?;
-        reducer::<U>(op)?;
-        let mut proots = vec![U::zeroed(); self.packed_roots()];
-        let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
-        gather(&self.roots, root, &mut proots);
-        self.packed.bcast(&proots, &mut pleaves, Op::Replace)?;
-        scatter(&self.leaves, &pleaves, leaf, op)
+        self.run(root, leaf, op, false, false)
     }
 
     /// `root = root op leaf` through the packed arrays, on the host.
     pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
-        self.check(root.len(), leaf.len())?;
+        self.run(leaf, root, op, true, false)
+    }
+
+    /// Gathers `from` into its packed array, moves it to the other (through the packed forest,
+    /// or `in_place` by [`move_raw`](Self::move_raw)) and scatters it into `to` with `op`:
+    /// roots to leaves, or leaves to roots with `reduce`.
+    fn run<U: Unit>(
+        &self,
+        from: &[U],
+        to: &mut [U],
+        op: Op,
+        reduce: bool,
+        in_place: bool,
+    ) -> Result<(), SfError> {
+        let (root_len, leaf_len) = if reduce {
+            (to.len(), from.len())
+        } else {
+            (from.len(), to.len())
+        };
+        self.check(root_len, leaf_len)?;
         reducer::<U>(op)?;
         let mut proots = vec![U::zeroed(); self.packed_roots()];
         let mut pleaves = vec![U::zeroed(); self.packed_leaves()];
-        gather(&self.leaves, leaf, &mut pleaves);
-        self.packed.reduce(&pleaves, &mut proots, Op::Replace)?;
-        scatter(&self.roots, &proots, root, op)
+        let (src_segs, dst_segs) = if reduce {
+            (&self.leaves, &self.roots)
+        } else {
+            (&self.roots, &self.leaves)
+        };
+        gather(
+            src_segs,
+            from,
+            if reduce { &mut pleaves } else { &mut proots },
+        );
+        if in_place {
+            if let Some((r, l, n)) = self.self_segment() {
+                match reduce {
+                    false => pleaves[l..l + n].copy_from_slice(&proots[r..r + n]),
+                    true => proots[r..r + n].copy_from_slice(&pleaves[l..l + n]),
+                }
+            }
+            let (pr, pl) = (proots.as_mut_ptr().cast(), pleaves.as_mut_ptr().cast());
+            // SAFETY: both vectors hold the packed lengths and outlive the call.
+            unsafe { self.move_raw(pr, pl, size_of::<U>(), reduce)? };
+        } else if reduce {
+            self.packed.reduce(&pleaves, &mut proots, Op::Replace)?;
+        } else {
+            self.packed.bcast(&proots, &mut pleaves, Op::Replace)?;
+        }
+        scatter(dst_segs, if reduce { &proots } else { &pleaves }, to, op)
     }
 }
 
