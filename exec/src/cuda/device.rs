@@ -93,13 +93,15 @@ fn registry() -> &'static Mutex<HashMap<usize, Arc<Device>>> {
 }
 
 /// The node-local rank from the usual launcher variables (Open MPI, MPICH/Hydra, MVAPICH,
-/// Slurm), 0 when none is set.
+/// Cray PALS, Flux, Slurm), 0 when none is set (then `STARHALO_CUDA_DEVICE` picks the device).
 pub fn local_rank_from_env() -> usize {
     [
         "OMPI_COMM_WORLD_LOCAL_RANK",
         "MPI_LOCALRANKID",
         "MV2_COMM_WORLD_LOCAL_RANK",
         "PMI_LOCAL_RANK",
+        "PALS_LOCAL_RANKID",
+        "FLUX_TASK_LOCAL_ID",
         "SLURM_LOCALID",
     ]
     .iter()
