@@ -46,11 +46,6 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// An NVIDIA driver is loaded on this machine.
-fn has_gpu() -> bool {
-    Path::new("/proc/driver/nvidia/version").exists()
-}
-
 fn run(ranks: usize, deck: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![deck.to_str().unwrap(), "-d", out.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -84,7 +79,7 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
 /// A cuda run on `ranks` ranks: the host's error norms `want` with a GPU, else exit 1 on
 /// every rank, rank 0 saying why, nothing written.
 fn check_cuda_run(ranks: usize, r: &std::process::Output, out: &Path, want: &str) {
-    if has_gpu() {
+    if common::has_gpu() {
         assert_ok("cuda run", r);
         let got = std::fs::read_to_string(out.join("advection-errors.dat")).unwrap();
         assert_eq!(
@@ -92,14 +87,7 @@ fn check_cuda_run(ranks: usize, r: &std::process::Output, out: &Path, want: &str
             "{ranks} ranks: GPU error norms differ from the host's"
         );
     } else {
-        let err = String::from_utf8_lossy(&r.stderr);
-        assert_eq!(r.status.code(), Some(1), "{ranks} ranks: {err}");
-        assert!(
-            err.contains("parthenon/exec/space is cuda, but no GPU can be used"),
-            "{err}"
-        );
-        // Rank 0 speaks for all; no output was started.
-        assert_eq!(err.matches("error:").count(), 1, "{err}");
+        common::assert_no_gpu_exit(r, "parthenon/exec/space is cuda, but no GPU can be used");
         let written = std::fs::read_dir(out).map_or(0, |d| d.count());
         assert_eq!(written, 0, "{ranks} ranks wrote output before failing");
     }

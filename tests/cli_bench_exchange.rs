@@ -280,11 +280,6 @@ fn one_level_reports_no_flux_correction() {
     );
 }
 
-/// An NVIDIA driver is loaded on this machine.
-fn has_gpu() -> bool {
-    Path::new("/proc/driver/nvidia/version").exists()
-}
-
 /// `parthenon/exec/space=cuda`: with a GPU, a third mode (device fields, coalesced) whose
 /// traffic is the host coalesced mode's, exactly one pack and one unpack launch per partition,
 /// and the device copies (the bench itself fails unless the device fill and pack equal the
@@ -293,7 +288,7 @@ fn has_gpu() -> bool {
 #[test]
 fn cuda_space_adds_the_device_exchange_or_exits_1() {
     for ranks in [1, 2] {
-        if has_gpu() {
+        if common::has_gpu() {
             let r = run_json(ranks, &["exchange/nvars=3", "parthenon/exec/space=cuda"]);
             let modes = r["modes"].as_array().unwrap();
             assert_eq!(modes.len(), 3, "{r}");
@@ -308,15 +303,7 @@ fn cuda_space_adds_the_device_exchange_or_exits_1() {
             assert!(num(d, "pack_gbps") > 0.0 && num(d, "d2d_gbps") > 0.0, "{r}");
         } else {
             let out = bench(ranks, &["--cycles", "1", "parthenon/exec/space=cuda"]);
-            assert_eq!(out.status.code(), Some(1), "{out:?}");
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains("no GPU can be used"), "{err}");
-            assert_eq!(
-                err.matches("error:").count(),
-                1,
-                "rank 0 alone speaks: {err}"
-            );
-            assert!(out.stdout.is_empty(), "no report: {out:?}");
+            common::assert_no_gpu_exit(&out, "no GPU can be used");
         }
     }
 }
@@ -334,7 +321,7 @@ fn cuda_space_runs_two_levels_or_exits_1() {
         "parthenon/exec/space=cuda",
         "exchange/nvars=2",
     ]);
-    if has_gpu() {
+    if common::has_gpu() {
         let r = run_json(3, &args);
         let modes = r["modes"].as_array().unwrap();
         assert_eq!(modes.len(), 3, "{r}");
@@ -343,9 +330,7 @@ fn cuda_space_runs_two_levels_or_exits_1() {
         }
     } else {
         args.extend(["--cycles", "1"]);
-        let out = bench(3, &args);
-        assert_eq!(out.status.code(), Some(1), "{out:?}");
-        assert!(out.stdout.is_empty(), "{out:?}");
+        common::assert_no_gpu_exit(&bench(3, &args), "no GPU can be used");
     }
 }
 

@@ -47,11 +47,6 @@ fn main() {
     });
 }
 
-/// An NVIDIA driver is loaded on this machine.
-fn has_gpu() -> bool {
-    std::path::Path::new("/proc/driver/nvidia/version").exists()
-}
-
 /// A random single-level mesh: 2-D or 3-D, each direction periodic or outflow, 2 to 4 blocks
 /// per direction of 2 to 6 cells, 1 to 3 ghost layers (at most the block width), one
 /// partition per rank or partitions of 1 to 3 blocks.
@@ -199,14 +194,14 @@ fn child() {
     let world = universe.world();
     let (rank, nranks) = (world.rank() as usize, world.size() as usize);
     let dev = Device::process_default();
-    if !has_gpu() {
+    if !common::has_gpu() {
         let e = dev
             .as_ref()
             .expect_err("a device opened without an NVIDIA driver");
         assert!(e.to_string().contains("driver"), "{e}");
     }
     let dev = dev.and_then(|d| d.compile_all().map(|()| d));
-    if has_gpu() {
+    if common::has_gpu() {
         if let Err(e) = &dev {
             panic!("rank {rank}: the GPU cannot be used: {e}");
         }

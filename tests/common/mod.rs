@@ -59,6 +59,25 @@ pub fn assert_ok(what: &str, out: &Output) {
     );
 }
 
+/// An NVIDIA driver is loaded on this machine: GPU tests take their GPU branch.
+pub fn has_gpu() -> bool {
+    Path::new("/proc/driver/nvidia/version").exists()
+}
+
+/// A job that asked for the GPU on a machine without one: exit 1 on every rank, rank 0 alone
+/// saying why (its message contains `says`), nothing on stdout.
+pub fn assert_no_gpu_exit(out: &Output, says: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(err.contains(says), "{err}");
+    assert_eq!(
+        err.matches("error:").count(),
+        1,
+        "rank 0 alone speaks: {err}"
+    );
+    assert!(out.stdout.is_empty(), "no report: {out:?}");
+}
+
 /// Relaunches the running test binary on each rank count, marked as a child.
 pub fn relaunch_self(ranks: &[usize], limit_s: u64) {
     relaunch_checked(ranks.iter().map(|&n| (n, Vec::new())), limit_s, |_, _| ());

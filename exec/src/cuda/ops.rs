@@ -537,6 +537,26 @@ fn outflow_args(
     a
 }
 
+/// The storage of pack/unpack descriptors `h`, checked against a field storage and a
+/// communication buffer of the given lengths.
+fn pack_use(
+    h: &DeviceHalos,
+    data_len: usize,
+    buf_len: usize,
+) -> Result<(FieldDims, Option<FieldDims>), CudaError> {
+    let Use::Pack {
+        fields,
+        coarse,
+        buf_len: want,
+    } = h.usage
+    else {
+        return invalid("descriptors were not checked for packing".into());
+    };
+    need("field storage", fields.len(), data_len)?;
+    need("communication buffer", want, buf_len)?;
+    Ok((fields, coarse))
+}
+
 impl Device {
     /// Packs every sub-halo of `h` from `data` (coarse ones from `coarse`, given when `h` was
     /// checked with coarse buffers) into `buf` in one launch; when `over` is given, `over[k]`
@@ -550,16 +570,7 @@ impl Device {
         threshold: f64,
         over: Option<&mut Buffer<u32>>,
     ) -> Result<(), CudaError> {
-        let Use::Pack {
-            fields,
-            coarse: cdims,
-            buf_len,
-        } = h.usage
-        else {
-            return invalid("descriptors were not checked for packing".into());
-        };
-        need("field storage", fields.len(), data.len())?;
-        need("communication buffer", buf_len, buf.len())?;
+        let (fields, cdims) = pack_use(h, data.len(), buf.len())?;
         let (cptr, cdims) = match (coarse, cdims) {
             (Some(c), Some(d)) => {
                 need("coarse buffers", d.len(), c.len())?;
@@ -610,16 +621,7 @@ impl Device {
         coarse: Option<&mut Buffer<f64>>,
         fill: f64,
     ) -> Result<(), CudaError> {
-        let Use::Pack {
-            fields,
-            coarse: cdims,
-            buf_len,
-        } = h.usage
-        else {
-            return invalid("descriptors were not checked for unpacking".into());
-        };
-        need("field storage", fields.len(), data.len())?;
-        need("communication buffer", buf_len, buf.len())?;
+        let (fields, cdims) = pack_use(h, data.len(), buf.len())?;
         let dptr = data.on_device_mut(self)?.address();
         let (cptr, cdims) = match (coarse, cdims) {
             (Some(c), Some(d)) => {
