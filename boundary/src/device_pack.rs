@@ -134,6 +134,9 @@ pub struct SpacePlan {
     pub shape: IndexShape,
     /// The prolongation of each variable the plan was made with.
     pub ops: Vec<Prolongation>,
+    /// The value unallocated (null) sub-halos receive: the default of every sparse
+    /// fill-ghost variable.
+    pub fill: f64,
     /// Per route: the coarse interiors restricted before it packs.
     pub route_restrict: Vec<Vec<BndInfo>>,
     /// Per partition: its post-unpack work.
@@ -155,23 +158,27 @@ pub struct PartPlan {
 }
 
 impl SpacePlan {
-    /// The plan of `ex`, built for `data`: dense variables only, every one allocated, and no
-    /// reflecting face ([`Exchange::needs_host`]).
+    /// The plan of `ex`, built for `data`: no reflecting face ([`Exchange::needs_host`]), and
+    /// sparse fill-ghost variables sharing one default value.
+    ///
+    /// Restriction, prolongation and outflow run on every variable, allocated or not (the
+    /// host skips unallocated ones): an unallocated variable's values are never read, since
+    /// it sends null messages and its interior is never written, so allocated values are the
+    /// host's bit for bit.
     pub fn new(ex: &Exchange, data: &BlockData) -> Result<Self, BoundaryError> {
         let geometry = |why: &str| Err(BoundaryError::Geometry(why.into()));
         if ex.needs_host() {
             return geometry("reflecting boundaries run on the host only");
         }
         let nblocks = data.gids().len();
-        if data
+        let mut defaults = data
             .vars()
             .iter()
-            .any(|v| v.fill_ghost && v.threshold.is_some())
-        {
-            return geometry("sparse variables run on the host only");
-        }
-        if (0..nblocks).any(|b| (0..data.vars().len()).any(|v| !data.is_allocated(b, v))) {
-            return geometry("unallocated variables run on the host only");
+            .filter(|v| v.fill_ghost && v.threshold.is_some())
+            .map(|v| v.default);
+        let fill = defaults.next().unwrap_or(0.0);
+        if defaults.any(|d| d.to_bits() != fill.to_bits()) {
+            return geometry("sparse variables with different default values");
         }
         let shape = *data.shape();
         let cshape = data.coarse_shape().copied();
@@ -205,6 +212,7 @@ impl SpacePlan {
             nblocks,
             shape,
             ops,
+            fill,
             route_restrict,
             parts,
         })
@@ -385,16 +393,18 @@ impl FieldSpace for HostTwin {
         _defaults: &[f64],
     ) -> Result<(), BoundaryError> {
         for b in cache.infos() {
-            if b.flags & FLAG_ALLOCATED == 0 {
-                return Err(BoundaryError::Geometry("a null (sparse) message".into()));
-            }
+            let on = b.flags & FLAG_ALLOCATED != 0;
             let (l, arr) = match b.flags & FLAG_COARSE {
                 0 => (self.plan.fine, &mut self.fine),
                 _ => (self.plan.coarse.ok_or_else(no_coarse)?, &mut self.coarse),
             };
             let f = field_dims(l, self.plan.nblocks);
             for (k, p) in b.index_box().points().enumerate() {
-                arr[f.index(b.block, b.var, p)] = buf[b.buf_offset + k];
+                arr[f.index(b.block, b.var, p)] = if on {
+                    buf[b.buf_offset + k]
+                } else {
+                    self.plan.fill
+                };
             }
         }
         Ok(())
@@ -455,7 +465,7 @@ mod device {
     use starhalo_mesh::field::IndexShape;
 
     use super::{field_dims, halo_desc, refine_geom, SpacePlan};
-    use crate::bnd_info::{BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED};
+    use crate::bnd_info::{BndCache, BndInfo, FieldLayout};
     use crate::bounds::{interior_bounds, BlockFinish};
     use crate::error::BoundaryError;
     use crate::exchange::{Exchange, FieldSpace};
@@ -491,6 +501,22 @@ mod device {
         /// Length of the communication buffer.
         pub fn buffer_len(&self) -> usize {
             self.buffer_len
+        }
+
+        /// Uploads `cache`'s descriptors again if their allocation flags changed since the
+        /// upload (sparse variables sending null or data).
+        pub fn refresh(&mut self, dev: &Arc<Device>, cache: &BndCache) -> Result<(), CudaError> {
+            let infos = cache.infos();
+            let same = infos.len() == self.halos.len()
+                && infos
+                    .iter()
+                    .zip(self.halos.descs())
+                    .all(|(b, d)| b.flags == d.flags);
+            if !same {
+                let descs: Vec<HaloDesc> = infos.iter().map(halo_desc).collect();
+                self.halos = self.halos.with_descs(dev, &descs)?;
+            }
+            Ok(())
         }
 
         /// Packs every sub-halo from `data` (coarse ones from `coarse`) into `buf`, all on
@@ -746,14 +772,6 @@ mod device {
             _data: &mut BlockData,
             _defaults: &[f64],
         ) -> Result<(), BoundaryError> {
-            // The descriptors went up once, all allocated: a null (sparse) message would need
-            // its fill value, which dense fields never get.
-            if cache.infos().iter().any(|b| b.flags & FLAG_ALLOCATED == 0) {
-                return Err(BoundaryError::Geometry(
-                    "a null (sparse) message for device fields, which hold dense fields only"
-                        .into(),
-                ));
-            }
             let n = cache.buffer_len();
             let from = buf.get(..n).ok_or(BoundaryError::Size {
                 what: "communication buffer",
@@ -762,14 +780,16 @@ mod device {
             })?;
             let Self {
                 dev,
+                plan,
                 fine,
                 coarse,
                 routes,
                 ..
             } = self;
             let [_, (d, dbuf)] = &mut routes.get_mut(route).ok_or_else(|| no_route(route))?.sides;
+            d.refresh(dev, cache).map_err(device_error)?;
             dbuf.upload(from).map_err(device_error)?;
-            d.unpack(dev, dbuf, fine, coarse.as_mut(), 0.0)
+            d.unpack(dev, dbuf, fine, coarse.as_mut(), plan.fill)
                 .map_err(device_error)
         }
 

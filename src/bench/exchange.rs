@@ -3,7 +3,7 @@
 //! several levels, the flux correction in both modes too; and the pack-in-one of this rank's
 //! send sub-halos against a plain memcpy of the same bytes.
 //!
-//! With `parthenon/exec/space=cuda` (dense fields) the fields also go to each
+//! With `parthenon/exec/space=cuda` the fields also go to each
 //! rank's GPU, and the same run adds the coalesced exchange with device fields (kernel
 //! launches counted per partition) and the device pack-in-one against a device-to-device copy
 //! of the same bytes ([`device`](super::exchange_device)).
@@ -207,11 +207,6 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
     deck.check_unread(|b| b == BLOCK, "bench exchange")?;
     let config =
         MeshConfig::from_map(&deck.flat_map()).map_err(|e| bad_input!("deck {file}: {e}"))?;
-    if space == MemSpace::Cuda && sparse {
-        return Err(deck
-            .invalid("parthenon/exec", "space", "cuda benchmarks dense fields")
-            .into());
-    }
     let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("deck {file}: {e}"))?;
     let mut fields = Fields::default();
     for v in 0..nvars {

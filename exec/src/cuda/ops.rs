@@ -419,6 +419,19 @@ impl DeviceHalos {
         Self::upload(dev, descs, Use::Outflow { fields, lo, hi })
     }
 
+    /// The same use with other descriptors (checked again), e.g. new allocation flags.
+    pub fn with_descs(&self, dev: &Arc<Device>, descs: &[HaloDesc]) -> Result<Self, CudaError> {
+        match self.usage {
+            Use::Pack {
+                fields,
+                coarse,
+                buf_len,
+            } => Self::for_pack(dev, descs, fields, coarse, buf_len),
+            Use::Refine { geom, halo } => Self::for_refine(dev, descs, geom, halo),
+            Use::Outflow { fields, lo, hi } => Self::for_outflow(dev, descs, fields, lo, hi),
+        }
+    }
+
     fn upload(dev: &Arc<Device>, descs: &[HaloDesc], usage: Use) -> Result<Self, CudaError> {
         Ok(Self {
             descs: Buffer::from_host_to(dev, descs)?,
