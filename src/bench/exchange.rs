@@ -30,6 +30,7 @@ use starhalo_boundary::{
     FluxCorrection, FluxData, HostFields, Ordering, RankChannels, Space, TaskStatus, Traffic,
 };
 use starhalo_exec::alloc_count;
+use starhalo_exec::cuda::Device;
 use starhalo_exec::{MemSpace, Policy, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{Mesh, MeshConfig};
@@ -100,7 +101,11 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
     let mut data = agree(world, initial_data(&setup, rank))?;
     // Before any timing: every rank fails together (exit 1) when some rank has no usable GPU.
     let dev = match setup.space {
-        MemSpace::Cuda => Some(agree(world, exchange_device::open())?),
+        MemSpace::Cuda => {
+            let dev = Device::process_default_compiled()
+                .context("parthenon/exec/space is cuda, but no GPU can be used");
+            Some(agree(world, dev)?)
+        }
         MemSpace::Host => None,
     };
     let comm = world.duplicate();

@@ -99,14 +99,6 @@ pub(super) fn run(
     ))
 }
 
-/// This process's GPU, its kernels compiled.
-pub(super) fn open() -> Result<Arc<Device>> {
-    let dev = Device::process_default()
-        .context("parthenon/exec/space is cuda, but no GPU can be used")?;
-    dev.compile_all()?;
-    Ok(dev)
-}
-
 /// Median GB/s of the device pack-in-one of this rank's send sub-halos and of a device copy
 /// of as many bytes, each timed over a batch ended by one stream synchronisation.
 fn pack_vs_d2d(

@@ -60,7 +60,11 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
         ));
     }
     let dev = match a.device {
-        true => Some(agree(world, open_device())?),
+        true => {
+            let dev =
+                Device::process_default_compiled().context("--device, but no GPU can be used");
+            Some(agree(world, dev)?)
+        }
         false => None,
     };
     let comm = world.duplicate();
@@ -194,13 +198,6 @@ fn measure(
         sf_dd_us: (kinds == 3).then(|| median(&mut t_dd)),
     };
     Ok((row, used))
-}
-
-/// The GPU of this process, its kernels compiled.
-fn open_device() -> Result<Arc<Device>> {
-    let dev = Device::process_default().context("--device, but no GPU can be used")?;
-    dev.compile_all()?;
-    Ok(dev)
 }
 
 /// The same ping-pong with `n` doubles in device memory: rank 0's roots, rank 1's leaves.

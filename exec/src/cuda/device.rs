@@ -153,6 +153,14 @@ impl Device {
             .clone()
     }
 
+    /// [`process_default`](Self::process_default) with every kernel set compiled: the
+    /// device a run launches on, with compilation errors found before any work starts.
+    pub fn process_default_compiled() -> Result<Arc<Device>, CudaError> {
+        let dev = Self::process_default()?;
+        dev.compile_all()?;
+        Ok(dev)
+    }
+
     /// Device `ordinal`, opened once per process.
     pub fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
         let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());

@@ -11,7 +11,6 @@ use starhalo_boundary::device_pack::DeviceFields;
 use starhalo_boundary::{BlockData, BoundaryType};
 use starhalo_exec::cuda::{AdvectGeom, Device, SlopeLimiter};
 use starhalo_exec::Buffer;
-use std::sync::Arc;
 
 pub(super) struct Gpu {
     fields: DeviceFields,
@@ -25,18 +24,11 @@ pub(super) struct Gpu {
     limiter: SlopeLimiter,
 }
 
-/// The GPU of this process (`STARHALO_CUDA_DEVICE`, else the node-local rank mod the device
-/// count), its kernels compiled.
-fn open() -> Result<Arc<Device>> {
-    let dev = Device::process_default()?;
-    dev.compile_all()?;
-    Ok(dev)
-}
-
 impl Gpu {
     /// Uploads `a`'s fields (ghosts filled) and the exchange's descriptors.
     pub(super) fn new(a: &Advection, comms: &Comms) -> Result<Self> {
-        let dev = open().context("parthenon/exec/space is cuda, but no GPU can be used")?;
+        let dev = Device::process_default_compiled()
+            .context("parthenon/exec/space is cuda, but no GPU can be used")?;
         let data = a.data.borrow();
         let fields = DeviceFields::new(&dev, &comms.exchange.borrow(), &data)?;
         let l = fields.layout();
