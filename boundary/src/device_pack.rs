@@ -218,6 +218,17 @@ impl SpacePlan {
         })
     }
 
+    /// Checks that the exchange still prolongates with the operators the plan was made with.
+    pub fn check_ops(&self, ops: &[Prolongation]) -> Result<(), BoundaryError> {
+        if ops == self.ops {
+            Ok(())
+        } else {
+            Err(BoundaryError::Mismatch(
+                "prolongation changed after the plan was made".into(),
+            ))
+        }
+    }
+
     /// The block layout the host storage has for this plan.
     pub fn block_layout(&self) -> BlockLayout {
         BlockLayout {
@@ -355,13 +366,14 @@ impl FieldSpace for HostTwin {
         _shape: &IndexShape,
         _data: &mut BlockData,
     ) -> Result<(), BoundaryError> {
-        let boxes = self
-            .plan
-            .route_restrict
-            .get(route)
-            .cloned()
-            .unwrap_or_default();
-        self.restrict_boxes(&boxes)
+        let boxes =
+            self.plan.route_restrict.get_mut(route).ok_or_else(|| {
+                BoundaryError::Mismatch(format!("route {route} is not in the plan"))
+            })?;
+        let boxes = std::mem::take(boxes);
+        let done = self.restrict_boxes(&boxes);
+        self.plan.route_restrict[route] = boxes;
+        done
     }
 
     fn pack(
@@ -418,11 +430,7 @@ impl FieldSpace for HostTwin {
         _shape: &IndexShape,
         _data: &mut BlockData,
     ) -> Result<(), BoundaryError> {
-        if ops != self.plan.ops {
-            return Err(BoundaryError::Mismatch(
-                "prolongation changed after the plan".into(),
-            ));
-        }
+        self.plan.check_ops(ops)?;
         let p = std::mem::take(self.plan.parts.get_mut(part).ok_or_else(|| {
             BoundaryError::Mismatch(format!("partition {part} is not in the plan"))
         })?);
@@ -699,6 +707,16 @@ mod device {
             &mut self.fine
         }
 
+        /// The coarse buffers on the device, on a multilevel mesh.
+        pub fn coarse(&self) -> Option<&Buffer<f64>> {
+            self.coarse.as_ref()
+        }
+
+        /// The plan the fields run.
+        pub fn plan(&self) -> &SpacePlan {
+            &self.plan
+        }
+
         /// Copies the device values (block arrays and coarse buffers) into `data`'s storage
         /// (outputs, error norms, checks).
         pub fn download(&self, data: &mut BlockData) -> Result<(), BoundaryError> {
@@ -801,11 +819,7 @@ mod device {
             _shape: &IndexShape,
             _data: &mut BlockData,
         ) -> Result<(), BoundaryError> {
-            if ops != self.plan.ops {
-                return Err(BoundaryError::Mismatch(
-                    "prolongation changed after the device fields were built".into(),
-                ));
-            }
+            self.plan.check_ops(ops)?;
             let Self {
                 dev,
                 fine,

@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
-use starhalo_boundary::device_pack::{DeviceBndCache, DeviceFields, SpacePlan};
+use starhalo_boundary::device_pack::{DeviceBndCache, DeviceFields};
 use starhalo_boundary::{BlockData, Exchange, ExchangeOptions};
 use starhalo_exec::cuda::Device;
 use starhalo_exec::{Buffer, Policy};
@@ -84,7 +84,7 @@ pub(super) fn run(
     for r in 0..world.size() as usize {
         world.barrier();
         if r == rank {
-            mine = pack_vs_d2d(dev, &ex, setup, &data, rank);
+            mine = pack_vs_d2d(dev, &fields, setup, &data, rank);
         }
     }
     let (pack, d2d) = agree(world, mine)?;
@@ -99,11 +99,12 @@ pub(super) fn run(
     ))
 }
 
-/// Median GB/s of the device pack-in-one of this rank's send sub-halos and of a device copy
-/// of as many bytes, each timed over a batch ended by one stream synchronisation.
+/// Median GB/s of the device pack-in-one of this rank's send sub-halos from `fields` (which
+/// hold `data`'s values) and of a device copy of as many bytes, each timed over a batch ended
+/// by one stream synchronisation.
 fn pack_vs_d2d(
     dev: &Arc<Device>,
-    ex: &Exchange,
+    fields: &DeviceFields,
     s: &Setup,
     data: &BlockData,
     rank: usize,
@@ -113,20 +114,14 @@ fn pack_vs_d2d(
     if len == 0 {
         return Ok((0.0, 0.0));
     }
-    // The device storage: block arrays and coarse buffers apart.
-    let plan = SpacePlan::new(ex, data)?;
+    let plan = fields.plan();
     let d = DeviceBndCache::new(dev, &cache, plan.fine, plan.coarse, plan.nblocks)?;
-    let (fine, coarse) = plan.split(data.data());
-    let fields = Buffer::from_host_to(dev, &fine)?;
-    let coarse = match plan.coarse {
-        Some(_) => Some(Buffer::from_host_to(dev, &coarse)?),
-        None => None,
-    };
+    let (fine, coarse) = (fields.data(), fields.coarse());
     let mut buf = Buffer::zeroed_on(dev, len)?;
     let src = Buffer::from_host_to(dev, &vec![1.0f64; len])?;
     let mut dst = Buffer::zeroed_on(dev, len)?;
 
-    d.pack(dev, &fields, coarse.as_ref(), &mut buf, None)?;
+    d.pack(dev, fine, coarse, &mut buf, None)?;
     let mut want = vec![0.0; len];
     cache.pack(Policy::Serial, data.data(), &mut want)?;
     if buf.to_vec()? != want {
@@ -142,7 +137,7 @@ fn pack_vs_d2d(
             let t0 = Instant::now();
             for _ in 0..reps {
                 if which == 0 {
-                    d.pack(dev, &fields, coarse.as_ref(), &mut buf, None)?;
+                    d.pack(dev, fine, coarse, &mut buf, None)?;
                 } else {
                     dst.copy_from(&src)?;
                 }
