@@ -241,49 +241,39 @@ mod on_device {
             let (nr, nl) = (self.staged.packed_roots(), self.staged.packed_leaves());
             let [proots, pleaves] = &mut self.device;
             let [hroots, hleaves] = &mut self.host;
+            let addr = |b: &Buffer<T>| b.device_address().unwrap_or(0) as usize as *mut u8;
+            let (root_addr, leaf_addr) = (addr(proots), addr(pleaves));
+            // Source and destination of this direction: device array, host copy, length.
+            let ((src, hsrc, ns), (dst, hdst, nd)) = match reduce {
+                false => ((proots, hroots, nr), (pleaves, hleaves, nl)),
+                true => ((pleaves, hleaves, nl), (proots, hroots, nr)),
+            };
             if self.mpi == GpuMpi::Aware {
                 // The gathers must be done before MPI reads device memory.
                 dev.synchronize()?;
                 if let Some((r, l, n)) = self.staged.self_segment() {
-                    match reduce {
-                        false => pleaves.copy_range_from(l, proots, r, n)?,
-                        true => proots.copy_range_from(r, pleaves, l, n)?,
-                    }
+                    let (from, to) = if reduce { (l, r) } else { (r, l) };
+                    dst.copy_range_from(to, src, from, n)?;
                 }
-                let addr = |b: &Buffer<T>| b.device_address().unwrap_or(0) as usize as *mut u8;
                 // SAFETY: both are device buffers of at least the packed lengths, alive and
                 // untouched by other work until the move returns; the MPI reports CUDA
                 // support, so it reads and writes device memory itself.
                 unsafe {
-                    self.staged.move_raw(
-                        addr(proots),
-                        addr(pleaves),
-                        std::mem::size_of::<T>(),
-                        reduce,
-                    )?
+                    self.staged
+                        .move_raw(root_addr, leaf_addr, std::mem::size_of::<T>(), reduce)?
                 };
                 return Ok(());
             }
-            if reduce {
-                if nl > 0 {
-                    pleaves.download(hleaves)?;
-                }
-                self.staged
-                    .packed()
-                    .reduce(&hleaves[..nl], &mut hroots[..nr], Op::Replace)?;
-                if nr > 0 {
-                    proots.upload(hroots)?;
-                }
-            } else {
-                if nr > 0 {
-                    proots.download(hroots)?;
-                }
-                self.staged
-                    .packed()
-                    .bcast(&hroots[..nr], &mut hleaves[..nl], Op::Replace)?;
-                if nl > 0 {
-                    pleaves.upload(hleaves)?;
-                }
+            if ns > 0 {
+                src.download(hsrc)?;
+            }
+            let packed = self.staged.packed();
+            match reduce {
+                false => packed.bcast(&hsrc[..ns], &mut hdst[..nd], Op::Replace)?,
+                true => packed.reduce(&hsrc[..ns], &mut hdst[..nd], Op::Replace)?,
+            }
+            if nd > 0 {
+                dst.upload(hdst)?;
             }
             Ok(())
         }
