@@ -1,7 +1,9 @@
 //! `parthenon/exec/space: cuda` for the advection problem. Where this machine has an NVIDIA
-//! GPU, the run on 1 and 2 ranks, periodic and with outflow faces, gives the host run's error
-//! norms bit for bit; where it has none, every rank exits 1 saying why and nothing is written.
-//! Decks the GPU path does not run, and unknown spaces, are bad input (exit 2) naming the key.
+//! GPU, the run on 1 and 2 ranks (periodic; outflow along x2; reflecting and outflow faces
+//! with sparse fields; a continuation from a host run's restart file) gives the host run's
+//! error norms bit for bit; where it has none, every rank exits 1 saying why and nothing is
+//! written. Decks the GPU path does not run, and unknown spaces, are bad input (exit 2)
+//! naming the key.
 
 mod common;
 
@@ -57,12 +59,26 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
     let dir = scratch("run");
     let deck = dir.join("deck.yaml");
     std::fs::write(&deck, DECK).unwrap();
-    // Periodic everywhere, and outflow along x2 (filled on the device by the outflow kernel).
+    // Periodic everywhere; outflow along x2; reflecting and outflow faces with sparse fields
+    // (the Gaussian leaves most blocks unallocated): faces filled by the physical kernel.
     let outflow = [
         "parthenon/mesh/ix2_bc=outflow",
         "parthenon/mesh/ox2_bc=outflow",
     ];
-    for (case, bcs) in [("periodic", &[][..]), ("outflow", &outflow[..])] {
+    let walls = [
+        "parthenon/mesh/ix1_bc=reflecting",
+        "parthenon/mesh/ox1_bc=outflow",
+        "parthenon/mesh/ix2_bc=outflow",
+        "parthenon/mesh/ox2_bc=reflecting",
+        "advection/sparse=true",
+        "parthenon/sparse/alloc_threshold=1.5",
+    ];
+    let cases = [
+        ("periodic", &[][..]),
+        ("outflow", &outflow[..]),
+        ("walls_sparse", &walls[..]),
+    ];
+    for (case, bcs) in cases {
         let host_out = dir.join(format!("host_{case}"));
         assert_ok("host run", &run(1, &deck, &host_out, bcs));
         let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
@@ -72,6 +88,19 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
             extra.extend_from_slice(bcs);
             check_cuda_run(ranks, &run(ranks, &deck, &out, &extra), &out, &want);
         }
+    }
+    // A host run writing restart files every 3 cycles; the cuda run continues from cycle 3.
+    let rst = ["parthenon/output1/file_type=rst", "parthenon/output1/dn=3"];
+    let host_out = dir.join("host_rst");
+    assert_ok("host run with restarts", &run(1, &deck, &host_out, &rst));
+    let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
+    let file = host_out.join("advection.out1.00001.rhdf");
+    assert!(file.exists(), "no restart file at cycle 3");
+    for ranks in [1, 2] {
+        let out = dir.join(format!("cuda_resumed_{ranks}"));
+        let mut extra = vec!["-r", file.to_str().unwrap(), "parthenon/exec/space=cuda"];
+        extra.extend_from_slice(&rst);
+        check_cuda_run(ranks, &run(ranks, &deck, &out, &extra), &out, &want);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -107,14 +136,18 @@ fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
         (
             vec![
                 "parthenon/exec/space=cuda",
-                "parthenon/mesh/ix1_bc=reflecting",
-                "parthenon/mesh/ox1_bc=reflecting",
+                "parthenon/mesh/ix1_bc=user",
+                "parthenon/mesh/ox1_bc=user",
             ],
-            "reflecting or user boundaries",
+            "user boundaries",
         ),
         (
-            vec!["parthenon/exec/space=cuda", "advection/sparse=true"],
-            "sparse fields",
+            vec![
+                "parthenon/exec/space=cuda",
+                "parthenon/mesh/refinement=adaptive",
+                "parthenon/mesh/numlevel=2",
+            ],
+            "a multilevel or adaptive mesh",
         ),
     ] {
         let r = run(2, &deck, &out, &extra);

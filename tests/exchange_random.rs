@@ -21,6 +21,7 @@ use starhalo_boundary::bnd_info::{recv_box, send_box, Space};
 use starhalo_boundary::channel::RankChannels;
 use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions, Ordering};
 use starhalo_exec::Policy;
+use starhalo_mesh::config::BoundaryCondition;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::datatype::PartitionMut;
@@ -65,7 +66,7 @@ fn sparse_state(seed: u64, gid: usize) -> (bool, bool) {
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
-    common::amr::random_amr_mesh(&mut rng, ndim, nranks, true)
+    common::amr::random_amr_mesh(&mut rng, ndim, nranks, &[BoundaryCondition::Outflow])
 }
 
 fn fields() -> Fields {

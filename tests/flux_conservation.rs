@@ -59,7 +59,7 @@ fn main() {
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
     let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
-    common::amr::random_amr_mesh(&mut rng, ndim, nranks, false)
+    common::amr::random_amr_mesh(&mut rng, ndim, nranks, &[])
 }
 
 fn fields() -> Fields {

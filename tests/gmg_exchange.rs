@@ -28,6 +28,7 @@ use starhalo_boundary::prolong_restrict::Prolongation;
 use starhalo_boundary::{
     BlockData, BoundaryError, BoundaryType, ExchangeOptions, GmgData, GmgExchange, TaskStatus,
 };
+use starhalo_mesh::config::BoundaryCondition;
 use starhalo_mesh::field::{Centering, Fields, Metadata};
 use starhalo_mesh::multigrid::GmgLevel;
 use starhalo_mesh::{LogicalLocation, Mesh};
@@ -232,7 +233,8 @@ fn child() {
     for seed in 0..MESHES {
         let mut rng = ChaCha8Rng::seed_from_u64(seed + 200);
         let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
-        let mesh = common::amr::random_amr_mesh(&mut rng, ndim, nranks, true);
+        let mesh =
+            common::amr::random_amr_mesh(&mut rng, ndim, nranks, &[BoundaryCondition::Outflow]);
         let opts = ExchangeOptions {
             coalesced: seed < 2,
             ..ExchangeOptions::default()

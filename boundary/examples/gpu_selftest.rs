@@ -47,7 +47,7 @@ mod selftest {
     };
     use starhalo_boundary::channel::all_channels;
     use starhalo_boundary::device_pack::{
-        field_dims, outflow_fill, refine_geom, threshold_flags, DeviceBndCache, DeviceRefine,
+        field_dims, physical_fill, refine_geom, threshold_flags, DeviceBndCache, DeviceRefine,
     };
     use starhalo_boundary::prolong_restrict::{prolongate, restrict, Prolongation};
     use starhalo_exec::cuda::{CudaError, Device};
@@ -396,8 +396,8 @@ mod selftest {
         Ok(())
     }
 
-    /// Outflow fill of the x1 faces, then the x2 faces, of a 2-D block; then every outflow box
-    /// of blocks with mixed faces in one launch.
+    /// Outflow fill of the x1 faces, then the x2 faces, of a 2-D block; then every physical
+    /// box of blocks with mixed outflow, reflecting and periodic faces in one launch.
     fn outflow_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
         let shape = IndexShape::new([6, 4, 1], 2, 2)?;
         let (nvar, nblocks) = (2, 2);
@@ -446,41 +446,45 @@ mod selftest {
         let mut ddata = Buffer::from_host_to(dev, &data)?;
         let f = field_dims(layout, nblocks);
         for (name, boxes) in [("x1", &x1), ("x2", &x2)] {
-            outflow_fill(layout, nblocks, boxes, lo, hi, &mut host)?;
+            physical_fill(layout, nblocks, boxes, lo, hi, &mut host)?;
             let descs: Vec<_> = boxes
                 .iter()
                 .map(starhalo_boundary::device_pack::halo_desc)
                 .collect();
-            let h = starhalo_exec::cuda::DeviceHalos::for_outflow(dev, &descs, f, lo, hi)?;
-            dev.outflow(&h, &mut ddata)?;
+            let h = starhalo_exec::cuda::DeviceHalos::for_physical(dev, &descs, f, lo, hi)?;
+            dev.physical_fill(&h, &mut ddata)?;
             rep.exact(&format!("outflow {name} faces"), &ddata.to_vec()?, &host);
         }
-        // One launch for every outflow box of a block, corners and edges included, as the
+        // One launch for every physical box of a block, corners and edges included, as the
         // exchange's device fields send them: the host's direction-by-direction fill.
-        use starhalo_boundary::bounds::{interior_bounds, outflow_boxes, physical_bounds};
+        use starhalo_boundary::bounds::{interior_bounds, physical_bounds, physical_boxes};
         use starhalo_mesh::BoundaryCondition as Bc;
-        let (o, p) = (Some(Bc::Outflow), Some(Bc::Periodic));
+        let (o, p, m) = (Some(Bc::Outflow), Some(Bc::Periodic), Some(Bc::Reflecting));
         for (nx, ndim, faces) in [
             ([6, 4, 1], 2, [[o, o], [o, o], [None, None]]),
             ([6, 4, 1], 2, [[p, o], [o, None], [None, None]]),
             ([4, 4, 4], 3, [[o, o], [o, o], [o, o]]),
             ([4, 3, 5], 3, [[o, p], [None, o], [o, None]]),
+            ([6, 4, 1], 2, [[m, o], [o, m], [None, None]]),
+            ([4, 3, 5], 3, [[m, m], [m, o], [p, m]]),
         ] {
             let shape = IndexShape::new(nx, 2, ndim)?;
             let layout = FieldLayout::of_shape(&shape, 1);
             let data: Vec<f64> = (0..layout.block_len()).map(|_| r.unit()).collect();
             let mut want = data.clone();
             physical_bounds(&shape, &faces, &mut want);
-            let descs: Vec<_> = outflow_boxes(&shape, &faces)
+            let descs: Vec<_> = physical_boxes(&shape, &faces)
                 .iter()
-                .map(|b| starhalo_boundary::device_pack::halo_desc(&BndInfo::new(0, 0, b, 0, 0)))
+                .map(|(b, flags)| {
+                    starhalo_boundary::device_pack::halo_desc(&BndInfo::new(0, 0, b, 0, *flags))
+                })
                 .collect();
             let (lo, hi) = interior_bounds(&shape);
             let f = field_dims(layout, 1);
-            let h = starhalo_exec::cuda::DeviceHalos::for_outflow(dev, &descs, f, lo, hi)?;
+            let h = starhalo_exec::cuda::DeviceHalos::for_physical(dev, &descs, f, lo, hi)?;
             let mut ddata = Buffer::from_host_to(dev, &data)?;
-            dev.outflow(&h, &mut ddata)?;
-            let name = format!("outflow boxes in one launch, {ndim}-D {faces:?}");
+            dev.physical_fill(&h, &mut ddata)?;
+            let name = format!("physical boxes in one launch, {ndim}-D {faces:?}");
             rep.exact(&name, &ddata.to_vec()?, &want);
         }
         Ok(())

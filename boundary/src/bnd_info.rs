@@ -198,6 +198,9 @@ pub fn recv_box(ch: &Channel, shape: &IndexShape) -> Result<(IndexBox, Space), B
 pub const FLAG_COARSE: u32 = 1;
 /// Flag of [`BndInfo::flags`]: the channel carries data (clear: fill with the default).
 pub const FLAG_ALLOCATED: u32 = 2;
+/// Flag of a physical fill box: `FLAG_MIRROR0 << d` mirrors it across the face along
+/// direction `d` (reflecting) instead of clamping it onto the face (outflow).
+pub const FLAG_MIRROR0: u32 = 4;
 
 /// One sub-halo as the pack and unpack loops see it: plain data, `#[repr(C)]` so that an
 /// array of them can be copied to a device as is.
@@ -214,7 +217,7 @@ pub struct BndInfo {
     pub e: [usize; 3],
     /// Where the sub-halo starts in the communication buffer.
     pub buf_offset: usize,
-    /// [`FLAG_COARSE`], [`FLAG_ALLOCATED`].
+    /// [`FLAG_COARSE`], [`FLAG_ALLOCATED`], [`FLAG_MIRROR0`].
     pub flags: u32,
     /// Padding, zero.
     pub pad: u32,

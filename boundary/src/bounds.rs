@@ -12,7 +12,7 @@
 use starhalo_mesh::field::{IndexRange, IndexShape};
 use starhalo_mesh::BoundaryCondition;
 
-use crate::bnd_info::{FieldLayout, IndexBox};
+use crate::bnd_info::{FieldLayout, IndexBox, FLAG_MIRROR0};
 use crate::channel::Channel;
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{prolongate, restrict, Prolongation};
@@ -117,15 +117,6 @@ impl BlockFinish {
         })
     }
 
-    /// Whether [`apply`](Self::apply) does work that only the host does: a reflecting face
-    /// ([`outflow_boxes`] covers outflow faces; boxes cover restriction and prolongation).
-    pub fn needs_host(&self) -> bool {
-        self.faces
-            .iter()
-            .flatten()
-            .any(|f| *f == Some(BoundaryCondition::Reflecting))
-    }
-
     /// Completes the coarse buffer and prolongates (if the block has a coarser neighbour),
     /// then applies the physical boundaries, on one variable slot.
     pub fn apply(
@@ -152,7 +143,7 @@ impl BlockFinish {
 }
 
 /// The interior of `shape` as inclusive index bounds per direction (`0..=0` along inactive
-/// directions): the range outflow boxes clamp onto.
+/// directions): the range physical boxes clamp onto or mirror across.
 pub fn interior_bounds(shape: &IndexShape) -> ([usize; 3], [usize; 3]) {
     let (mut lo, mut hi) = ([0; 3], [0; 3]);
     for d in 0..shape.ndim() {
@@ -162,52 +153,60 @@ pub fn interior_bounds(shape: &IndexShape) -> ([usize; 3], [usize; 3]) {
     (lo, hi)
 }
 
-/// [`physical_bounds`]' outflow faces as disjoint boxes for a one-launch fill: along each
-/// direction the points split into the ghost layers of each outflow side and one range of the
-/// rest (interior plus any non-outflow ghosts); every product of these ranges except the
-/// all-rest one is a box. A cell of a box outside along the directions `S` takes the value of
-/// the cell clamped onto the interior along `S`, which is what the direction-by-direction
-/// fill leaves there; no box reads a cell any box writes, so all boxes of all blocks and
-/// variables go in one launch. Empty unless some face is outflow; reflecting faces are not
-/// boxes (only the host fills them).
-pub fn outflow_boxes(
+/// [`physical_bounds`]' outflow and reflecting faces as disjoint boxes for a one-launch
+/// fill, each with its flags ([`FLAG_MIRROR0`]` << d` along the directions it lies beyond a
+/// reflecting face). Along each direction the points split into the ghost layers of each
+/// such side and one range of the rest (interior plus any other ghosts); every product of
+/// these ranges except the all-rest one is a box. A cell of a box outside along the
+/// directions `S` takes the value of the cell mapped into the interior along `S` (clamped
+/// across outflow faces, mirrored across reflecting ones), which is what the
+/// direction-by-direction fill leaves there; no box reads a cell any box writes (given at
+/// least as many interior cells as ghost layers), so all boxes of all blocks and variables
+/// go in one launch. Empty unless some face is outflow or reflecting.
+pub fn physical_boxes(
     shape: &IndexShape,
     faces: &[[Option<BoundaryCondition>; 2]; 3],
-) -> Vec<IndexBox> {
+) -> Vec<(IndexBox, u32)> {
     let dims = FieldLayout::of_shape(shape, 1).dims;
-    let mut ranges: [Vec<(IndexRange, bool)>; 3] = Default::default();
+    // Per direction: (range, flags if it is a ghost range of a physical face).
+    let mut ranges: [Vec<(IndexRange, Option<u32>)>; 3] = Default::default();
     for (d, r) in ranges.iter_mut().enumerate() {
-        let out =
-            |side: usize| d < shape.ndim() && faces[d][side] == Some(BoundaryCondition::Outflow);
+        let face = |side: usize| match faces[d][side] {
+            _ if d >= shape.ndim() => None,
+            Some(BoundaryCondition::Outflow) => Some(0),
+            Some(BoundaryCondition::Reflecting) => Some(FLAG_MIRROR0 << d),
+            _ => None,
+        };
         let (g, n) = if d < shape.ndim() {
             (shape.ghosts(d), shape.nx()[d])
         } else {
             (0, dims[d])
         };
-        let (s, e) = (
-            if out(0) { g } else { 0 },
-            if out(1) { g + n } else { dims[d] } - 1,
-        );
-        if out(0) {
-            r.push((IndexRange { s: 0, e: g - 1 }, true));
+        let (lo, hi) = (face(0), face(1));
+        let s = if lo.is_some() { g } else { 0 };
+        let e = if hi.is_some() { g + n } else { dims[d] } - 1;
+        if lo.is_some() {
+            r.push((IndexRange { s: 0, e: g - 1 }, lo));
         }
-        r.push((IndexRange { s, e }, false));
-        if out(1) {
+        r.push((IndexRange { s, e }, None));
+        if hi.is_some() {
             r.push((
                 IndexRange {
                     s: g + n,
                     e: dims[d] - 1,
                 },
-                true,
+                hi,
             ));
         }
     }
     let mut boxes = Vec::new();
-    for &(r0, o0) in &ranges[0] {
-        for &(r1, o1) in &ranges[1] {
-            for &(r2, o2) in &ranges[2] {
-                if o0 || o1 || o2 {
-                    boxes.push(IndexBox([r0, r1, r2]));
+    for &(r0, f0) in &ranges[0] {
+        for &(r1, f1) in &ranges[1] {
+            for &(r2, f2) in &ranges[2] {
+                let flags = [f0, f1, f2];
+                if flags.iter().any(Option::is_some) {
+                    let mirror = flags.iter().flatten().fold(0, |a, f| a | f);
+                    boxes.push((IndexBox([r0, r1, r2]), mirror));
                 }
             }
         }

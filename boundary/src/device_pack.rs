@@ -1,4 +1,5 @@
-//! Pack-in-one, unpack-in-one, restriction, prolongation and outflow fill on a CUDA device
+//! Pack-in-one, unpack-in-one, restriction, prolongation and physical boundary fill on a CUDA
+//! device
 //! (feature `cuda`), with the host twins the device kernels are checked against.
 //!
 //! A [`BndCache`]'s descriptors go to the device once, as the `#[repr(C)]`
@@ -8,18 +9,21 @@
 //!
 //! [`SpacePlan`] turns an exchange's data work into box lists: per route, the coarse
 //! interiors restricted before packing; per partition, the coarse boxes restricted, the
-//! coarse outflow boxes, the boxes prolongated (per operator) and the fine outflow boxes.
+//! coarse physical boxes (outflow and reflecting faces), the boxes prolongated (per operator)
+//! and the fine physical boxes.
 //! The device storage keeps the block arrays and the coarse buffers apart, each laid out as
 //! the kernels index them (`[block][variable][points]`). [`HostTwin`] runs a plan on the host
-//! with the host's own restriction, prolongation and outflow code, so the plan itself is
+//! with the host's own restriction, prolongation and boundary code, so the plan itself is
 //! checked against the exchange's host path in every build; `DeviceFields` (feature `cuda`)
 //! runs the same plan as kernels. The conversions and the host twins exist in every build.
 
 use starhalo_exec::cuda::{FieldDims, HaloDesc, RefineGeom};
 use starhalo_mesh::field::IndexShape;
 
-use crate::bnd_info::{BlockLayout, BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED, FLAG_COARSE};
-use crate::bounds::{coarse_interior, interior_bounds, outflow_boxes, BlockFinish};
+use crate::bnd_info::{
+    BlockLayout, BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED, FLAG_COARSE, FLAG_MIRROR0,
+};
+use crate::bounds::{coarse_interior, interior_bounds, physical_boxes, BlockFinish};
 use crate::error::BoundaryError;
 use crate::exchange::{Exchange, FieldSpace};
 use crate::prolong_restrict::{prolongate, restrict, Prolongation};
@@ -78,10 +82,11 @@ pub fn threshold_flags(cache: &BndCache, buf: &[f64], threshold: f64) -> Vec<u32
         .collect()
 }
 
-/// Host twin of the outflow kernel: every cell of each box takes the value of the cell found
-/// by clamping its index onto `lo..=hi` along each direction in which the whole box lies
-/// outside that range. Boxes are checked as the device checks them.
-pub fn outflow_fill(
+/// Host twin of the physical fill kernel: every cell of each box takes the value of the cell
+/// found by mapping its index onto `lo..=hi` along each direction in which the whole box lies
+/// outside that range: clamped, or mirrored across the face where the box has
+/// [`FLAG_MIRROR0`]` << d`. Boxes are checked as the device checks them.
+pub fn physical_fill(
     layout: FieldLayout,
     nblocks: usize,
     boxes: &[BndInfo],
@@ -91,7 +96,7 @@ pub fn outflow_fill(
 ) -> Result<(), BoundaryError> {
     let descs: Vec<HaloDesc> = boxes.iter().map(halo_desc).collect();
     let f = field_dims(layout, nblocks);
-    starhalo_exec::cuda::desc::check_outflow(&descs, &f, lo, hi)
+    starhalo_exec::cuda::desc::check_physical(&descs, &f, lo, hi)
         .map_err(|e| BoundaryError::Geometry(e.to_string()))?;
     if data.len() != f.len() {
         return Err(BoundaryError::Size {
@@ -104,15 +109,14 @@ pub fn outflow_fill(
         let bx = b.index_box();
         let below = [0, 1, 2].map(|d| b.e[d] < lo[d]);
         let above = [0, 1, 2].map(|d| b.s[d] > hi[d]);
+        let mirror = [0, 1, 2].map(|d| b.flags & (FLAG_MIRROR0 << d) != 0);
         for p in bx.points() {
-            let q = [0, 1, 2].map(|d| {
-                if below[d] {
-                    lo[d]
-                } else if above[d] {
-                    hi[d]
-                } else {
-                    p[d]
-                }
+            let q = [0, 1, 2].map(|d| match (below[d], above[d], mirror[d]) {
+                (true, _, false) => lo[d],
+                (true, _, true) => 2 * lo[d] - 1 - p[d],
+                (_, true, false) => hi[d],
+                (_, true, true) => 2 * hi[d] + 1 - p[d],
+                _ => p[d],
             });
             data[f.index(b.block, b.var, p)] = data[f.index(b.block, b.var, q)];
         }
@@ -149,27 +153,23 @@ pub struct PartPlan {
     /// Coarse boxes of the blocks with a coarser neighbour restricted from their block arrays:
     /// interiors, and the ghosts same-level or finer neighbours filled.
     pub restrict: Vec<BndInfo>,
-    /// Those blocks' coarse outflow boxes.
-    pub coarse_outflow: Vec<BndInfo>,
+    /// Those blocks' coarse physical boxes.
+    pub coarse_physical: Vec<BndInfo>,
     /// Coarse boxes prolongated into the block arrays, per operator.
     pub prolong: Vec<(Prolongation, Vec<BndInfo>)>,
-    /// The block arrays' outflow boxes.
-    pub outflow: Vec<BndInfo>,
+    /// The block arrays' physical boxes.
+    pub physical: Vec<BndInfo>,
 }
 
 impl SpacePlan {
-    /// The plan of `ex`, built for `data`: no reflecting face ([`Exchange::needs_host`]), and
-    /// sparse fill-ghost variables sharing one default value.
+    /// The plan of `ex`, built for `data`, whose sparse fill-ghost variables must share one
+    /// default value.
     ///
-    /// Restriction, prolongation and outflow run on every variable, allocated or not (the
+    /// Restriction, prolongation and the physical fill run on every variable, allocated or not (the
     /// host skips unallocated ones): an unallocated variable's values are never read, since
     /// it sends null messages and its interior is never written, so allocated values are the
     /// host's bit for bit.
     pub fn new(ex: &Exchange, data: &BlockData) -> Result<Self, BoundaryError> {
-        let geometry = |why: &str| Err(BoundaryError::Geometry(why.into()));
-        if ex.needs_host() {
-            return geometry("reflecting boundaries run on the host only");
-        }
         let nblocks = data.gids().len();
         let mut defaults = data
             .vars()
@@ -178,7 +178,9 @@ impl SpacePlan {
             .map(|v| v.default);
         let fill = defaults.next().unwrap_or(0.0);
         if defaults.any(|d| d.to_bits() != fill.to_bits()) {
-            return geometry("sparse variables with different default values");
+            return Err(BoundaryError::Geometry(
+                "sparse variables with different default values".into(),
+            ));
         }
         let shape = *data.shape();
         let cshape = data.coarse_shape().copied();
@@ -271,10 +273,10 @@ fn part_plan(
     let mut p = PartPlan::default();
     let mut by_op: Vec<(Prolongation, Vec<BndInfo>)> = Vec::new();
     for f in work {
-        let fine_outflow = outflow_boxes(shape, &f.faces);
+        let fine_physical = physical_boxes(shape, &f.faces);
         for &(_, s) in filled {
-            for b in &fine_outflow {
-                p.outflow.push(BndInfo::new(f.block, s, b, 0, 0));
+            for (b, flags) in &fine_physical {
+                p.physical.push(BndInfo::new(f.block, s, b, 0, *flags));
             }
         }
         if f.prolong.is_empty() {
@@ -285,12 +287,16 @@ fn part_plan(
                 "prolongation without coarse buffers".into(),
             ));
         };
-        let coarse_outflow = outflow_boxes(cs, &f.faces);
+        let coarse_physical = physical_boxes(cs, &f.faces);
         for &(v, s) in filled {
             let co = |b: &crate::bnd_info::IndexBox| BndInfo::new(f.block, s, b, 0, FLAG_COARSE);
             p.restrict.push(co(&f.interior));
             p.restrict.extend(f.restrict.iter().map(co));
-            p.coarse_outflow.extend(coarse_outflow.iter().map(co));
+            p.coarse_physical.extend(
+                coarse_physical
+                    .iter()
+                    .map(|(b, flags)| BndInfo::new(f.block, s, b, 0, FLAG_COARSE | flags)),
+            );
             let op = *ops.get(v).ok_or_else(|| {
                 BoundaryError::Mismatch(format!("no prolongation for variable {v}"))
             })?;
@@ -308,7 +314,7 @@ fn part_plan(
     Ok(p)
 }
 
-/// A [`SpacePlan`] run on the host with the host's restriction, prolongation and outflow
+/// A [`SpacePlan`] run on the host with the host's restriction, prolongation and boundary
 /// code, on its own split copy of the storage: what `DeviceFields` does, box for box, so
 /// that its results can be checked against the exchange's host path anywhere.
 #[derive(Debug)]
@@ -447,7 +453,7 @@ impl HostTwin {
         self.restrict_boxes(&p.restrict)?;
         if let Some(c) = self.plan.coarse {
             let (lo, hi) = interior_bounds(&self.plan.shape.coarse()?);
-            outflow_fill(c, nb, &p.coarse_outflow, lo, hi, &mut self.coarse)?;
+            physical_fill(c, nb, &p.coarse_physical, lo, hi, &mut self.coarse)?;
             for (op, boxes) in &p.prolong {
                 for b in boxes {
                     let co = &self.coarse[Self::slot(c, b)];
@@ -457,7 +463,7 @@ impl HostTwin {
             }
         }
         let (lo, hi) = interior_bounds(&self.plan.shape);
-        outflow_fill(self.plan.fine, nb, &p.outflow, lo, hi, &mut self.fine)
+        physical_fill(self.plan.fine, nb, &p.physical, lo, hi, &mut self.fine)
     }
 }
 
@@ -571,9 +577,9 @@ mod device {
     #[derive(Debug)]
     struct DevicePart {
         restrict: Option<DeviceRefine>,
-        coarse_outflow: Option<DeviceHalos>,
+        coarse_physical: Option<DeviceHalos>,
         prolong: Vec<(Prolongation, DeviceRefine)>,
-        outflow: Option<DeviceHalos>,
+        physical: Option<DeviceHalos>,
     }
 
     /// The field storage of a rank's blocks on a device, as an exchange's [`FieldSpace`]
@@ -581,8 +587,8 @@ mod device {
     /// each route restricting its coarse interiors in one launch and packing in one launch
     /// into a device buffer, which is copied to the host buffer MPI sends (the copy waits for
     /// the stream: the one synchronisation before MPI), and unpacking in one launch after the
-    /// host buffer is copied up; each partition then restricts, fills coarse outflow faces,
-    /// prolongates (one launch per operator) and fills outflow faces, one launch each.
+    /// host buffer is copied up; each partition then restricts, fills coarse physical faces,
+    /// prolongates (one launch per operator) and fills physical faces, one launch each.
     #[derive(Debug)]
     pub struct DeviceFields {
         dev: Arc<Device>,
@@ -633,13 +639,13 @@ mod device {
                         )),
                     }
                 };
-            let outflow = |boxes: &[BndInfo], l: FieldLayout, s: &IndexShape| {
+            let physical = |boxes: &[BndInfo], l: FieldLayout, s: &IndexShape| {
                 if boxes.is_empty() {
                     return Ok(None);
                 }
                 let descs: Vec<HaloDesc> = boxes.iter().map(halo_desc).collect();
                 let (lo, hi) = interior_bounds(s);
-                DeviceHalos::for_outflow(dev, &descs, field_dims(l, nb), lo, hi).map(Some)
+                DeviceHalos::for_physical(dev, &descs, field_dims(l, nb), lo, hi).map(Some)
             };
             let mut routes = Vec::new();
             for ((send, recv), restrict) in ex.route_caches().zip(&plan.route_restrict) {
@@ -655,8 +661,8 @@ mod device {
             let cshape = plan.shape.coarse().ok();
             let mut parts = Vec::new();
             for p in &plan.parts {
-                let coarse_outflow = match (plan.coarse, &cshape) {
-                    (Some(c), Some(cs)) => outflow(&p.coarse_outflow, c, cs)?,
+                let coarse_physical = match (plan.coarse, &cshape) {
+                    (Some(c), Some(cs)) => physical(&p.coarse_physical, c, cs)?,
                     _ => None,
                 };
                 let mut prolong = Vec::new();
@@ -667,9 +673,9 @@ mod device {
                 }
                 parts.push(DevicePart {
                     restrict: refine(&p.restrict, false)?,
-                    coarse_outflow,
+                    coarse_physical,
                     prolong,
-                    outflow: outflow(&p.outflow, plan.fine, &plan.shape)?,
+                    physical: physical(&p.physical, plan.fine, &plan.shape)?,
                 });
             }
             let (fine, coarse) = plan.split(data.data());
@@ -834,15 +840,15 @@ mod device {
                 if let Some(r) = &p.restrict {
                     r.restrict(dev, fine, c).map_err(device_error)?;
                 }
-                if let Some(h) = &p.coarse_outflow {
-                    dev.outflow(h, c).map_err(device_error)?;
+                if let Some(h) = &p.coarse_physical {
+                    dev.physical_fill(h, c).map_err(device_error)?;
                 }
                 for (op, r) in &p.prolong {
                     r.prolongate(dev, *op, c, fine).map_err(device_error)?;
                 }
             }
-            if let Some(h) = &p.outflow {
-                dev.outflow(h, fine).map_err(device_error)?;
+            if let Some(h) = &p.physical {
+                dev.physical_fill(h, fine).map_err(device_error)?;
             }
             Ok(())
         }
@@ -903,7 +909,7 @@ mod device {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bnd_info::{IndexBox, FLAG_ALLOCATED, FLAG_COARSE};
+    use crate::bnd_info::{IndexBox, FLAG_ALLOCATED, FLAG_COARSE, FLAG_MIRROR0};
     use starhalo_exec::cuda::kernels::{c_layout, define, struct_fields, HALO_SRC};
     use starhalo_mesh::field::IndexRange;
     use std::mem::{offset_of, size_of};
@@ -932,6 +938,10 @@ mod tests {
         assert_eq!(
             define(HALO_SRC, "SH_FLAG_ALLOCATED"),
             Some(u64::from(FLAG_ALLOCATED))
+        );
+        assert_eq!(
+            define(HALO_SRC, "SH_FLAG_MIRROR0"),
+            Some(u64::from(FLAG_MIRROR0))
         );
     }
 
@@ -987,7 +997,7 @@ mod tests {
     }
 
     #[test]
-    fn outflow_copies_the_nearest_interior_cell_along_the_normal() {
+    fn physical_fill_clamps_outflow_and_mirrors_reflecting_boxes() {
         // 2-D block of 2x2 interior cells with one ghost layer: 4x4 points.
         let l = FieldLayout {
             dims: [4, 4, 1],
@@ -999,7 +1009,7 @@ mod tests {
             BndInfo::new(0, 0, &IndexBox([r(0, 0), r(0, 3), r(0, 0)]), 0, 0),
             BndInfo::new(0, 0, &IndexBox([r(3, 3), r(0, 3), r(0, 0)]), 0, 0),
         ];
-        outflow_fill(l, 1, &x1, lo, hi, &mut data).unwrap();
+        physical_fill(l, 1, &x1, lo, hi, &mut data).unwrap();
         // Row j: ghosts i=0 and i=3 copy i=1 and i=2 of the same row (ghost rows too).
         for j in 0..4 {
             let row = 4.0 * j as f64;
@@ -1013,18 +1023,54 @@ mod tests {
             0,
             0,
         )];
-        outflow_fill(l, 1, &x2, lo, hi, &mut data).unwrap();
+        physical_fill(l, 1, &x2, lo, hi, &mut data).unwrap();
         assert_eq!(&data[0..4], &data[4..8]);
         let mixed = [x1[0], x2[0]];
-        assert!(outflow_fill(l, 1, &mixed, lo, hi, &mut data).is_err());
+        assert!(physical_fill(l, 1, &mixed, lo, hi, &mut data).is_err());
+        // Reflecting x1 faces of 1-D rows: interior 1..=2 of 4 points, one ghost each side,
+        // mirror 1 and 2.
+        let mut data: Vec<f64> = (0..16).map(f64::from).collect();
+        let x1m = x1.map(|b| BndInfo {
+            flags: FLAG_MIRROR0,
+            ..b
+        });
+        physical_fill(l, 1, &x1m, lo, hi, &mut data).unwrap();
+        for j in 0..4 {
+            let row = 4.0 * j as f64;
+            assert_eq!([data[4 * j], data[4 * j + 3]], [row + 1.0, row + 2.0]);
+        }
+        // Two ghost layers mirror in reverse order: interior 2..=3 of 6 points.
+        let l6 = FieldLayout {
+            dims: [6, 1, 1],
+            nvar: 1,
+        };
+        let mut row: Vec<f64> = vec![0.0, 0.0, 10.0, 20.0, 0.0, 0.0];
+        let sides = [
+            BndInfo::new(
+                0,
+                0,
+                &IndexBox([r(0, 1), r(0, 0), r(0, 0)]),
+                0,
+                FLAG_MIRROR0,
+            ),
+            BndInfo::new(
+                0,
+                0,
+                &IndexBox([r(4, 5), r(0, 0), r(0, 0)]),
+                0,
+                FLAG_MIRROR0,
+            ),
+        ];
+        physical_fill(l6, 1, &sides, [2, 0, 0], [3, 0, 0], &mut row).unwrap();
+        assert_eq!(row, [20.0, 10.0, 10.0, 20.0, 20.0, 10.0]);
     }
 
-    /// The outflow boxes filled by the device's rule (the host twin) give exactly what the
+    /// The physical boxes filled by the device's rule (the host twin) give exactly what the
     /// host's direction-by-direction fill gives, for every mix of outflow, periodic, reflecting
     /// and interior faces in 1-D, 2-D and 3-D.
     #[test]
-    fn outflow_boxes_fill_as_the_host_does() {
-        use crate::bounds::{interior_bounds, outflow_boxes, physical_bounds};
+    fn physical_boxes_fill_as_the_host_does() {
+        use crate::bounds::{interior_bounds, physical_bounds, physical_boxes};
         use starhalo_mesh::BoundaryCondition as Bc;
         let kinds = [
             None,
@@ -1052,21 +1098,25 @@ mod tests {
                 let faces = [0, 1, 2].map(|_| [0, 1].map(|_| kinds[next() % 4]));
                 let data: Vec<f64> = (0..l.block_len()).map(|_| (next() % 1000) as f64).collect();
                 let mut want = data.clone();
-                // The host fills reflecting faces too: give the twin the same start there.
-                let no_reflect = faces.map(|f| f.map(|x| x.filter(|&b| b != Bc::Reflecting)));
-                physical_bounds(&shape, &no_reflect, &mut want);
-                let boxes: Vec<BndInfo> = outflow_boxes(&shape, &faces)
+                physical_bounds(&shape, &faces, &mut want);
+                let boxes: Vec<BndInfo> = physical_boxes(&shape, &faces)
                     .iter()
-                    .map(|b| BndInfo::new(0, 0, b, 0, 0))
+                    .map(|(b, flags)| BndInfo::new(0, 0, b, 0, *flags))
                     .collect();
                 let mut got = data.clone();
-                outflow_fill(l, 1, &boxes, lo, hi, &mut got).unwrap();
+                physical_fill(l, 1, &boxes, lo, hi, &mut got).unwrap();
                 assert_eq!(got, want, "{nx:?} g={g} faces {faces:?}");
-                let any_outflow = faces[..shape.ndim()]
+                let any_physical = faces[..shape.ndim()]
                     .iter()
                     .flatten()
-                    .any(|f| *f == Some(Bc::Outflow));
-                assert_eq!(!boxes.is_empty(), any_outflow, "{faces:?}");
+                    .any(|f| matches!(f, Some(Bc::Outflow | Bc::Reflecting)));
+                assert_eq!(!boxes.is_empty(), any_physical, "{faces:?}");
+                let mirrors = boxes.iter().any(|b| b.flags != 0);
+                let any_reflecting = faces[..shape.ndim()]
+                    .iter()
+                    .flatten()
+                    .any(|f| *f == Some(Bc::Reflecting));
+                assert_eq!(mirrors, any_reflecting, "{faces:?}");
             }
         }
     }

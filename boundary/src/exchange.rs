@@ -242,8 +242,7 @@ impl coalesce::Listed for End {
 ///
 /// `route` numbers the exchange's (partition, type) routes as [`Exchange::route_caches`]
 /// lists them and `part` the partitions, so that an implementation can prepare per-route and
-/// per-partition state (device descriptors) once. Reflecting boundaries run only on the host
-/// ([`Exchange::needs_host`]).
+/// per-partition state (device descriptors) once.
 pub trait FieldSpace {
     /// Restricts the interior of every slot of each `(block, variable)` of `list` into its
     /// coarse buffer, before route `route` packs for coarser neighbours.
@@ -1086,12 +1085,6 @@ impl Exchange {
     /// The prolongation of each variable.
     pub fn prolongations(&self) -> &[Prolongation] {
         &self.prolongation
-    }
-
-    /// Whether this rank's ghost fills need work that only the host's block storage does:
-    /// reflecting boundaries.
-    pub fn needs_host(&self) -> bool {
-        self.finish.iter().flatten().any(BlockFinish::needs_host)
     }
 
     /// One whole ghost fill running the given types one after the other (`[Any]`, or

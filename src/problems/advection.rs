@@ -35,8 +35,8 @@
 //!
 //! GPU: `parthenon/exec/space: cuda` (default `host`) keeps the fields on the rank's GPU (the
 //! node-local rank mod the device count, or `STARHALO_CUDA_DEVICE`) for single-level meshes
-//! with periodic or outflow boundaries and dense fields; the same deck otherwise. Without a
-//! usable GPU the run exits 1 saying why.
+//! with periodic, outflow or reflecting boundaries, dense or sparse fields, from the start or
+//! from a restart; the same deck otherwise. Without a usable GPU the run exits 1 saying why.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
@@ -397,18 +397,11 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         .parse()
         .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
     if space == MemSpace::Cuda {
-        let on_device = |b: BoundaryCondition| {
-            matches!(b, BoundaryCondition::Periodic | BoundaryCondition::Outflow)
-        };
-        let bcs_ok = (0..ndim).all(|d| config.bc[d].into_iter().all(on_device));
+        let user = (0..ndim).any(|d| config.bc[d].contains(&BoundaryCondition::User));
         let why = if config.is_multilevel() || amr.is_some() {
             Some("a multilevel or adaptive mesh")
-        } else if sparse.is_some() {
-            Some("sparse fields")
-        } else if !bcs_ok {
-            Some("reflecting or user boundaries")
-        } else if ctx.restart.is_some() {
-            Some("a restart")
+        } else if user {
+            Some("user boundaries")
         } else {
             None
         };
@@ -417,7 +410,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .invalid(
                     EXEC,
                     "space",
-                    format!("cuda runs single-level meshes of dense fields with periodic or outflow boundaries from the start; this run has {why}"),
+                    format!("cuda runs single-level meshes with periodic, outflow or reflecting boundaries; this run has {why}"),
                 )
                 .into());
         }

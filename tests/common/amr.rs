@@ -8,9 +8,15 @@ use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
 /// A random adaptive mesh on `nranks` ranks: 2-D (16x16 cells in 4x4 blocks) or 3-D (8^3
 /// cells in 4^3 blocks) over `[-1, 1] x [-0.5, 0.5] x [0, 1]`, up to 3 levels after two rounds
 /// of random refinement flags, one mesh-data partition per rank or partitions of 3 blocks.
-/// With `random_bcs` each direction is periodic or outflow at random (drawn first from
-/// `rng`), else periodic everywhere.
-pub fn random_amr_mesh(rng: &mut ChaCha8Rng, ndim: usize, nranks: usize, random_bcs: bool) -> Mesh {
+/// Each direction is periodic, or (with even odds, drawn first from `rng`) has both faces of
+/// one of `walls`, drawn at random where there are several; periodic everywhere without
+/// `walls`.
+pub fn random_amr_mesh(
+    rng: &mut ChaCha8Rng,
+    ndim: usize,
+    nranks: usize,
+    walls: &[BoundaryCondition],
+) -> Mesh {
     let (nx, bnx) = if ndim == 2 {
         ([16, 16, 1], [4, 4, 1])
     } else {
@@ -20,10 +26,11 @@ pub fn random_amr_mesh(rng: &mut ChaCha8Rng, ndim: usize, nranks: usize, random_
     c.xmin = [-1.0, -0.5, 0.0];
     c.xmax = [1.0, 0.5, 1.0];
     for d in 0..ndim {
-        let bc = if !random_bcs || rng.gen_bool(0.5) {
-            BoundaryCondition::Periodic
-        } else {
-            BoundaryCondition::Outflow
+        let bc = match walls {
+            [] => BoundaryCondition::Periodic,
+            _ if rng.gen_bool(0.5) => BoundaryCondition::Periodic,
+            [one] => *one,
+            _ => walls[rng.gen_range(0..walls.len())],
         };
         c.bc[d] = [bc, bc];
     }

@@ -7,6 +7,9 @@ use super::error::CudaError;
 pub const FLAG_COARSE: u32 = 1;
 /// Flag of [`HaloDesc::flags`]: the sub-halo carries data (clear: unpack writes the default).
 pub const FLAG_ALLOCATED: u32 = 2;
+/// Flag of [`HaloDesc::flags`] for a physical fill: `FLAG_MIRROR0 << d` mirrors the box across
+/// the face along direction `d` (reflecting) instead of clamping onto it (outflow).
+pub const FLAG_MIRROR0: u32 = 4;
 
 /// One sub-halo (or coarse box) as the boundary kernels read it: `struct sh_bnd_info` of
 /// [`HALO_SRC`](super::kernels::HALO_SRC), field for field. Boxes are inclusive (`s..=e`).
@@ -182,11 +185,12 @@ pub fn check_halos(
     Ok(())
 }
 
-/// Checks outflow descriptors: each box lies wholly outside `[lo, hi]` along one direction
-/// at least, and no box writes a cell that another box of the same block and variable writes
-/// or reads (its sources: its cells clamped onto `[lo, hi]` along the directions it lies
-/// outside), so the cells of one launch can be filled in any order.
-pub fn check_outflow(
+/// Checks physical fill descriptors: each box lies wholly outside `[lo, hi]` along one
+/// direction at least, its sources are in the storage, and no box writes a cell that another
+/// box of the same block and variable writes or reads (its sources: its cells clamped onto
+/// `[lo, hi]`, or mirrored across the face with [`FLAG_MIRROR0`]` << d`, along the directions
+/// it lies outside), so the cells of one launch can be filled in any order.
+pub fn check_physical(
     descs: &[HaloDesc],
     f: &FieldDims,
     lo: [usize; 3],
@@ -194,25 +198,32 @@ pub fn check_outflow(
 ) -> Result<(), CudaError> {
     if (0..3).any(|k| lo[k] > hi[k] || hi[k] >= f.dims[k]) {
         return Err(CudaError::Invalid(format!(
-            "outflow interior {lo:?}..={hi:?} outside {:?} points",
+            "physical fill interior {lo:?}..={hi:?} outside {:?} points",
             f.dims
         )));
     }
     let (lo, hi) = (lo.map(|v| v as u64), hi.map(|v| v as u64));
     let outside = |d: &HaloDesc| [0, 1, 2].map(|k| d.e[k] < lo[k] || d.s[k] > hi[k]);
-    // Inclusive ranges of the cells a box reads, per direction.
+    // Inclusive ranges of the cells a box reads, per direction (a mirror of the high side
+    // can reach below 0: `None`).
     let sources = |d: &HaloDesc| {
         let out = outside(d);
-        [0, 1, 2].map(|k| match (out[k], d.e[k] < lo[k]) {
-            (true, true) => (lo[k], lo[k]),
-            (true, false) => (hi[k], hi[k]),
-            (false, _) => (d.s[k], d.e[k]),
+        let mirror = |k: usize| d.flags & (FLAG_MIRROR0 << k) != 0;
+        [0, 1, 2].map(|k| match (out[k], d.e[k] < lo[k], mirror(k)) {
+            (true, true, false) => Some((lo[k], lo[k])),
+            (true, false, false) => Some((hi[k], hi[k])),
+            (true, true, true) => Some((2 * lo[k] - 1 - d.e[k], 2 * lo[k] - 1 - d.s[k])),
+            (true, false, true) => (2 * hi[k] + 1)
+                .checked_sub(d.e[k])
+                .map(|s| (s, 2 * hi[k] + 1 - d.s[k])),
+            (false, _, _) => Some((d.s[k], d.e[k])),
         })
     };
     let meets =
         |a: [(u64, u64); 3], b: &HaloDesc| (0..3).all(|k| a[k].0 <= b.e[k] && b.s[k] <= a[k].1);
     let cells = |d: &HaloDesc| [0, 1, 2].map(|k| (d.s[k], d.e[k]));
     let mut order: Vec<usize> = Vec::with_capacity(descs.len());
+    let mut read = vec![[(0, 0); 3]; descs.len()];
     for (h, d) in descs.iter().enumerate() {
         f.check_desc(h, d)?;
         if d.is_empty() {
@@ -220,9 +231,18 @@ pub fn check_outflow(
         }
         if outside(d) == [false; 3] {
             return Err(CudaError::Invalid(format!(
-                "outflow descriptor {h} ({d:?}) is not a ghost box (interior {lo:?}..={hi:?})"
+                "physical fill descriptor {h} ({d:?}) is not a ghost box (interior \
+                 {lo:?}..={hi:?})"
             )));
         }
+        let src = sources(d);
+        if (0..3).any(|k| src[k].is_none_or(|(_, e)| e >= f.dims[k] as u64)) {
+            return Err(CudaError::Invalid(format!(
+                "physical fill descriptor {h} ({d:?}) reads outside {:?} points",
+                f.dims
+            )));
+        }
+        read[h] = src.map(|r| r.unwrap_or_default());
         order.push(h);
     }
     order.sort_by_key(|&h| (descs[h].block, descs[h].var));
@@ -232,10 +252,10 @@ pub fn check_outflow(
         for &a in group {
             for &b in group {
                 let (da, db) = (&descs[a], &descs[b]);
-                if meets(sources(da), db) || (a != b && meets(cells(da), db)) {
+                if meets(read[a], db) || (a != b && meets(cells(da), db)) {
                     return Err(CudaError::Invalid(format!(
-                        "outflow descriptor {b} ({db:?}) overlaps the cells descriptor {a} \
-                         ({da:?}) writes or reads"
+                        "physical fill descriptor {b} ({db:?}) overlaps the cells descriptor \
+                         {a} ({da:?}) writes or reads"
                     )));
                 }
             }
@@ -331,6 +351,10 @@ mod tests {
             define(HALO_SRC, "SH_FLAG_ALLOCATED"),
             Some(u64::from(FLAG_ALLOCATED))
         );
+        assert_eq!(
+            define(HALO_SRC, "SH_FLAG_MIRROR0"),
+            Some(u64::from(FLAG_MIRROR0))
+        );
     }
 
     #[test]
@@ -421,24 +445,42 @@ mod tests {
         let left = desc(0, [0, 0, 0], [1, 5, 0], 0);
         let right = desc(0, [4, 0, 0], [5, 5, 0], 0);
         let bottom = desc(0, [0, 0, 0], [5, 1, 0], 0);
-        assert!(check_outflow(&[left, right], &f, lo, hi).is_ok());
+        assert!(check_physical(&[left, right], &f, lo, hi).is_ok());
         // Both write the corner (0..=1, 0..=1).
-        assert!(check_outflow(&[left, bottom], &f, lo, hi).is_err());
+        assert!(check_physical(&[left, bottom], &f, lo, hi).is_err());
         // Disjoint, but the edge strip reads (2, 0..=1), which the corner-free bottom writes.
         let bottom_strip = desc(0, [2, 0, 0], [5, 1, 0], 0);
         let left_rows = desc(0, [0, 0, 0], [1, 5, 0], 0);
-        assert!(check_outflow(&[left_rows, bottom_strip], &f, lo, hi).is_err());
+        assert!(check_physical(&[left_rows, bottom_strip], &f, lo, hi).is_err());
         // The element split: a corner, the two edges next to it, each clamped on its own.
         let corner = desc(0, [0, 0, 0], [1, 1, 0], 0);
         let x_edge = desc(0, [0, 2, 0], [1, 5, 0], 0);
         let y_edge = desc(0, [2, 0, 0], [5, 1, 0], 0);
-        assert!(check_outflow(&[corner, x_edge, y_edge], &f, lo, hi).is_ok());
+        assert!(check_physical(&[corner, x_edge, y_edge], &f, lo, hi).is_ok());
         // Other blocks never conflict.
         let other = HaloDesc { block: 1, ..left };
         let f2 = FieldDims { nblocks: 2, ..f };
-        assert!(check_outflow(&[left, bottom_strip, other], &f2, lo, hi).is_err());
-        assert!(check_outflow(&[x_edge, HaloDesc { block: 1, ..bottom }], &f2, lo, hi).is_ok());
-        assert!(check_outflow(&[desc(0, [2, 2, 0], [3, 3, 0], 0)], &f, lo, hi).is_err());
+        assert!(check_physical(&[left, bottom_strip, other], &f2, lo, hi).is_err());
+        assert!(check_physical(&[x_edge, HaloDesc { block: 1, ..bottom }], &f2, lo, hi).is_ok());
+        assert!(check_physical(&[desc(0, [2, 2, 0], [3, 3, 0], 0)], &f, lo, hi).is_err());
+        // One interior column (x1 = 2): the mirror of the left ghosts reads columns 2..=3, so
+        // it meets the right ghosts, which clamping (column 2 only) does not; the mirror of the
+        // right ghosts reads columns 0..=2.
+        let mirror = |d: HaloDesc, k: u32| HaloDesc {
+            flags: FLAG_MIRROR0 << k,
+            ..d
+        };
+        let (lo2, hi2) = ([2, 2, 0], [2, 3, 0]);
+        let right3 = desc(0, [3, 0, 0], [5, 5, 0], 0);
+        assert!(check_physical(&[left, right3], &f, lo2, hi2).is_ok());
+        assert!(check_physical(&[mirror(left, 0), right3], &f, lo2, hi2).is_err());
+        assert!(check_physical(&[left, mirror(right3, 0)], &f, lo2, hi2).is_err());
+        assert!(check_physical(&[mirror(left, 1), right3], &f, lo2, hi2).is_ok());
+        // A mirror that leaves the storage: interior 1..=1 of 6 points, ghosts 2..=5.
+        let wide = desc(0, [2, 0, 0], [5, 0, 0], 0);
+        let (lo1, hi1) = ([1, 0, 0], [1, 0, 0]);
+        assert!(check_physical(&[wide], &f, lo1, hi1).is_ok());
+        assert!(check_physical(&[mirror(wide, 0)], &f, lo1, hi1).is_err());
     }
 
     #[test]

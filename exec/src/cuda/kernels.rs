@@ -81,7 +81,7 @@ pub const HALO_KERNELS: [&str; 5] = [
     "sh_halo_unpack",
     "sh_restrict",
     "sh_prolongate",
-    "sh_outflow",
+    "sh_physical",
 ];
 
 /// The advection kernels.

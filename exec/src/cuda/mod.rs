@@ -22,7 +22,7 @@
 //! - Boundary kernels "in one" over an array of [`HaloDesc`] (the layout of
 //!   `starhalo_boundary::BndInfo`): [`Device::halo_pack`] (with the per-sub-halo sparse
 //!   threshold flags), [`Device::halo_unpack`], [`Device::restrict`], [`Device::prolongate`]
-//!   and [`Device::outflow`], one launch each, CUDA blocks over sub-halos and threads over
+//!   and [`Device::physical_fill`], one launch each, CUDA blocks over sub-halos and threads over
 //!   cells, x1 fastest. Floating-point kernels are compiled with `--fmad=false` and written in
 //!   the host's expression order, so their results equal the host's bit for bit.
 //! - Advection kernels ([`Device::advect_flux`], [`Device::advect_update`]): the face fluxes
@@ -71,7 +71,9 @@ mod ffi;
 #[cfg(feature = "cuda")]
 pub(crate) mod ops;
 
-pub use desc::{FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE};
+pub use desc::{
+    FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE, FLAG_MIRROR0,
+};
 pub use error::CudaError;
 
 #[cfg(feature = "cuda")]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::desc::{
-    check_halos, check_outflow, FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom,
+    check_halos, check_physical, FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom,
 };
 use super::device::{grid_for, Device};
 use super::error::CudaError;
@@ -354,7 +354,7 @@ enum Use {
         geom: RefineGeom,
         halo: bool,
     },
-    Outflow {
+    Physical {
         fields: FieldDims,
         lo: [usize; 3],
         hi: [usize; 3],
@@ -405,18 +405,18 @@ impl DeviceHalos {
         Self::upload(dev, descs, Use::Refine { geom, halo })
     }
 
-    /// Ghost boxes for [`Device::outflow`] on `fields` with interior `lo..=hi` per direction;
+    /// Ghost boxes for [`Device::physical_fill`] on `fields` with interior `lo..=hi` per direction;
     /// no box writes a cell another box of its array writes or reads
-    /// ([`check_outflow`](super::desc::check_outflow)).
-    pub fn for_outflow(
+    /// ([`check_physical`](super::desc::check_physical)).
+    pub fn for_physical(
         dev: &Arc<Device>,
         descs: &[HaloDesc],
         fields: FieldDims,
         lo: [usize; 3],
         hi: [usize; 3],
     ) -> Result<Self, CudaError> {
-        check_outflow(descs, &fields, lo, hi)?;
-        Self::upload(dev, descs, Use::Outflow { fields, lo, hi })
+        check_physical(descs, &fields, lo, hi)?;
+        Self::upload(dev, descs, Use::Physical { fields, lo, hi })
     }
 
     /// The same use with other descriptors (checked again), e.g. new allocation flags.
@@ -428,7 +428,7 @@ impl DeviceHalos {
                 buf_len,
             } => Self::for_pack(dev, descs, fields, coarse, buf_len),
             Use::Refine { geom, halo } => Self::for_refine(dev, descs, geom, halo),
-            Use::Outflow { fields, lo, hi } => Self::for_outflow(dev, descs, fields, lo, hi),
+            Use::Physical { fields, lo, hi } => Self::for_physical(dev, descs, fields, lo, hi),
         }
     }
 
@@ -535,8 +535,8 @@ fn refine_args([descs, from]: [u64; 2], to: u64, nhalo: usize, g: &RefineGeom) -
     a
 }
 
-/// `sh_outflow(info, nhalo, data, d0, d1, d2, nvar, lo0, lo1, lo2, hi0, hi1, hi2)`.
-fn outflow_args(
+/// `sh_physical(info, nhalo, data, d0, d1, d2, nvar, lo0, lo1, lo2, hi0, hi1, hi2)`.
+fn physical_args(
     descs: u64,
     data: u64,
     nhalo: usize,
@@ -742,8 +742,8 @@ impl Device {
 
     /// Fills every ghost box of `h` with the nearest interior value along the directions the
     /// box lies outside the interior (zero-gradient outflow), in one launch.
-    pub fn outflow(&self, h: &DeviceHalos, data: &mut Buffer<f64>) -> Result<(), CudaError> {
-        let Use::Outflow { fields, lo, hi } = h.usage else {
+    pub fn physical_fill(&self, h: &DeviceHalos, data: &mut Buffer<f64>) -> Result<(), CudaError> {
+        let Use::Physical { fields, lo, hi } = h.usage else {
             return invalid("descriptors were not checked for outflow".into());
         };
         need("field storage", fields.len(), data.len())?;
@@ -751,7 +751,7 @@ impl Device {
             return Ok(());
         }
         let descs = h.descs.on_device(self)?.address();
-        let args = outflow_args(
+        let args = physical_args(
             descs,
             data.on_device_mut(self)?.address(),
             h.len(),
@@ -759,7 +759,7 @@ impl Device {
             lo,
             hi,
         );
-        self.launch(KernelSet::Halo, "sh_outflow", h.grid(), HALO_BLOCK, &args)
+        self.launch(KernelSet::Halo, "sh_physical", h.grid(), HALO_BLOCK, &args)
     }
 }
 
@@ -828,8 +828,8 @@ mod tests {
         let mut p = kinds(&a);
         p.push(ArgKind::I32);
         assert_eq!(p, declared(KernelSet::Halo, "sh_prolongate"));
-        let a = outflow_args(1, 2, 5, &f, [2; 3], [3; 3]);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_outflow"));
+        let a = physical_args(1, 2, 5, &f, [2; 3], [3; 3]);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_physical"));
         for (name, k) in [("sh_fill_b32", ArgKind::U32), ("sh_fill_b64", ArgKind::U64)] {
             assert_eq!(
                 declared(KernelSet::Sf, name),

@@ -1,9 +1,15 @@
 //! The advection problem with its fields resident on a GPU (`parthenon/exec/space: cuda`):
 //! each stage is one flux launch per direction and one update launch over every block, and the
 //! ghost fill packs and unpacks each route in one launch, staging the buffers through the host
-//! for MPI. The host's block data keeps the metadata and receives the fields only for outputs
-//! and error norms. Single-level meshes with periodic or outflow boundaries and dense fields
-//! (`setup` refuses the rest).
+//! for MPI. The host's block data keeps the metadata (sparse allocation included) and receives
+//! the fields only for outputs and error norms. Single-level meshes with periodic, outflow or
+//! reflecting boundaries (`setup` refuses the rest).
+//!
+//! Sparse fields: the kernels update every variable of every block, where the host skips
+//! unallocated ones. An unallocated variable holds its default, 0, in its interior (the host
+//! storage keeps it there) and in its ghosts (null messages unpack the default), and the
+//! update of an all-zero stencil is +0, so it stays at the default the host storage holds
+//! and starts from when a neighbour's data allocates it.
 
 use super::{Advection, Comms, Geo, Limiter};
 use anyhow::{Context as _, Result};

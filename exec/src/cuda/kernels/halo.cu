@@ -25,6 +25,9 @@ struct sh_bnd_info {
 
 #define SH_FLAG_COARSE 1u
 #define SH_FLAG_ALLOCATED 2u
+// Physical fill: along direction d, bit SH_FLAG_MIRROR0 << d mirrors (reflecting face)
+// instead of clamping (outflow face).
+#define SH_FLAG_MIRROR0 4u
 
 // Prolongation operators, in the order of starhalo_exec::cuda::ProlongOp.
 #define SH_PROLONG_CONSTANT 0
@@ -165,19 +168,21 @@ extern "C" __global__ void sh_prolongate(const sh_bnd_info *info, u64 nhalo, con
     }
 }
 
-// Outflow (zero-gradient) fill: every cell of each box copies the cell found by clamping its
-// index onto [lo_d, hi_d] along each direction d in which the whole box lies outside that
-// range (the interior); other directions keep the cell's own index.
-extern "C" __global__ void sh_outflow(const sh_bnd_info *info, u64 nhalo, double *data, u64 d0, u64 d1, u64 d2, u64 nvar, u64 lo0, u64 lo1, u64 lo2, u64 hi0, u64 hi1, u64 hi2) {
+// Physical boundary fill: every cell of each box copies the cell found by mapping its index
+// along each direction d in which the whole box lies outside [lo_d, hi_d] (the interior):
+// clamped onto the nearest interior index (outflow), or mirrored across the face when the
+// box has bit SH_FLAG_MIRROR0 << d (reflecting); other directions keep the cell's own index.
+extern "C" __global__ void sh_physical(const sh_bnd_info *info, u64 nhalo, double *data, u64 d0, u64 d1, u64 d2, u64 nvar, u64 lo0, u64 lo1, u64 lo2, u64 hi0, u64 hi1, u64 hi2) {
     for (u64 h = blockIdx.x; h < nhalo; h += gridDim.x) {
         const sh_bnd_info b = info[h];
         u64 n0 = sh_extent(b, 0), n1 = sh_extent(b, 1), n2 = sh_extent(b, 2);
         u64 n = n0 * n1 * n2;
         u64 lo[3] = {lo0, lo1, lo2}, hi[3] = {hi0, hi1, hi2};
-        int below[3], above[3];
+        int below[3], above[3], mirror[3];
         for (int d = 0; d < 3; ++d) {
             below[d] = b.e[d] < lo[d];
             above[d] = b.s[d] > hi[d];
+            mirror[d] = (b.flags >> (2 + d)) & 1u;
         }
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 p[3];
@@ -186,7 +191,11 @@ extern "C" __global__ void sh_outflow(const sh_bnd_info *info, u64 nhalo, double
             p[1] = b.s[1] + r % n1;
             p[2] = b.s[2] + r / n1;
             u64 q[3];
-            for (int d = 0; d < 3; ++d) q[d] = below[d] ? lo[d] : (above[d] ? hi[d] : p[d]);
+            for (int d = 0; d < 3; ++d) {
+                if (below[d]) q[d] = mirror[d] ? 2 * lo[d] - 1 - p[d] : lo[d];
+                else if (above[d]) q[d] = mirror[d] ? 2 * hi[d] + 1 - p[d] : hi[d];
+                else q[d] = p[d];
+            }
             data[sh_at(b.block, b.var, nvar, d0, d1, d2, p[0], p[1], p[2])] = data[sh_at(b.block, b.var, nvar, d0, d1, d2, q[0], q[1], q[2])];
         }
     }

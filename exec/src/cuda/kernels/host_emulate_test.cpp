@@ -95,9 +95,16 @@ int main() {
     // Outflow: interior 1..=2 of 4 points; both ghost cells take their neighbour.
     double o[4] = {0, 1, 2, 0};
     sh_bnd_info ob[2] = {{0, 0, {0, 0, 0}, {0, 0, 0}, 0, 0, 0}, {0, 0, {3, 0, 0}, {3, 0, 0}, 0, 0, 0}};
-    sh_outflow(ob, 2, o, 4, 1, 1, 1, 1, 0, 0, 2, 0, 0);
+    sh_physical(ob, 2, o, 4, 1, 1, 1, 1, 0, 0, 2, 0, 0);
     expect("outflow lo", o[0], 1);
     expect("outflow hi", o[3], 2);
+    // Reflecting: interior 2..=3 of 6 points; ghosts 0, 1 mirror 3, 2 and ghosts 4, 5 mirror
+    // 3, 2 (flag SH_FLAG_MIRROR0 along x1).
+    double m[6] = {0, 0, 10, 20, 0, 0};
+    sh_bnd_info mb[2] = {{0, 0, {0, 0, 0}, {1, 0, 0}, 0, SH_FLAG_MIRROR0, 0}, {0, 0, {4, 0, 0}, {5, 0, 0}, 0, SH_FLAG_MIRROR0, 0}};
+    sh_physical(mb, 2, m, 6, 1, 1, 1, 2, 0, 0, 3, 0, 0);
+    expect("reflect lo", m[0] * 10 + m[1], 210);
+    expect("reflect hi", m[4] * 10 + m[5], 210);
     // Advection, 1-D: 4 interior cells, 2 ghosts, two variables; u = i on variable 0 and -i on
     // variable 1 (every slope 1 or -1 under each limiter). Upwind for vel > 0: the state at
     // face i is u[i + 1] + slope / 2 (cell i - 1 of the interior is point i + 1).
