@@ -34,9 +34,10 @@
 //! deallocated.
 //!
 //! GPU: `parthenon/exec/space: cuda` (default `host`) keeps the fields on the rank's GPU (the
-//! node-local rank mod the device count, or `STARHALO_CUDA_DEVICE`) for single-level meshes
-//! with periodic, outflow or reflecting boundaries, dense or sparse fields, from the start or
-//! from a restart; the same deck otherwise. Without a usable GPU the run exits 1 saying why.
+//! node-local rank mod the device count, or `STARHALO_CUDA_DEVICE`): any mesh (static or
+//! adaptive refinement too) with periodic, outflow or reflecting boundaries, dense or sparse
+//! fields, from the start or from a restart; the same deck otherwise (see [`gpu`]). Without a
+//! usable GPU the run exits 1 saying why.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
@@ -396,24 +397,15 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         .get_str_or(EXEC, "space", "host")?
         .parse()
         .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
-    if space == MemSpace::Cuda {
-        let user = (0..ndim).any(|d| config.bc[d].contains(&BoundaryCondition::User));
-        let why = if config.is_multilevel() || amr.is_some() {
-            Some("a multilevel or adaptive mesh")
-        } else if user {
-            Some("user boundaries")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(deck
-                .invalid(
-                    EXEC,
-                    "space",
-                    format!("cuda runs single-level meshes with periodic, outflow or reflecting boundaries; this run has {why}"),
-                )
-                .into());
-        }
+    let user = (0..ndim).any(|d| config.bc[d].contains(&BoundaryCondition::User));
+    if space == MemSpace::Cuda && user {
+        return Err(deck
+            .invalid(
+                EXEC,
+                "space",
+                "cuda runs periodic, outflow and reflecting boundaries; this run has user boundaries",
+            )
+            .into());
     }
     let mut fields = Fields::default();
     for n in 0..num_vars {
@@ -1012,12 +1004,7 @@ impl Problem for Advection {
         // After a restart the stored ghosts are already these values; the fill also leaves
         // the coarse buffers (not stored) as the interrupted run had them.
         comm.time(|| self.fill_ghosts(ctx, &comms))?;
-        // Every rank opens its GPU, or every rank stops with the reason.
-        let mut gpu = match self.space {
-            MemSpace::Host => None,
-            MemSpace::Cuda => Some(agree(world, gpu::Gpu::new(self, &comms))?),
-        };
-
+        let fresh = resume.is_none();
         let (mut sched, mut t, mut cycle, mut dt) = match resume {
             // The outputs of the restart step were written by the interrupted run.
             Some(r) => {
@@ -1031,11 +1018,18 @@ impl Problem for Advection {
             }
             None => {
                 self.refine_initially(ctx, &comm, &mut comms)?;
-                let mut sched = vec![Schedule::new(0.0); self.outputs.len()];
-                self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false, gpu.as_ref())?;
+                let sched = vec![Schedule::new(0.0); self.outputs.len()];
                 (sched, 0.0f64, 0u64, 0.0f64)
             }
         };
+        // Every rank opens its GPU, or every rank stops with the reason (before any output).
+        let mut gpu = match self.space {
+            MemSpace::Host => None,
+            MemSpace::Cuda => Some(agree(world, gpu::Gpu::new(self, &comms))?),
+        };
+        if fresh {
+            self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false, gpu.as_ref())?;
+        }
         let stages = self.integrator.stages();
         // Zone-cycles (cell updates of the whole mesh), in all and since the last progress line.
         let (mut zone_cycles, mut since_line, mut line_t0) = (0.0f64, 0.0f64, Instant::now());
@@ -1071,7 +1065,13 @@ impl Problem for Advection {
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
-            self.adapt(ctx, &comm, cycle, &mut comms)?;
+            if let Some(g) = gpu.as_ref().filter(|_| self.adapts_after(cycle)) {
+                g.download(&mut self.data.borrow_mut())?;
+            }
+            if self.adapt(ctx, &comm, cycle, &mut comms)? && gpu.is_some() {
+                // New blocks, new exchange: the fields (filled on the host) go up again.
+                gpu = Some(agree(world, gpu::Gpu::new(self, &comms))?);
+            }
             let blocks = self.mesh.forest().len();
             let zones = (blocks * self.mesh.config().block_nx.iter().product::<usize>()) as f64;
             zone_cycles += zones;

@@ -364,20 +364,28 @@ impl Advection {
         Ok(())
     }
 
+    /// Whether [`adapt`](Self::adapt) checks the refinement criterion after cycle `cycle`
+    /// (so the fields must be on the host).
+    pub(super) fn adapts_after(&self, cycle: u64) -> bool {
+        self.amr
+            .as_ref()
+            .is_some_and(|a| cycle.is_multiple_of(a.interval))
+    }
+
     /// Between steps: check the refinement criterion (every `refine_interval` cycles) and
-    /// remesh if any block changes. Collective.
+    /// remesh if any block changes; says whether it did. Collective.
     pub(super) fn adapt(
         &mut self,
         ctx: &RunContext,
         comm: &CommTimer,
         cycle: u64,
         c: &mut Comms,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let Some(amr) = self.amr.clone() else {
-            return Ok(());
+            return Ok(false);
         };
-        if !cycle.is_multiple_of(amr.interval) {
-            return Ok(());
+        if !self.adapts_after(cycle) {
+            return Ok(false);
         }
         // Flags of all "same" still go to the mesh: they restart the derefinement counts.
         let flags = self.gather_flags(ctx, &amr, false);
@@ -392,8 +400,9 @@ impl Advection {
                     self.mesh.forest().max_level()
                 );
             }
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 }
 
