@@ -478,6 +478,68 @@ fn sparse_thresholds(deck: &Deck) -> Result<Option<SparseThresholds>> {
     }))
 }
 
+/// Face fluxes of one block's field `u` at velocity `v`: per active direction, `(n_d + 1)`
+/// faces along `d` times the interior cells across, row-major `[k][j][i]`; face `i` is the
+/// lower face of interior cell `i`.
+fn block_fluxes(u: &[f64], geo: &Geo, v: [f64; 3], lim: Limiter) -> [Vec<f64>; 3] {
+    let mut out: [Vec<f64>; 3] = Default::default();
+    for d in 0..geo.ndim {
+        let v = v[d];
+        let stride = [1, geo.dims[0], geo.dims[0] * geo.dims[1]][d];
+        let mut fd = geo.n;
+        fd[d] += 1;
+        let mut f = Vec::with_capacity(fd.iter().product());
+        if v == 0.0 {
+            f.resize(fd.iter().product(), 0.0);
+            out[d] = f;
+            continue;
+        }
+        let slope = |c: usize| lim.slope(u[c] - u[c - stride], u[c + stride] - u[c]);
+        for k in 0..fd[2] {
+            for j in 0..fd[1] {
+                for i in 0..fd[0] {
+                    // Face between cell c - stride (left) and c (right).
+                    let c = geo.at([i, j, k]);
+                    let state = if v > 0.0 {
+                        let l = c - stride;
+                        u[l] + 0.5 * slope(l)
+                    } else {
+                        u[c] - 0.5 * slope(c)
+                    };
+                    f.push(v * state);
+                }
+            }
+        }
+        out[d] = f;
+    }
+    out
+}
+
+/// The updated interior of one block's field `u` (interior order) from its face fluxes
+/// `flux` (per direction, as [`block_fluxes`] lays them out): `u + dt L(u)`, or with the
+/// cycle's start `u0`, `(u0 + u + dt L(u)) / 2`.
+fn block_update(u: &[f64], u0: Option<&[f64]>, flux: [&[f64]; 3], geo: &Geo, dt: f64) -> Vec<f64> {
+    let n = geo.n;
+    geo.interior()
+        .map(|p| {
+            let mut du = 0.0;
+            for (d, f) in flux.iter().enumerate().take(geo.ndim) {
+                let mut fd = n;
+                fd[d] += 1;
+                let lo = (p[2] * fd[1] + p[1]) * fd[0] + p[0];
+                let hi = lo + [1, fd[0], fd[0] * fd[1]][d];
+                du -= (f[hi] - f[lo]) / geo.dx[d];
+            }
+            let c = geo.at(p);
+            let q = u[c] + dt * du;
+            match u0 {
+                None => q,
+                Some(u0) => 0.5 * (u0[c] + q),
+            }
+        })
+        .collect()
+}
+
 /// Geometry of one block: cell centres and spacings from global indices.
 struct Geo {
     /// Ghost layers per direction (0 on inactive ones).
@@ -539,10 +601,6 @@ impl Geo {
     fn interior(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
         let n = self.n;
         (0..n[2]).flat_map(move |k| (0..n[1]).flat_map(move |j| (0..n[0]).map(move |i| [i, j, k])))
-    }
-
-    fn ncells(&self) -> usize {
-        self.n.iter().product()
     }
 }
 
@@ -646,43 +704,6 @@ impl Advection {
         dt
     }
 
-    /// Face fluxes of one block's field `u`: per active direction, `(n_d + 1)` faces along
-    /// `d` times the interior cells across, row-major `[k][j][i]`.
-    fn fluxes(&self, u: &[f64], geo: &Geo) -> [Vec<f64>; 3] {
-        let lim = self.limiter;
-        let mut out: [Vec<f64>; 3] = Default::default();
-        for d in 0..self.ndim() {
-            let v = self.v[d];
-            let stride = [1, geo.dims[0], geo.dims[0] * geo.dims[1]][d];
-            let mut fd = geo.n;
-            fd[d] += 1;
-            let mut f = Vec::with_capacity(fd.iter().product());
-            if v == 0.0 {
-                f.resize(fd.iter().product(), 0.0);
-                out[d] = f;
-                continue;
-            }
-            let slope = |c: usize| lim.slope(u[c] - u[c - stride], u[c + stride] - u[c]);
-            for k in 0..fd[2] {
-                for j in 0..fd[1] {
-                    for i in 0..fd[0] {
-                        // Face between cell c - stride (left) and c (right).
-                        let c = geo.at([i, j, k]);
-                        let state = if v > 0.0 {
-                            let l = c - stride;
-                            u[l] + 0.5 * slope(l)
-                        } else {
-                            u[c] - 0.5 * slope(c)
-                        };
-                        f.push(v * state);
-                    }
-                }
-            }
-            out[d] = f;
-        }
-        out
-    }
-
     /// Face fluxes of every slot of local blocks `blocks`.
     fn compute_fluxes(&self, blocks: Range<usize>, data: &BlockData, flux: &mut FluxData) {
         for b in blocks {
@@ -692,7 +713,7 @@ impl Advection {
                 if !data.is_allocated(b, s) {
                     continue;
                 }
-                let f = self.fluxes(data.fine(b, s), &geo);
+                let f = block_fluxes(data.fine(b, s), &geo, self.v, self.limiter);
                 for (d, fd) in f.iter().enumerate().take(self.ndim()) {
                     flux.flux_mut(b, s, d).copy_from_slice(fd);
                 }
@@ -709,36 +730,15 @@ impl Advection {
         flux: &FluxData,
         data: &mut BlockData,
     ) {
-        let ndim = self.ndim();
         for b in blocks {
             let geo = Geo::new(&self.mesh, data.gids()[b]);
             for s in 0..self.num_vars {
                 if !data.is_allocated(b, s) {
                     continue;
                 }
-                let mut new = Vec::with_capacity(geo.ncells());
-                {
-                    let u = data.fine(b, s);
-                    let u0 = base.map(|d| d.fine(b, s));
-                    let n = geo.n;
-                    for p in geo.interior() {
-                        let mut du = 0.0;
-                        for d in 0..ndim {
-                            let f = flux.flux(b, s, d);
-                            let mut fd = n;
-                            fd[d] += 1;
-                            let lo = (p[2] * fd[1] + p[1]) * fd[0] + p[0];
-                            let hi = lo + [1, fd[0], fd[0] * fd[1]][d];
-                            du -= (f[hi] - f[lo]) / geo.dx[d];
-                        }
-                        let c = geo.at(p);
-                        let q = u[c] + dt * du;
-                        new.push(match u0 {
-                            None => q,
-                            Some(u0) => 0.5 * (u0[c] + q),
-                        });
-                    }
-                }
+                let fl = [0, 1, 2].map(|d| flux.flux(b, s, d));
+                let u0 = base.map(|d| d.fine(b, s));
+                let new = block_update(data.fine(b, s), u0, fl, &geo, dt);
                 let u = data.fine_mut(b, s);
                 for (p, q) in geo.interior().zip(new) {
                     u[geo.at(p)] = q;

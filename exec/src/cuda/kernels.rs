@@ -282,54 +282,16 @@ mod tests {
     /// on small cases with known answers. Skipped, saying so, where no `c++` is installed.
     #[test]
     fn kernels_emulated_on_the_host_give_the_known_answers() {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
-        let exe = std::env::temp_dir().join(format!("starhalo_kernel_emu_{}", std::process::id()));
-        let src = [
-            include_str!("kernels/host_emulate.h"),
-            SF_SRC,
-            HALO_SRC,
-            ADVECT_SRC,
-            include_str!("kernels/host_emulate_test.cpp"),
-        ]
-        .join("\n");
-        let child = Command::new("c++")
-            .args([
-                "-std=c++17",
-                "-ffp-contract=off",
-                "-w",
-                "-x",
-                "c++",
-                "-",
-                "-o",
-            ])
-            .arg(&exe)
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let Ok(mut child) = child else {
+        let Some(emu) =
+            super::super::emulate::Emulator::build(include_str!("kernels/host_emulate_test.cpp"))
+                .unwrap()
+        else {
             eprintln!("no host c++ compiler: kernels not emulated");
             return;
         };
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(src.as_bytes())
-            .unwrap();
-        let built = child.wait_with_output().unwrap();
-        assert!(
-            built.status.success(),
-            "{}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        let run = Command::new(&exe).output().unwrap();
-        let _ = std::fs::remove_file(&exe);
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stdout)
-        );
+        if let Err(e) = emu.run(&[]) {
+            panic!("{e}");
+        }
     }
 
     #[test]

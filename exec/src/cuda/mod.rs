@@ -57,6 +57,7 @@
 #![cfg_attr(not(feature = "cuda"), allow(rustdoc::broken_intra_doc_links))]
 
 pub mod desc;
+pub mod emulate;
 mod error;
 pub mod kernels;
 

@@ -1,6 +1,6 @@
 // Runs the kernels serially on the host (see host_emulate.h) on small cases with known
-// answers; exits non-zero naming the first wrong result. Appended to the prelude and the two
-// kernel sources by a Rust test.
+// answers; exits non-zero naming the first wrong result. Built after the prelude and the
+// kernel sources by starhalo_exec::cuda::emulate.
 #include <stdio.h>
 #include <stdlib.h>
 

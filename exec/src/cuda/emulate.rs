@@ -1,0 +1,100 @@
+//! The kernels run serially on the host, for tests where no GPU exists: every kernel source,
+//! with the CUDA built-ins emulated (one block of one thread), compiled by the host's C++
+//! compiler together with a test's own `main`. `-ffp-contract=off` keeps every
+//! floating-point expression rounding as NVRTC's `--fmad=false` does, so the kernels'
+//! arithmetic can be compared with the host code's bit for bit.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::kernels::{ADVECT_SRC, HALO_SRC, SF_SRC};
+
+/// The emulation prelude: CUDA built-ins for a host compiler, and `sh_read`/`sh_write` to move
+/// binary values through standard input and output.
+pub const PRELUDE: &str = include_str!("kernels/host_emulate.h");
+
+/// A program of the kernel sources and a test's `main`, built by the host's `c++`.
+#[derive(Debug)]
+pub struct Emulator {
+    exe: PathBuf,
+}
+
+impl Emulator {
+    /// Builds [`PRELUDE`], the three kernel sets and `main_src`; `Ok(None)` where no `c++`
+    /// is installed, `Err` with the compiler's messages where the build fails.
+    pub fn build(main_src: &str) -> Result<Option<Self>, String> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let exe = std::env::temp_dir().join(format!(
+            "starhalo_kernel_emu_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let src = [PRELUDE, SF_SRC, HALO_SRC, ADVECT_SRC, main_src].join("\n");
+        let child = Command::new("c++")
+            .args([
+                "-std=c++17",
+                "-O1",
+                "-ffp-contract=off",
+                "-w",
+                "-x",
+                "c++",
+                "-",
+                "-o",
+            ])
+            .arg(&exe)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let Ok(mut child) = child else {
+            return Ok(None);
+        };
+        let mut stdin = child.stdin.take().ok_or("no stdin for c++")?;
+        stdin.write_all(src.as_bytes()).map_err(|e| e.to_string())?;
+        drop(stdin);
+        let built = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !built.status.success() {
+            return Err(String::from_utf8_lossy(&built.stderr).into_owned());
+        }
+        Ok(Some(Self { exe }))
+    }
+
+    /// Runs the program with `input` on its standard input; its standard output, or what it
+    /// printed when it exits non-zero.
+    pub fn run(&self, input: &[u8]) -> Result<Vec<u8>, String> {
+        let mut child = Command::new(&self.exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(input).map_err(|e| e.to_string())?;
+        drop(stdin);
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.exe);
+    }
+}
+
+/// `values` as the native-endian bytes `sh_read` takes.
+pub fn to_bytes(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+/// The values `sh_write` wrote.
+pub fn from_bytes(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
