@@ -1130,4 +1130,297 @@ mod tests {
         assert_eq!(g.coarse.dims, [8, 8, 1]);
         assert_eq!((g.fine.nvar, g.coarse.nblocks), (3, 5));
     }
+
+    /// Reads an operation, its geometry, descriptors, the fine and coarse storage and a
+    /// buffer; launches one boundary kernel as `Device` does; writes the storage, the buffer
+    /// and the pack's threshold flags.
+    const HALO_DRIVER: &str = r#"
+int main() {
+    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
+    double h[23];
+    sh_read(h, 23);
+    int op = (int)h[0], pop = (int)h[20];
+    u64 nb = h[1], nvar = h[2], f[3] = {(u64)h[3], (u64)h[4], (u64)h[5]}, c[3] = {(u64)h[6], (u64)h[7], (u64)h[8]};
+    u64 ndim = h[9], g = h[10], cg = h[11], nhalo = h[21], buflen = h[22];
+    u64 lo[3] = {(u64)h[12], (u64)h[13], (u64)h[14]}, hi[3] = {(u64)h[15], (u64)h[16], (u64)h[17]};
+    sh_bnd_info *info = (sh_bnd_info *)malloc(nhalo * sizeof(sh_bnd_info) + 1);
+    if (fread(info, sizeof(sh_bnd_info), nhalo, stdin) != nhalo) { printf("short descriptors\n"); return 3; }
+    u64 flen = nb * nvar * f[0] * f[1] * f[2], clen = nb * nvar * c[0] * c[1] * c[2];
+    double *fine = (double *)malloc(flen * 8), *coarse = (double *)malloc(clen * 8), *buf = (double *)malloc(buflen * 8 + 8);
+    sh_read(fine, flen);
+    sh_read(coarse, clen);
+    sh_read(buf, buflen);
+    u32 *over = (u32 *)malloc(nhalo * 4 + 4);
+    double *flags = (double *)malloc(nhalo * 8 + 8);
+    switch (op) {
+    case 0: sh_halo_pack(info, nhalo, fine, coarse, buf, f[0], f[1], f[2], c[0], c[1], c[2], nvar, h[18], over); break;
+    case 1: sh_halo_unpack(info, nhalo, buf, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, h[19]); break;
+    case 2: sh_restrict(info, nhalo, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg); break;
+    case 3: sh_prolongate(info, nhalo, coarse, fine, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg, pop); break;
+    case 4: sh_physical(info, nhalo, fine, f[0], f[1], f[2], nvar, lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]); break;
+    case 5: sh_physical(info, nhalo, coarse, c[0], c[1], c[2], nvar, lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]); break;
+    default: printf("unknown operation %d\n", op); return 3;
+    }
+    for (u64 i = 0; i < nhalo; ++i) flags[i] = op == 0 ? over[i] : 0;
+    sh_write(fine, flen);
+    sh_write(coarse, clen);
+    sh_write(buf, buflen);
+    sh_write(flags, nhalo);
+    return 0;
+}
+"#;
+
+    /// The host's storage of one case and what a kernel left.
+    #[derive(Clone, PartialEq)]
+    struct State {
+        fine: Vec<f64>,
+        coarse: Vec<f64>,
+        buf: Vec<f64>,
+        flags: Vec<u32>,
+    }
+
+    /// `descs` as the bytes of the CUDA struct array.
+    fn desc_bytes(descs: &[BndInfo]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for d in descs.iter().map(halo_desc) {
+            let words = [
+                d.block, d.var, d.s[0], d.s[1], d.s[2], d.e[0], d.e[1], d.e[2],
+            ];
+            for w in words.into_iter().chain([d.buf_offset]) {
+                out.extend(w.to_ne_bytes());
+            }
+            out.extend(d.flags.to_ne_bytes());
+            out.extend(d.pad.to_ne_bytes());
+        }
+        out
+    }
+
+    /// The boundary kernels (pack with threshold flags, unpack with the sparse fill,
+    /// restriction, the three prolongations, the physical fill of block arrays and coarse
+    /// buffers), run serially on the host by the emulator, leave the storage bit for bit as
+    /// the host code the exchange runs does: 2-D and 3-D, two blocks of two variables, random
+    /// non-dyadic values, coarse ghost and interior boxes, outflow and reflecting faces.
+    /// Skipped, saying so, where no `c++` is installed.
+    #[test]
+    fn halo_kernels_under_the_emulator_match_the_host() {
+        use crate::bounds::{coarse_interior, physical_boxes};
+        use starhalo_exec::cuda::emulate::{from_bytes, to_bytes, Emulator};
+        use starhalo_mesh::BoundaryCondition as Bc;
+        let Some(emu) = Emulator::build(HALO_DRIVER).unwrap() else {
+            eprintln!("no host c++ compiler: boundary kernels not emulated");
+            return;
+        };
+        let mut seed = 99u64;
+        let mut unit = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) % 2_000_003) as f64 / 1_000_001.5 - 1.0
+        };
+        for (nx, ndim) in [([6, 4, 1], 2), ([4, 4, 4], 3)] {
+            let shape = IndexShape::new(nx, 2, ndim).unwrap();
+            let cs = shape.coarse().unwrap();
+            let (nb, nvar) = (2, 2);
+            let (fl, cl) = (
+                FieldLayout::of_shape(&shape, nvar),
+                FieldLayout::of_shape(&cs, nvar),
+            );
+            let (fd, cd) = (field_dims(fl, nb), field_dims(cl, nb));
+            let fslot = |b: &BndInfo| HostTwin::slot(fl, b);
+            let cslot = |b: &BndInfo| HostTwin::slot(cl, b);
+            let start = State {
+                fine: (0..fd.len()).map(|_| unit()).collect(),
+                coarse: (0..cd.len()).map(|_| unit()).collect(),
+                buf: Vec::new(),
+                flags: Vec::new(),
+            };
+            let (cg, g) = (cs.nghost(), shape.nghost());
+            // Coarse boxes: the interior, and the first ghost layer below x1 (its children
+            // are fine ghosts; its neighbours exist for the slopes).
+            let interior = coarse_interior(&cs);
+            let mut slab = interior;
+            slab.0[0] = IndexRange {
+                s: cg - 1,
+                e: cg - 1,
+            };
+            let mut refine = Vec::new();
+            for b in 0..nb {
+                for v in 0..nvar {
+                    for bx in [&interior, &slab] {
+                        refine.push(BndInfo::new(b, v, bx, 0, FLAG_COARSE));
+                    }
+                }
+            }
+            // Sub-halos of both arrays, some unallocated, back to back in the buffer.
+            let mut halos = Vec::new();
+            let mut off = 0;
+            let boxes = [
+                (IndexBox([r(0, 1), r(0, 3), r(0, 0)]), 0),
+                (IndexBox([r(1, 2), r(1, 1), r(0, 0)]), FLAG_COARSE),
+                (IndexBox([r(2, 5), r(2, 3), r(0, 0)]), FLAG_ALLOCATED),
+                (slab, FLAG_COARSE | FLAG_ALLOCATED),
+            ];
+            for (k, (bx, flags)) in boxes.iter().enumerate() {
+                let mut bx = *bx;
+                if ndim == 3 && bx.0[2].e == 0 {
+                    bx.0[2] = r(1, 2);
+                }
+                let h = BndInfo::new(k % nb, (k / 2) % nvar, &bx, off, *flags);
+                off += h.len();
+                halos.push(h);
+            }
+            let (m, o) = (Some(Bc::Reflecting), Some(Bc::Outflow));
+            let faces = [[m, o], [o, m], [m, o]];
+            let physical = |sh: &IndexShape, coarse: bool| -> Vec<BndInfo> {
+                let flag = if coarse { FLAG_COARSE } else { 0 };
+                let mut out = Vec::new();
+                for b in 0..nb {
+                    for v in 0..nvar {
+                        for (bx, m) in physical_boxes(sh, &faces) {
+                            out.push(BndInfo::new(b, v, &bx, 0, m | flag));
+                        }
+                    }
+                }
+                out
+            };
+            let run = |op: usize, pop: usize, descs: &[BndInfo], st: &State| -> State {
+                let (lo, hi) = match op {
+                    5 => interior_bounds(&cs),
+                    _ => interior_bounds(&shape),
+                };
+                let mut h = vec![op as f64, nb as f64, nvar as f64];
+                h.extend(fd.dims.map(|x| x as f64));
+                h.extend(cd.dims.map(|x| x as f64));
+                h.extend([ndim, g, cg].map(|x| x as f64));
+                h.extend(lo.map(|x| x as f64));
+                h.extend(hi.map(|x| x as f64));
+                h.extend([
+                    0.5,
+                    0.25,
+                    pop as f64,
+                    descs.len() as f64,
+                    st.buf.len() as f64,
+                ]);
+                let mut input = to_bytes(&h);
+                input.extend(desc_bytes(descs));
+                input.extend(to_bytes(&st.fine));
+                input.extend(to_bytes(&st.coarse));
+                input.extend(to_bytes(&st.buf));
+                let out = from_bytes(&emu.run(&input).unwrap());
+                let (f, rest) = out.split_at(st.fine.len());
+                let (c, rest) = rest.split_at(st.coarse.len());
+                let (b, flags) = rest.split_at(st.buf.len());
+                State {
+                    fine: f.to_vec(),
+                    coarse: c.to_vec(),
+                    buf: b.to_vec(),
+                    flags: flags.iter().map(|&x| x as u32).collect(),
+                }
+            };
+            let same = |what: &str, got: &State, want: &State| {
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got.fine),
+                    bits(&want.fine),
+                    "{ndim}-D {what}: block arrays"
+                );
+                assert_eq!(
+                    bits(&got.coarse),
+                    bits(&want.coarse),
+                    "{ndim}-D {what}: coarse"
+                );
+                assert_eq!(bits(&got.buf), bits(&want.buf), "{ndim}-D {what}: buffer");
+            };
+
+            // Pack, with the flags of sub-halos holding some |value| above 0.5.
+            let mut st = State {
+                buf: vec![0.0; off],
+                ..start.clone()
+            };
+            let got = run(0, 0, &halos, &st);
+            for h in &halos {
+                let (l, arr) = match h.flags & FLAG_COARSE {
+                    0 => (fl, &st.fine),
+                    _ => (cl, &st.coarse),
+                };
+                let f = field_dims(l, nb);
+                for (k, p) in h.index_box().points().enumerate() {
+                    st.buf[h.buf_offset + k] = arr[f.index(h.block, h.var, p)];
+                }
+            }
+            st.flags = halos
+                .iter()
+                .map(|h| {
+                    u32::from(
+                        st.buf[h.buf_offset..][..h.len()]
+                            .iter()
+                            .any(|v| v.abs() > 0.5),
+                    )
+                })
+                .collect();
+            same("pack", &got, &st);
+            assert_eq!(got.flags, st.flags, "{ndim}-D pack flags");
+            assert!(st.flags.contains(&1), "some sub-halo above the threshold");
+
+            // Unpack a random buffer; unallocated sub-halos get the fill value 0.25.
+            let mut st = State {
+                buf: (0..off).map(|_| unit()).collect(),
+                ..start.clone()
+            };
+            let got = run(1, 0, &halos, &st);
+            for h in &halos {
+                let on = h.flags & FLAG_ALLOCATED != 0;
+                let (l, arr) = match h.flags & FLAG_COARSE {
+                    0 => (fl, &mut st.fine),
+                    _ => (cl, &mut st.coarse),
+                };
+                let f = field_dims(l, nb);
+                for (k, p) in h.index_box().points().enumerate() {
+                    arr[f.index(h.block, h.var, p)] =
+                        if on { st.buf[h.buf_offset + k] } else { 0.25 };
+                }
+            }
+            same("unpack", &got, &st);
+
+            // Restriction, then each prolongation, of the coarse boxes.
+            let mut st = start.clone();
+            let got = run(2, 0, &refine, &st);
+            for b in &refine {
+                let fine = &st.fine[fslot(b)];
+                restrict(&shape, fine, &mut st.coarse[cslot(b)], &b.index_box()).unwrap();
+            }
+            same("restrict", &got, &st);
+            use starhalo_exec::cuda::ProlongOp;
+            for (pop, op) in [
+                (ProlongOp::Constant, Prolongation::Constant),
+                (ProlongOp::Linear, Prolongation::Linear),
+                (ProlongOp::MinmodLinear, Prolongation::MinmodLinear),
+            ] {
+                let pop = pop as usize;
+                let mut st = start.clone();
+                let got = run(3, pop, &refine, &st);
+                for b in &refine {
+                    let coarse = &st.coarse[cslot(b)];
+                    prolongate(op, &shape, coarse, &mut st.fine[fslot(b)], &b.index_box()).unwrap();
+                }
+                same(&format!("prolongate {op:?}"), &got, &st);
+            }
+
+            // Physical faces of the block arrays and of the coarse buffers.
+            for (op, sh, coarse) in [(4, &shape, false), (5, &cs, true)] {
+                let boxes = physical(sh, coarse);
+                assert!(boxes.iter().any(|b| b.flags & FLAG_MIRROR0 != 0));
+                let mut st = start.clone();
+                let got = run(op, 0, &boxes, &st);
+                let (lo, hi) = interior_bounds(sh);
+                let (l, arr) = if coarse {
+                    (cl, &mut st.coarse)
+                } else {
+                    (fl, &mut st.fine)
+                };
+                physical_fill(l, nb, &boxes, lo, hi, arr).unwrap();
+                same(&format!("physical (coarse {coarse})"), &got, &st);
+            }
+        }
+    }
 }
