@@ -104,13 +104,20 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
     ];
     for (case, bcs) in cases {
         let host_out = dir.join(format!("host_{case}"));
-        assert_ok("host run", &run(1, &deck, &host_out, bcs));
+        let host = run(1, &deck, &host_out, bcs);
+        assert_ok("host run", &host);
         let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
+        let remeshes = remesh_lines(&host);
+        assert_eq!(remeshes > 0, case == "adaptive", "{case}: host remeshes");
         for ranks in [1, 2] {
             let out = dir.join(format!("cuda_{case}_{ranks}"));
             let mut extra = vec!["parthenon/exec/space=cuda"];
             extra.extend_from_slice(bcs);
-            check_cuda_run(ranks, &run(ranks, &deck, &out, &extra), &out, &want);
+            let r = run(ranks, &deck, &out, &extra);
+            check_cuda_run(ranks, &r, &out, &want);
+            if common::has_gpu() {
+                assert_eq!(remesh_lines(&r), remeshes, "{case}: GPU remeshes");
+            }
         }
     }
     // A host run writing restart files every 3 cycles; the cuda run continues from cycle 3.
@@ -127,6 +134,14 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
         check_cuda_run(ranks, &run(ranks, &deck, &out, &extra), &out, &want);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `remesh:` lines rank 0 printed.
+fn remesh_lines(r: &std::process::Output) -> usize {
+    String::from_utf8_lossy(&r.stdout)
+        .lines()
+        .filter(|l| l.starts_with("remesh:"))
+        .count()
 }
 
 /// A cuda run on `ranks` ranks: the host's error norms `want` with a GPU, else exit 1 on

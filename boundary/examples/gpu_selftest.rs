@@ -9,7 +9,7 @@
 //! Checks: device buffers (upload, download, fill), the star-forest gather and scatter
 //! kernels for every pack-plan kind, element type and operation (atomics for lists with
 //! duplicates), pack-in-one with the sparse-threshold flags and unpack-in-one on the channels
-//! of real meshes, restriction, the three prolongations, outflow fill, and event ordering.
+//! of real meshes, restriction, the three prolongations, physical fill, and event ordering.
 //! Everything but floating-point sums and products through atomics must match bit for bit.
 
 use std::process::ExitCode;
@@ -398,7 +398,7 @@ mod selftest {
 
     /// Outflow fill of the x1 faces, then the x2 faces, of a 2-D block; then every physical
     /// box of blocks with mixed outflow, reflecting and periodic faces in one launch.
-    fn outflow_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
+    fn physical_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
         let shape = IndexShape::new([6, 4, 1], 2, 2)?;
         let (nvar, nblocks) = (2, 2);
         let layout = FieldLayout::of_shape(&shape, nvar);
@@ -529,7 +529,7 @@ mod selftest {
         sf_checks::<u64>(&dev, &mut rep, &mut r)?;
         halo_checks(&dev, &mut rep, &mut r)?;
         refine_checks(&dev, &mut rep, &mut r)?;
-        outflow_checks(&dev, &mut rep, &mut r)?;
+        physical_checks(&dev, &mut rep, &mut r)?;
         event_checks(&dev, &mut rep)?;
         Ok(rep.failed)
     }

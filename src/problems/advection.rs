@@ -1004,6 +1004,11 @@ impl Problem for Advection {
         // After a restart the stored ghosts are already these values; the fill also leaves
         // the coarse buffers (not stored) as the interrupted run had them.
         comm.time(|| self.fill_ghosts(ctx, &comms))?;
+        // Every rank opens its GPU, or every rank stops with the reason (before any output).
+        let dev = match self.space {
+            MemSpace::Host => None,
+            MemSpace::Cuda => Some(agree(world, gpu::open())?),
+        };
         let fresh = resume.is_none();
         let (mut sched, mut t, mut cycle, mut dt) = match resume {
             // The outputs of the restart step were written by the interrupted run.
@@ -1022,10 +1027,9 @@ impl Problem for Advection {
                 (sched, 0.0f64, 0u64, 0.0f64)
             }
         };
-        // Every rank opens its GPU, or every rank stops with the reason (before any output).
-        let mut gpu = match self.space {
-            MemSpace::Host => None,
-            MemSpace::Cuda => Some(agree(world, gpu::Gpu::new(self, &comms))?),
+        let mut gpu = match &dev {
+            None => None,
+            Some(d) => Some(agree(world, gpu::Gpu::new(d, self, &comms))?),
         };
         if fresh {
             self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false, gpu.as_ref())?;
@@ -1068,9 +1072,11 @@ impl Problem for Advection {
             if let Some(g) = gpu.as_ref().filter(|_| self.adapts_after(cycle)) {
                 g.download(&mut self.data.borrow_mut())?;
             }
-            if self.adapt(ctx, &comm, cycle, &mut comms)? && gpu.is_some() {
-                // New blocks, new exchange: the fields (filled on the host) go up again.
-                gpu = Some(agree(world, gpu::Gpu::new(self, &comms))?);
+            if let (true, Some(d)) = (self.adapt(ctx, &comm, cycle, &mut comms)?, &dev) {
+                // New blocks, new exchange: the fields (filled on the host) go up again, after
+                // the old ones are freed.
+                drop(gpu.take());
+                gpu = Some(agree(world, gpu::Gpu::new(d, self, &comms))?);
             }
             let blocks = self.mesh.forest().len();
             let zones = (blocks * self.mesh.config().block_nx.iter().product::<usize>()) as f64;

@@ -435,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn outflow_boxes_must_not_touch_what_others_write_or_read() {
+    fn physical_boxes_must_not_touch_what_others_write_or_read() {
         let f = FieldDims {
             dims: [6, 6, 1],
             nvar: 1,

@@ -23,7 +23,8 @@ pub struct Emulator {
 
 impl Emulator {
     /// Builds [`PRELUDE`], the three kernel sets and `main_src`; `Ok(None)` where no `c++`
-    /// is installed, `Err` with the compiler's messages where the build fails.
+    /// is installed (an error instead when `STARHALO_EMULATE=require`, as `make test` sets),
+    /// `Err` with the compiler's messages where the build fails.
     pub fn build(main_src: &str) -> Result<Option<Self>, String> {
         static N: AtomicUsize = AtomicUsize::new(0);
         let exe = std::env::temp_dir().join(format!(
@@ -47,8 +48,15 @@ impl Emulator {
             .stdin(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
-        let Ok(mut child) = child else {
-            return Ok(None);
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return match std::env::var("STARHALO_EMULATE").as_deref() {
+                    Ok("require") => Err("no c++ compiler, and STARHALO_EMULATE=require".into()),
+                    _ => Ok(None),
+                };
+            }
+            Err(e) => return Err(format!("cannot run c++: {e}")),
         };
         let mut stdin = child.stdin.take().ok_or("no stdin for c++")?;
         stdin.write_all(src.as_bytes()).map_err(|e| e.to_string())?;
@@ -69,13 +77,18 @@ impl Emulator {
             .spawn()
             .map_err(|e| e.to_string())?;
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
-        stdin.write_all(input).map_err(|e| e.to_string())?;
+        // A program that stops early closes its input: its exit status and output say why.
+        let _ = stdin.write_all(input);
         drop(stdin);
         let out = child.wait_with_output().map_err(|e| e.to_string())?;
         if out.status.success() {
             Ok(out.stdout)
         } else {
-            Err(String::from_utf8_lossy(&out.stdout).into_owned())
+            Err(format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            ))
         }
     }
 }

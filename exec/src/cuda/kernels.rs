@@ -9,7 +9,7 @@ use crate::element::ScalarKind;
 
 /// Star-forest gather (pack) and scatter (unpack with an operation) kernels.
 pub const SF_SRC: &str = include_str!("kernels/sf.cu");
-/// Boundary kernels in one: pack, unpack, restriction, prolongation, outflow fill.
+/// Boundary kernels in one: pack, unpack, restriction, prolongation, physical fill.
 pub const HALO_SRC: &str = include_str!("kernels/halo.cu");
 /// Finite-volume advection: face fluxes and the conservative update of every block.
 pub const ADVECT_SRC: &str = include_str!("kernels/advect.cu");

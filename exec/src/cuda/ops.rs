@@ -362,7 +362,7 @@ enum Use {
 }
 
 /// Sub-halo descriptors on a device, checked once on the host for one use (pack/unpack,
-/// restriction/prolongation, or outflow fill) and launched in one kernel each time.
+/// restriction/prolongation, or physical fill) and launched in one kernel each time.
 #[derive(Debug)]
 pub struct DeviceHalos {
     descs: Buffer<HaloDesc>,
@@ -740,11 +740,12 @@ impl Device {
         )
     }
 
-    /// Fills every ghost box of `h` with the nearest interior value along the directions the
-    /// box lies outside the interior (zero-gradient outflow), in one launch.
+    /// Fills every ghost box of `h` from the interior along the directions the box lies
+    /// outside it: the nearest interior value (outflow), or the mirror image across the face
+    /// for boxes with [`FLAG_MIRROR0`](super::FLAG_MIRROR0)` << d` (reflecting), in one launch.
     pub fn physical_fill(&self, h: &DeviceHalos, data: &mut Buffer<f64>) -> Result<(), CudaError> {
         let Use::Physical { fields, lo, hi } = h.usage else {
-            return invalid("descriptors were not checked for outflow".into());
+            return invalid("descriptors were not checked for a physical fill".into());
         };
         need("field storage", fields.len(), data.len())?;
         if h.is_empty() {

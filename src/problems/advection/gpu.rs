@@ -7,15 +7,17 @@
 //!
 //! Multilevel meshes: the exchange's device fields restrict and prolongate on the device; the
 //! flux correction stages the face fluxes through the host (download, the host's
-//! [`FluxCorrection`](starhalo_boundary::FluxCorrection), upload). Adaptive refinement checks
-//! the criterion on the downloaded fields, and after a remesh (done on the host) the device
-//! fields are built again from the new blocks.
+//! [`FluxCorrection`](starhalo_boundary::FluxCorrection), upload), every face of every block
+//! in each stage, a cost the single-level path does not pay. Adaptive refinement checks the
+//! criterion on fields downloaded for the check (every `refine_interval` cycles), and after
+//! a remesh (done on the host) the device fields are built again from the new blocks.
 //!
 //! Sparse fields: the kernels update every variable of every block, where the host skips
 //! unallocated ones. An unallocated variable holds its default, 0, in its interior (the host
 //! storage keeps it there) and in its ghosts (null messages unpack the default), and the
 //! update of an all-zero stencil is +0, so it stays at the default the host storage holds
-//! and starts from when a neighbour's data allocates it.
+//! and starts from when a neighbour's data allocates it. This relies on the advection never
+//! deallocating: a deallocation would reset the host storage only.
 
 use super::{Advection, Comms, Geo, Limiter};
 use anyhow::{bail, Context as _, Result};
@@ -23,6 +25,13 @@ use starhalo_boundary::device_pack::DeviceFields;
 use starhalo_boundary::{BlockData, BoundaryType, FluxData};
 use starhalo_exec::cuda::{AdvectGeom, Device, SlopeLimiter};
 use starhalo_exec::Buffer;
+use std::sync::Arc;
+
+/// The process's GPU with every kernel compiled, or why there is none.
+pub(super) fn open() -> Result<Arc<Device>> {
+    Device::process_default_compiled()
+        .context("parthenon/exec/space is cuda, but no GPU can be used")
+}
 
 pub(super) struct Gpu {
     fields: DeviceFields,
@@ -39,12 +48,10 @@ pub(super) struct Gpu {
 }
 
 impl Gpu {
-    /// Uploads `a`'s fields (ghosts filled) and the exchange's descriptors.
-    pub(super) fn new(a: &Advection, comms: &Comms) -> Result<Self> {
-        let dev = Device::process_default_compiled()
-            .context("parthenon/exec/space is cuda, but no GPU can be used")?;
+    /// Uploads `a`'s fields (ghosts filled) and the exchange's descriptors to `dev`.
+    pub(super) fn new(dev: &Arc<Device>, a: &Advection, comms: &Comms) -> Result<Self> {
         let data = a.data.borrow();
-        let fields = DeviceFields::new(&dev, &comms.exchange.borrow(), &data)?;
+        let fields = DeviceFields::new(dev, &comms.exchange.borrow(), &data)?;
         let l = fields.layout();
         let c = a.mesh.config();
         let ndim = a.ndim();
@@ -66,14 +73,14 @@ impl Gpu {
             .flat_map(|&gid| Geo::new(&a.mesh, gid).dx)
             .collect();
         let flux = (0..ndim)
-            .map(|d| Buffer::zeroed_on(&dev, geom.flux_len(d)))
+            .map(|d| Buffer::zeroed_on(dev, geom.flux_len(d)))
             .collect::<Result<_, _>>()?;
         let host_flux = match &comms.correction {
             Some(_) => (0..ndim).map(|d| vec![0.0; geom.flux_len(d)]).collect(),
             None => Vec::new(),
         };
         let base = if a.integrator.stages() > 1 {
-            Some(Buffer::zeroed_on(&dev, geom.field_len())?)
+            Some(Buffer::zeroed_on(dev, geom.field_len())?)
         } else {
             None
         };
@@ -81,7 +88,7 @@ impl Gpu {
             geom,
             flux,
             host_flux,
-            dx: Buffer::from_host_to(&dev, &dx)?,
+            dx: Buffer::from_host_to(dev, &dx)?,
             base,
             limiter: match a.limiter {
                 Limiter::None => SlopeLimiter::None,

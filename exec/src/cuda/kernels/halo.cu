@@ -182,7 +182,7 @@ extern "C" __global__ void sh_physical(const sh_bnd_info *info, u64 nhalo, doubl
         for (int d = 0; d < 3; ++d) {
             below[d] = b.e[d] < lo[d];
             above[d] = b.s[d] > hi[d];
-            mirror[d] = (b.flags >> (2 + d)) & 1u;
+            mirror[d] = (b.flags & (SH_FLAG_MIRROR0 << d)) != 0;
         }
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 p[3];
