@@ -314,7 +314,7 @@ mod selftest {
             let mut over = Buffer::<u32>::zeroed_on(dev, send.infos().len())?;
             dsend.pack(dev, &ddata, None, &mut dbuf, Some((0.9, &mut over)))?;
             rep.exact(&format!("halo pack {tag}"), &dbuf.to_vec()?, &hbuf);
-            let want = threshold_flags(&send, &hbuf, 0.9);
+            let want = threshold_flags(send.infos(), &hbuf, 0.9);
             let got = over.to_vec()?;
             let nset = want.iter().filter(|&&f| f == 1).count();
             let ok = got == want && nset > 0 && nset < want.len();

@@ -67,19 +67,65 @@ pub fn refine_geom(
     })
 }
 
-/// Host twin of the pack kernel's flags: for each sub-halo of `cache`, 1 when some |value| of
+/// Host twin of the pack kernel's flags: for each sub-halo of `infos`, 1 when some |value| of
 /// its segment of the packed `buf` exceeds `threshold`, else 0.
-pub fn threshold_flags(cache: &BndCache, buf: &[f64], threshold: f64) -> Vec<u32> {
-    let mut off = 0;
-    cache
-        .infos()
+pub fn threshold_flags(infos: &[BndInfo], buf: &[f64], threshold: f64) -> Vec<u32> {
+    infos
         .iter()
         .map(|b| {
-            let seg = &buf[off.min(buf.len())..(off + b.len()).min(buf.len())];
-            off += b.len();
+            let (s, e) = (b.buf_offset, b.buf_offset + b.len());
+            let seg = &buf[s.min(buf.len())..e.min(buf.len())];
             u32::from(seg.iter().any(|v| v.abs() > threshold))
         })
         .collect()
+}
+
+/// Host twin of the pack kernel: each sub-halo of `infos` into `buf` at its offset, from the
+/// `fine` block arrays or (coarse sub-halos) the `coarse` buffers of `nblocks` blocks.
+fn pack_boxes(
+    infos: &[BndInfo],
+    nblocks: usize,
+    fine: (FieldLayout, &[f64]),
+    coarse: Option<(FieldLayout, &[f64])>,
+    buf: &mut [f64],
+) -> Result<(), BoundaryError> {
+    for b in infos {
+        let (l, arr) = match b.flags & FLAG_COARSE {
+            0 => fine,
+            _ => coarse.ok_or_else(no_coarse)?,
+        };
+        let f = field_dims(l, nblocks);
+        for (k, p) in b.index_box().points().enumerate() {
+            buf[b.buf_offset + k] = arr[f.index(b.block, b.var, p)];
+        }
+    }
+    Ok(())
+}
+
+/// Host twin of the unpack kernel: each sub-halo of `infos` from `buf` into the block arrays
+/// or the coarse buffers; a sub-halo without [`FLAG_ALLOCATED`] gets `fill`.
+fn unpack_boxes(
+    infos: &[BndInfo],
+    buf: &[f64],
+    nblocks: usize,
+    fine: (FieldLayout, &mut [f64]),
+    mut coarse: Option<(FieldLayout, &mut [f64])>,
+    fill: f64,
+) -> Result<(), BoundaryError> {
+    let (fl, fine) = fine;
+    for b in infos {
+        let on = b.flags & FLAG_ALLOCATED != 0;
+        let (l, arr) = match (b.flags & FLAG_COARSE, coarse.as_mut()) {
+            (0, _) => (fl, &mut *fine),
+            (_, Some((cl, c))) => (*cl, &mut **c),
+            (_, None) => return Err(no_coarse()),
+        };
+        let f = field_dims(l, nblocks);
+        for (k, p) in b.index_box().points().enumerate() {
+            arr[f.index(b.block, b.var, p)] = if on { buf[b.buf_offset + k] } else { fill };
+        }
+    }
+    Ok(())
 }
 
 /// Host twin of the physical fill kernel: every cell of each box takes the value of the cell
@@ -389,17 +435,9 @@ impl FieldSpace for HostTwin {
         _data: &BlockData,
         buf: &mut [f64],
     ) -> Result<(), BoundaryError> {
-        for b in cache.infos() {
-            let (l, arr) = match b.flags & FLAG_COARSE {
-                0 => (self.plan.fine, &self.fine),
-                _ => (self.plan.coarse.ok_or_else(no_coarse)?, &self.coarse),
-            };
-            let f = field_dims(l, self.plan.nblocks);
-            for (k, p) in b.index_box().points().enumerate() {
-                buf[b.buf_offset + k] = arr[f.index(b.block, b.var, p)];
-            }
-        }
-        Ok(())
+        let p = &self.plan;
+        let coarse = p.coarse.map(|c| (c, &self.coarse[..]));
+        pack_boxes(cache.infos(), p.nblocks, (p.fine, &self.fine), coarse, buf)
     }
 
     fn unpack(
@@ -410,22 +448,10 @@ impl FieldSpace for HostTwin {
         _data: &mut BlockData,
         _defaults: &[f64],
     ) -> Result<(), BoundaryError> {
-        for b in cache.infos() {
-            let on = b.flags & FLAG_ALLOCATED != 0;
-            let (l, arr) = match b.flags & FLAG_COARSE {
-                0 => (self.plan.fine, &mut self.fine),
-                _ => (self.plan.coarse.ok_or_else(no_coarse)?, &mut self.coarse),
-            };
-            let f = field_dims(l, self.plan.nblocks);
-            for (k, p) in b.index_box().points().enumerate() {
-                arr[f.index(b.block, b.var, p)] = if on {
-                    buf[b.buf_offset + k]
-                } else {
-                    self.plan.fill
-                };
-            }
-        }
-        Ok(())
+        let p = &self.plan;
+        let coarse = p.coarse.map(|c| (c, &mut self.coarse[..]));
+        let fine = (p.fine, &mut self.fine[..]);
+        unpack_boxes(cache.infos(), buf, p.nblocks, fine, coarse, p.fill)
     }
 
     fn finish(
@@ -992,8 +1018,8 @@ mod tests {
             &mut buf,
         )
         .unwrap();
-        assert_eq!(threshold_flags(&c, &buf, 1.0), [1, 0]);
-        assert_eq!(threshold_flags(&c, &buf, 2.0), [0, 0]);
+        assert_eq!(threshold_flags(c.infos(), &buf, 1.0), [1, 0]);
+        assert_eq!(threshold_flags(c.infos(), &buf, 2.0), [0, 0]);
     }
 
     #[test]
@@ -1338,26 +1364,9 @@ int main() {
                 ..start.clone()
             };
             let got = run(0, 0, &halos, &st);
-            for h in &halos {
-                let (l, arr) = match h.flags & FLAG_COARSE {
-                    0 => (fl, &st.fine),
-                    _ => (cl, &st.coarse),
-                };
-                let f = field_dims(l, nb);
-                for (k, p) in h.index_box().points().enumerate() {
-                    st.buf[h.buf_offset + k] = arr[f.index(h.block, h.var, p)];
-                }
-            }
-            st.flags = halos
-                .iter()
-                .map(|h| {
-                    u32::from(
-                        st.buf[h.buf_offset..][..h.len()]
-                            .iter()
-                            .any(|v| v.abs() > 0.5),
-                    )
-                })
-                .collect();
+            let coarse = Some((cl, &st.coarse[..]));
+            pack_boxes(&halos, nb, (fl, &st.fine), coarse, &mut st.buf).unwrap();
+            st.flags = threshold_flags(&halos, &st.buf, 0.5);
             same("pack", &got, &st);
             assert_eq!(got.flags, st.flags, "{ndim}-D pack flags");
             assert!(st.flags.contains(&1), "some sub-halo above the threshold");
@@ -1368,18 +1377,8 @@ int main() {
                 ..start.clone()
             };
             let got = run(1, 0, &halos, &st);
-            for h in &halos {
-                let on = h.flags & FLAG_ALLOCATED != 0;
-                let (l, arr) = match h.flags & FLAG_COARSE {
-                    0 => (fl, &mut st.fine),
-                    _ => (cl, &mut st.coarse),
-                };
-                let f = field_dims(l, nb);
-                for (k, p) in h.index_box().points().enumerate() {
-                    arr[f.index(h.block, h.var, p)] =
-                        if on { st.buf[h.buf_offset + k] } else { 0.25 };
-                }
-            }
+            let (fine, coarse) = ((fl, &mut st.fine[..]), Some((cl, &mut st.coarse[..])));
+            unpack_boxes(&halos, &st.buf, nb, fine, coarse, 0.25).unwrap();
             same("unpack", &got, &st);
 
             // Restriction, then each prolongation, of the coarse boxes.
