@@ -3,8 +3,9 @@
 //! with sparse fields; a static refined region, so prolongation, restriction and the flux
 //! correction run; adaptive refinement; a continuation from a host run's restart file) gives
 //! the host run's error norms bit for bit; where it has none, every rank exits 1 saying why
-//! and nothing is written. Decks the GPU path does not run (user boundaries), and unknown
-//! spaces, are bad input (exit 2) naming the key.
+//! and nothing is written; likewise with the ghost messages forced through host buffers or
+//! into device memory (`parthenon/exec/gpu_mpi`). Decks the GPU path does not run (user
+//! boundaries), and unknown spaces and GPU MPI paths, are bad input (exit 2) naming the key.
 
 mod common;
 
@@ -136,6 +137,37 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The ghost messages staged through the host, and forced GPU-aware (in device memory): with
+/// a GPU, both give the host's error norms, except that the GPU-aware path on an MPI without
+/// CUDA support exits 1 on every rank saying so; without one, both exit 1 for want of a GPU.
+#[test]
+fn staged_and_gpu_aware_messages_match_the_host() {
+    let dir = scratch("gpu_mpi");
+    let deck = dir.join("deck.yaml");
+    std::fs::write(&deck, DECK).unwrap();
+    // Sparse fields with null messages, so coalesced messages are compacted.
+    let sparse = [
+        "advection/sparse=true",
+        "parthenon/sparse/alloc_threshold=1.5",
+    ];
+    let host_out = dir.join("host");
+    assert_ok("host run", &run(1, &deck, &host_out, &sparse));
+    let want = std::fs::read_to_string(host_out.join("advection-errors.dat")).unwrap();
+    for path in ["staged", "aware"] {
+        let out = dir.join(path);
+        let key = format!("parthenon/exec/gpu_mpi={path}");
+        let mut extra = vec!["parthenon/exec/space=cuda", &key];
+        extra.extend_from_slice(&sparse);
+        let r = run(2, &deck, &out, &extra);
+        if path == "aware" && common::has_gpu() && r.status.code() == Some(1) {
+            common::assert_no_gpu_exit(&r, "GPU-aware MPI was asked for");
+            continue;
+        }
+        check_cuda_run(2, &r, &out, &want);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The `remesh:` lines rank 0 printed.
 fn remesh_lines(r: &std::process::Output) -> usize {
     String::from_utf8_lossy(&r.stdout)
@@ -167,9 +199,10 @@ fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
     let deck = dir.join("deck.yaml");
     std::fs::write(&deck, DECK).unwrap();
     let out = dir.join("out");
-    for (extra, says) in [
+    for (extra, key, says) in [
         (
             vec!["parthenon/exec/space=gpu"],
+            "parthenon/exec/space",
             "unknown memory space `gpu`",
         ),
         (
@@ -178,16 +211,19 @@ fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
                 "parthenon/mesh/ix1_bc=user",
                 "parthenon/mesh/ox1_bc=user",
             ],
+            "parthenon/exec/space",
             "user boundaries",
+        ),
+        (
+            vec!["parthenon/exec/space=cuda", "parthenon/exec/gpu_mpi=eager"],
+            "parthenon/exec/gpu_mpi",
+            "unknown GPU MPI path `eager`",
         ),
     ] {
         let r = run(2, &deck, &out, &extra);
         let err = String::from_utf8_lossy(&r.stderr);
         assert_eq!(r.status.code(), Some(2), "{extra:?}: {err}");
-        assert!(
-            err.contains("parthenon/exec/space") && err.contains(says),
-            "{err}"
-        );
+        assert!(err.contains(key) && err.contains(says), "{err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,12 +8,14 @@
 //! some blocks, below its threshold on some of those). Checked:
 //!
 //! - with a GPU: the device fill gives the host fill's allocation, and its blocks and coarse
-//!   buffers of every allocated variable bit for bit,
+//!   buffers of every allocated variable bit for bit, staged through the host and (on one
+//!   rank, or with an MPI that supports CUDA) with the messages in device memory,
 //!   twice in a row (the second fill reuses every buffer), from random values (not dyadic,
 //!   so a change in rounding order shows);
 //! - on every machine: the device's plan run on the host ([`HostTwin`]: the same boxes, split
 //!   storage, the host's restriction, prolongation and boundary code) gives the host fill's
-//!   allocation and allocated storage bit for bit; the host fill's digest is the same on
+//!   allocation and allocated storage bit for bit, with the messages in host buffers and
+//!   placed in buffers that MPI reads and writes in place (the GPU-aware path on host memory); the host fill's digest is the same on
 //!   every rank count; on single-level meshes every ghost holds the value that names its
 //!   periodic image or, beyond an outflow face, the nearest interior cell, or beyond a
 //!   reflecting face, its mirror image; without a GPU opening one is an error on every rank,
@@ -27,7 +29,7 @@ use starhalo_boundary::device_pack::{DeviceFields, HostTwin};
 use starhalo_boundary::prolong_restrict::Prolongation;
 use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions, Ordering};
 use starhalo_exec::cuda::Device;
-use starhalo_exec::Policy;
+use starhalo_exec::{Buffer, MemSpace, Policy};
 use starhalo_mesh::config::BoundaryCondition;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{Mesh, MeshConfig};
@@ -329,25 +331,44 @@ fn child() {
             hosts.push(host.clone());
         }
 
-        let mut data = random_initial(&mesh, &f, rank, case);
-        let mut ex = exchange(&data);
-        let mut twin = HostTwin::new(&ex, &data).unwrap_or_else(|e| panic!("{what}: {e}"));
-        for (round, want) in hosts.iter().enumerate() {
-            ex.fill_ghosts_in(types, &mut data, &mut twin)
-                .unwrap_or_else(|e| panic!("{what}, twin fill {round}: {e}"));
-            if let Err(e) = same_allocated(want, &data, &twin.merged()) {
-                panic!("{what}, twin fill {round}: differs from the host fill: {e}");
+        // The twin with host message buffers (staged), then with the messages placed in a
+        // buffer of their own that MPI reads and writes in place (the GPU-aware path, on
+        // host memory).
+        for placed in [false, true] {
+            let what = format!("{what}, twin, placed messages {placed}");
+            let mut data = random_initial(&mesh, &f, rank, case);
+            let mut ex = exchange(&data);
+            let mut twin = HostTwin::new(&ex, &data).unwrap_or_else(|e| panic!("{what}: {e}"));
+            if placed {
+                ex.place_messages(&Buffer::zeroed(MemSpace::Host, 0).unwrap())
+                    .unwrap();
+            }
+            for (round, want) in hosts.iter().enumerate() {
+                ex.fill_ghosts_in(types, &mut data, &mut twin)
+                    .unwrap_or_else(|e| panic!("{what}, fill {round}: {e}"));
+                if let Err(e) = same_allocated(want, &data, &twin.merged()) {
+                    panic!("{what}, fill {round}: differs from the host fill: {e}");
+                }
             }
         }
-        if let Ok(dev) = &dev {
+        // With a GPU: staged, and GPU-aware (messages in device memory) where this MPI
+        // supports CUDA, or on one rank, where no message crosses MPI.
+        let aware = nranks == 1 || starhalo_sf::mpi_cuda_support();
+        for placed in [false, true].into_iter().filter(|&p| !p || aware) {
+            let Ok(dev) = &dev else { break };
+            let what = format!("{what}, device, placed messages {placed}");
             let mut data = random_initial(&mesh, &f, rank, case);
             let mut ex = exchange(&data);
             let mut fields = DeviceFields::new(dev, &ex, &data).unwrap();
+            if placed {
+                ex.place_messages(&Buffer::zeroed_on(dev, 1).unwrap())
+                    .unwrap();
+            }
             for (round, want) in hosts.iter().enumerate() {
                 ex.fill_ghosts_in(types, &mut data, &mut fields).unwrap();
                 fields.download(&mut data).unwrap();
                 if let Err(e) = same_allocated(want, &data, data.data()) {
-                    panic!("{what}, device fill {round}: differs from the host fill: {e}");
+                    panic!("{what}, fill {round}: differs from the host fill: {e}");
                 }
             }
         }

@@ -312,9 +312,13 @@ mod selftest {
             let ddata = Buffer::from_host_to(dev, &data)?;
             let mut dbuf = Buffer::zeroed_on(dev, send.buffer_len())?;
             let mut over = Buffer::<u32>::zeroed_on(dev, send.infos().len())?;
-            dsend.pack(dev, &ddata, None, &mut dbuf, Some((0.9, &mut over)))?;
+            // Per variable slot: 0.9, 0.8, ...
+            let th: Vec<f64> = (0..nvar).map(|v| 0.9 - 0.1 * v as f64).collect();
+            let dth = Buffer::from_host_to(dev, &th)?;
+            dsend.pack(dev, &ddata, None, &mut dbuf, Some((&dth, &mut over)))?;
             rep.exact(&format!("halo pack {tag}"), &dbuf.to_vec()?, &hbuf);
-            let want = threshold_flags(send.infos(), &hbuf, 0.9);
+            let mut want = vec![0; send.infos().len()];
+            threshold_flags(send.infos(), &hbuf, |v| th[v], &mut want);
             let got = over.to_vec()?;
             let nset = want.iter().filter(|&&f| f == 1).count();
             let ok = got == want && nset > 0 && nset < want.len();

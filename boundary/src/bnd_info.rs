@@ -519,6 +519,23 @@ impl BndCache {
     }
 }
 
+/// The sparse-allocation flags of a packed buffer: `over[h]` becomes 1 when some |value| of
+/// sub-halo `h`'s segment of `buf` exceeds its variable's threshold (`threshold(slot)` of its
+/// storage slot), else 0. The device's pack kernel computes the same flags as it packs.
+pub fn threshold_flags(
+    infos: &[BndInfo],
+    buf: &[f64],
+    threshold: impl Fn(usize) -> f64,
+    over: &mut [u32],
+) {
+    for (b, o) in infos.iter().zip(over) {
+        let (s, e) = (b.buf_offset, b.buf_offset + b.len());
+        let seg = &buf[s.min(buf.len())..e.min(buf.len())];
+        let t = threshold(b.var);
+        *o = u32::from(seg.iter().any(|v| v.abs() > t));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

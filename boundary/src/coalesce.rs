@@ -34,6 +34,8 @@ pub(crate) struct Group {
     /// Receive side: which of the two messages have arrived.
     status_in: bool,
     data_in: bool,
+    /// The status values as sent or received (one per end), in host memory.
+    status: Vec<f64>,
 }
 
 /// Groups the remote ends of an end list: `ends` yields, per end, `None` for a same-rank end
@@ -74,8 +76,12 @@ pub(crate) fn groups<K: PartialEq>(
             data: 0..0,
             status_in: false,
             data_in: false,
+            status: Vec::new(),
         });
         last = Some((peer, key));
+    }
+    for g in &mut out {
+        g.status = vec![0.0; g.ends.len()];
     }
     Ok(out)
 }
@@ -103,28 +109,31 @@ pub(crate) fn recv_arena(pool: &BufferPool, groups: &[Group]) -> Result<MsgArena
     Ok(MsgArena::new_in(pool, segs)?)
 }
 
-/// Writes each group's status values into `buf` and moves its live channels together (a
-/// no-op when all are live). `end(i)` is end `i`'s range of `buf` and whether it is live.
+/// Writes each group's status values into `arena` and moves its live channels together
+/// (nothing moves when all are live). `end(i)` is end `i`'s range of the arena and whether it
+/// is live.
 pub(crate) fn compact(
     groups: &mut [Group],
-    buf: &mut [f64],
+    arena: &mut MsgArena,
     end: impl Fn(usize) -> (Range<usize>, bool),
-) {
+) -> Result<(), BoundaryError> {
     for g in groups {
         let start = end(g.ends.start).0.start;
         let mut at = start;
         for (k, i) in g.ends.clone().enumerate() {
             let (range, live) = end(i);
-            buf[g.status_at + k] = f64::from(u8::from(live));
+            g.status[k] = f64::from(u8::from(live));
             if live {
                 if range.start != at {
-                    buf.copy_within(range.clone(), at);
+                    arena.copy_within(range.clone(), at)?;
                 }
                 at += range.len();
             }
         }
+        arena.write(g.status_at, &g.status)?;
         g.data = start..at;
     }
+    Ok(())
 }
 
 /// Sends the status and data messages of the groups in `order`, from `arena` (after
@@ -148,12 +157,12 @@ pub(crate) fn send(
 }
 
 /// Receives what has arrived of group `gi` into `arena` (from [`recv_arena`]). Once both of
-/// its messages are in, returns the group's ends and their values, to be taken in order;
-/// the group then returns nothing until [`rearm`].
+/// its messages are in, returns the group's ends and where their values are in the arena,
+/// to be taken in order; the group then returns nothing until [`rearm`].
 pub(crate) fn receive<'a>(
-    groups: &mut [Group],
+    groups: &'a mut [Group],
     gi: usize,
-    arena: &'a mut MsgArena,
+    arena: &mut MsgArena,
     comm: &SimpleCommunicator,
 ) -> Result<Option<(Range<usize>, Arrived<'a>)>, BoundaryError> {
     let g = &mut groups[gi];
@@ -170,6 +179,7 @@ pub(crate) fn receive<'a>(
         }
         arena.recv(comm, 2 * gi, n, g.peer, g.tag)?;
         arena.wait();
+        arena.read(arena.segment(2 * gi).map_or(0, |s| s.start), &mut g.status)?;
         g.status_in = true;
     }
     if g.data_in {
@@ -182,16 +192,12 @@ pub(crate) fn receive<'a>(
     arena.recv(comm, 2 * gi + 1, n, g.peer, g.tag + 1)?;
     arena.wait();
     g.data_in = true;
-    let (st, msg) = (
-        arena.segment(2 * gi).unwrap_or(0..0),
-        arena.segment(2 * gi + 1).unwrap_or(0..0),
-    );
-    let all = arena.buf()?;
+    let at = arena.segment(2 * gi + 1).map_or(0, |s| s.start);
     let arrived = Arrived {
         peer: g.peer,
-        status: &all[st],
-        payload: &all[msg][..n],
-        at: 0,
+        status: &g.status,
+        payload: at..at + n,
+        at,
     };
     Ok(Some((g.ends.clone(), arrived)))
 }
@@ -201,38 +207,40 @@ pub(crate) fn receive<'a>(
 pub(crate) struct Arrived<'a> {
     peer: i32,
     status: &'a [f64],
-    payload: &'a [f64],
+    /// Where the data message lies in the receive arena, and the next channel's values.
+    payload: Range<usize>,
     at: usize,
 }
 
-impl<'a> Arrived<'a> {
-    /// The values of the group's `k`-th channel, which has `len` of them, or `None` when it
-    /// sent a null; channels are taken in order.
-    pub fn take(&mut self, k: usize, len: usize) -> Result<Option<&'a [f64]>, BoundaryError> {
+impl Arrived<'_> {
+    /// Where the values of the group's `k`-th channel, which has `len` of them, lie in the
+    /// receive arena, or `None` when it sent a null; channels are taken in order.
+    pub fn take(&mut self, k: usize, len: usize) -> Result<Option<Range<usize>>, BoundaryError> {
         if self.status.get(k).is_none_or(|&s| s == 0.0) {
             return Ok(None);
         }
-        let Some(values) = self.payload.get(self.at..self.at + len) else {
+        let values = self.at..self.at + len;
+        if values.end > self.payload.end {
             return Err(BoundaryError::Mismatch(format!(
                 "rank {} sent {} values, fewer than its status announces",
                 self.peer,
                 self.payload.len()
             )));
-        };
-        self.at += len;
+        }
+        self.at = values.end;
         Ok(Some(values))
     }
 
     /// Checks, once every channel is taken, that the data message held nothing more.
     pub fn finish(self) -> Result<(), BoundaryError> {
-        if self.at == self.payload.len() {
+        if self.at == self.payload.end {
             return Ok(());
         }
         Err(BoundaryError::Mismatch(format!(
             "rank {} sent {} values, more than the {} its status announces",
             self.peer,
             self.payload.len(),
-            self.at
+            self.at - self.payload.start
         )))
     }
 }
@@ -363,22 +371,26 @@ mod tests {
         let mut g = groups([Some((1, ())), Some((1, ())), Some((1, ()))], |_| Ok(0)).unwrap();
         let len = place_status(&mut g, 6);
         assert_eq!((g[0].status_at, len), (6, 9));
-        let mut buf = vec![1.0, 2.0, -1.0, -1.0, -1.0, 3.0, 0.0, 0.0, 0.0];
-        compact(&mut g, &mut buf, |i| (ranges[i].clone(), live[i]));
+        let mut arena = MsgArena::with_len(9);
+        let values = [1.0, 2.0, -1.0, -1.0, -1.0, 3.0, 0.0, 0.0, 0.0];
+        arena.buf_mut().unwrap().copy_from_slice(&values);
+        compact(&mut g, &mut arena, |i| (ranges[i].clone(), live[i])).unwrap();
         assert_eq!(g[0].data, 0..3);
+        let buf = arena.buf().unwrap();
         assert_eq!(&buf[..3], &[1.0, 2.0, 3.0]);
         assert_eq!(&buf[6..], &[1.0, 0.0, 1.0]);
-        // The status as sent, with a payload of the first `n` values.
+        // The status as sent, with a payload of `n` values from 10 in the receive arena.
+        let status = buf[6..].to_vec();
         let arrived = |n: usize| Arrived {
             peer: 1,
-            status: &buf[6..],
-            payload: &buf[..n],
-            at: 0,
+            status: &status,
+            payload: 10..10 + n,
+            at: 10,
         };
         let mut msg = arrived(3);
-        assert_eq!(msg.take(0, 2).unwrap(), Some(&[1.0, 2.0][..]));
+        assert_eq!(msg.take(0, 2).unwrap(), Some(10..12));
         assert_eq!(msg.take(1, 3).unwrap(), None);
-        assert_eq!(msg.take(2, 1).unwrap(), Some(&[3.0][..]));
+        assert_eq!(msg.take(2, 1).unwrap(), Some(12..13));
         assert!(msg.finish().is_ok());
         // A payload longer than the status announces is an error too.
         let mut long = arrived(4);

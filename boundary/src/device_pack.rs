@@ -20,14 +20,16 @@
 use starhalo_exec::cuda::{FieldDims, HaloDesc, RefineGeom};
 use starhalo_mesh::field::IndexShape;
 
+pub use crate::bnd_info::threshold_flags;
 use crate::bnd_info::{
     BlockLayout, BndCache, BndInfo, FieldLayout, FLAG_ALLOCATED, FLAG_COARSE, FLAG_MIRROR0,
 };
 use crate::bounds::{coarse_interior, interior_bounds, physical_boxes, BlockFinish};
 use crate::error::BoundaryError;
-use crate::exchange::{Exchange, FieldSpace};
+use crate::exchange::{not_host, slot_threshold, Exchange, FieldSpace};
 use crate::prolong_restrict::{prolongate, restrict, Prolongation};
 use crate::storage::BlockData;
+use starhalo_sf::p2p::{Values, ValuesMut};
 
 /// The kernels' form of a descriptor.
 pub fn halo_desc(b: &BndInfo) -> HaloDesc {
@@ -65,19 +67,6 @@ pub fn refine_geom(
         fine: field_dims(FieldLayout::of_shape(shape, nvar), nblocks),
         coarse: field_dims(FieldLayout::of_shape(&cshape, nvar), nblocks),
     })
-}
-
-/// Host twin of the pack kernel's flags: for each sub-halo of `infos`, 1 when some |value| of
-/// its segment of the packed `buf` exceeds `threshold`, else 0.
-pub fn threshold_flags(infos: &[BndInfo], buf: &[f64], threshold: f64) -> Vec<u32> {
-    infos
-        .iter()
-        .map(|b| {
-            let (s, e) = (b.buf_offset, b.buf_offset + b.len());
-            let seg = &buf[s.min(buf.len())..e.min(buf.len())];
-            u32::from(seg.iter().any(|v| v.abs() > threshold))
-        })
-        .collect()
 }
 
 /// Host twin of the pack kernel: each sub-halo of `infos` into `buf` at its offset, from the
@@ -187,6 +176,8 @@ pub struct SpacePlan {
     /// The value unallocated (null) sub-halos receive: the default of every sparse
     /// fill-ghost variable.
     pub fill: f64,
+    /// Per storage slot: its variable's sparse threshold (infinite where it has none).
+    pub thresholds: Vec<f64>,
     /// Per route: the coarse interiors restricted before it packs.
     pub route_restrict: Vec<Vec<BndInfo>>,
     /// Per partition: its post-unpack work.
@@ -261,6 +252,9 @@ impl SpacePlan {
             shape,
             ops,
             fill,
+            thresholds: (0..layout.fine.nvar)
+                .map(|s| slot_threshold(data, s))
+                .collect(),
             route_restrict,
             parts,
         })
@@ -433,21 +427,29 @@ impl FieldSpace for HostTwin {
         _route: usize,
         cache: &BndCache,
         _data: &BlockData,
-        buf: &mut [f64],
+        buf: ValuesMut<'_>,
+        over: Option<&mut [u32]>,
     ) -> Result<(), BoundaryError> {
+        let buf = buf.host().ok_or_else(not_host)?;
         let p = &self.plan;
         let coarse = p.coarse.map(|c| (c, &self.coarse[..]));
-        pack_boxes(cache.infos(), p.nblocks, (p.fine, &self.fine), coarse, buf)
+        pack_boxes(cache.infos(), p.nblocks, (p.fine, &self.fine), coarse, buf)?;
+        if let Some(over) = over {
+            let t = |s: usize| p.thresholds.get(s).copied().unwrap_or(f64::INFINITY);
+            threshold_flags(cache.infos(), buf, t, over);
+        }
+        Ok(())
     }
 
     fn unpack(
         &mut self,
         _route: usize,
         cache: &BndCache,
-        buf: &[f64],
+        buf: Values<'_>,
         _data: &mut BlockData,
         _defaults: &[f64],
     ) -> Result<(), BoundaryError> {
+        let buf = buf.host().ok_or_else(not_host)?;
         let p = &self.plan;
         let coarse = p.coarse.map(|c| (c, &mut self.coarse[..]));
         let fine = (p.fine, &mut self.fine[..]);
@@ -511,6 +513,7 @@ mod device {
     use crate::exchange::{Exchange, FieldSpace};
     use crate::prolong_restrict::Prolongation;
     use crate::storage::BlockData;
+    use starhalo_sf::p2p::{Values, ValuesMut};
 
     /// A [`BndCache`] on a device: pack-in-one and unpack-in-one as one launch each.
     #[derive(Debug)]
@@ -560,20 +563,18 @@ mod device {
         }
 
         /// Packs every sub-halo from `data` (coarse ones from `coarse`) into `buf`, all on
-        /// the device; with `flags = Some((threshold, out))`, `out[h]` becomes 1 when some
-        /// |value| of sub-halo `h` exceeds `threshold` (sparse allocation), else 0.
+        /// the device; with `flags = Some((thresholds, out))`, `out[h]` becomes 1 when some
+        /// |value| of sub-halo `h` exceeds its variable slot's threshold (sparse
+        /// allocation), else 0.
         pub fn pack(
             &self,
             dev: &Device,
             data: &Buffer<f64>,
             coarse: Option<&Buffer<f64>>,
             buf: &mut Buffer<f64>,
-            flags: Option<(f64, &mut Buffer<u32>)>,
+            flags: Option<(&Buffer<f64>, &mut Buffer<u32>)>,
         ) -> Result<(), CudaError> {
-            match flags {
-                Some((t, out)) => dev.halo_pack(&self.halos, data, coarse, buf, t, Some(out)),
-                None => dev.halo_pack(&self.halos, data, coarse, buf, f64::INFINITY, None),
-            }
+            dev.halo_pack(&self.halos, data, coarse, buf, flags)
         }
 
         /// Unpacks every sub-halo from `buf` into `data` (coarse ones into `coarse`);
@@ -591,11 +592,13 @@ mod device {
         }
     }
 
-    /// A route on the device: send and receive descriptors with their device buffers, and the
+    /// A route on the device: send and receive descriptors with their device buffers (the
+    /// staging copies of host message buffers), the send side's sparse flags, and the
     /// restriction before packing.
     #[derive(Debug)]
     struct DeviceRoute {
         sides: [(DeviceBndCache, Buffer<f64>); 2],
+        over: Buffer<u32>,
         restrict: Option<DeviceRefine>,
     }
 
@@ -619,6 +622,8 @@ mod device {
     pub struct DeviceFields {
         dev: Arc<Device>,
         plan: SpacePlan,
+        /// The plan's sparse threshold per variable slot.
+        thresholds: Buffer<f64>,
         fine: Buffer<f64>,
         coarse: Option<Buffer<f64>>,
         routes: Vec<DeviceRoute>,
@@ -681,6 +686,7 @@ mod device {
                 };
                 routes.push(DeviceRoute {
                     sides: [side(send)?, side(recv)?],
+                    over: Buffer::zeroed_on(dev, send.infos().len())?,
                     restrict: refine(restrict, false)?,
                 });
             }
@@ -707,6 +713,7 @@ mod device {
             let (fine, coarse) = plan.split(data.data());
             Ok(Self {
                 dev: dev.clone(),
+                thresholds: Buffer::from_host_to(dev, &plan.thresholds)?,
                 fine: Buffer::from_host_to(dev, &fine)?,
                 coarse: match plan.coarse {
                     Some(_) => Some(Buffer::from_host_to(dev, &coarse)?),
@@ -793,41 +800,55 @@ mod device {
             route: usize,
             cache: &BndCache,
             _data: &BlockData,
-            buf: &mut [f64],
+            buf: ValuesMut<'_>,
+            over: Option<&mut [u32]>,
         ) -> Result<(), BoundaryError> {
-            let (n, got) = (cache.buffer_len(), buf.len());
-            let out = buf.get_mut(..n).ok_or(BoundaryError::Size {
-                what: "communication buffer",
-                expected: n,
-                got,
-            })?;
+            let n = cache.buffer_len();
             let Self {
                 dev,
                 fine,
                 coarse,
                 routes,
+                thresholds,
                 ..
             } = self;
-            let [(d, dbuf), _] = &mut routes.get_mut(route).ok_or_else(|| no_route(route))?.sides;
-            d.pack(dev, fine, coarse.as_ref(), dbuf, None)
-                .map_err(device_error)?;
-            dbuf.download(out).map_err(device_error)
+            let r = routes.get_mut(route).ok_or_else(|| no_route(route))?;
+            let [(d, dbuf), _] = &mut r.sides;
+            let flags = over.is_some().then_some((&*thresholds, &mut r.over));
+            match buf {
+                // GPU-aware: straight into the message buffer MPI reads in place.
+                ValuesMut::Space(b) => d
+                    .pack(dev, fine, coarse.as_ref(), b, flags)
+                    .map_err(device_error)?,
+                // Staged: into the device copy, then down to the host message buffer (the
+                // download waits for the stream: the one synchronisation before MPI).
+                ValuesMut::Host(h) => {
+                    let got = h.len();
+                    let out = h.get_mut(..n).ok_or(BoundaryError::Size {
+                        what: "communication buffer",
+                        expected: n,
+                        got,
+                    })?;
+                    d.pack(dev, fine, coarse.as_ref(), dbuf, flags)
+                        .map_err(device_error)?;
+                    dbuf.download(out).map_err(device_error)?;
+                }
+            }
+            match over {
+                Some(o) => r.over.download(o).map_err(device_error),
+                None => Ok(()),
+            }
         }
 
         fn unpack(
             &mut self,
             route: usize,
             cache: &BndCache,
-            buf: &[f64],
+            buf: Values<'_>,
             _data: &mut BlockData,
             _defaults: &[f64],
         ) -> Result<(), BoundaryError> {
             let n = cache.buffer_len();
-            let from = buf.get(..n).ok_or(BoundaryError::Size {
-                what: "communication buffer",
-                expected: n,
-                got: buf.len(),
-            })?;
             let Self {
                 dev,
                 plan,
@@ -836,10 +857,24 @@ mod device {
                 routes,
                 ..
             } = self;
-            let [_, (d, dbuf)] = &mut routes.get_mut(route).ok_or_else(|| no_route(route))?.sides;
+            let r = routes.get_mut(route).ok_or_else(|| no_route(route))?;
+            let [_, (d, dbuf)] = &mut r.sides;
             d.refresh(dev, cache).map_err(device_error)?;
-            dbuf.upload(from).map_err(device_error)?;
-            d.unpack(dev, dbuf, fine, coarse.as_mut(), plan.fill)
+            let from = match buf {
+                // GPU-aware: straight from the message buffer MPI wrote in place.
+                Values::Space(b) => b,
+                Values::Host(h) => {
+                    let got = h.len();
+                    let h = h.get(..n).ok_or(BoundaryError::Size {
+                        what: "communication buffer",
+                        expected: n,
+                        got,
+                    })?;
+                    dbuf.upload(h).map_err(device_error)?;
+                    dbuf
+                }
+            };
+            d.unpack(dev, from, fine, coarse.as_mut(), plan.fill)
                 .map_err(device_error)
         }
 
@@ -1018,8 +1053,31 @@ mod tests {
             &mut buf,
         )
         .unwrap();
-        assert_eq!(threshold_flags(c.infos(), &buf, 1.0), [1, 0]);
-        assert_eq!(threshold_flags(c.infos(), &buf, 2.0), [0, 0]);
+        let mut over = [7; 2];
+        threshold_flags(c.infos(), &buf, |_| 1.0, &mut over);
+        assert_eq!(over, [1, 0]);
+        threshold_flags(c.infos(), &buf, |_| 2.0, &mut over);
+        assert_eq!(over, [0, 0]);
+        // Each sub-halo is held to its own variable slot's threshold.
+        let two = FieldLayout {
+            dims: [2, 1, 1],
+            nvar: 2,
+        };
+        let infos = vec![
+            BndInfo::new(0, 0, &IndexBox([r(0, 1), r(0, 0), r(0, 0)]), 0, 0),
+            BndInfo::new(0, 1, &IndexBox([r(0, 1), r(0, 0), r(0, 0)]), 2, 0),
+        ];
+        let c = BndCache::new(two, 1, infos).unwrap();
+        c.pack(
+            starhalo_exec::Policy::Serial,
+            &[0.1, -2.0, 0.5, 3.0],
+            &mut buf,
+        )
+        .unwrap();
+        threshold_flags(c.infos(), &buf, |s| [2.5, 2.5][s], &mut over);
+        assert_eq!(over, [0, 1]);
+        threshold_flags(c.infos(), &buf, |s| [1.0, 5.0][s], &mut over);
+        assert_eq!(over, [1, 0]);
     }
 
     #[test]
@@ -1177,9 +1235,11 @@ int main() {
     sh_read(coarse, clen);
     sh_read(buf, buflen);
     u32 *over = (u32 *)malloc(nhalo * 4 + 4);
+    double *th = (double *)malloc(nvar * 8 + 8);
+    for (u64 v = 0; v < nvar; ++v) th[v] = h[18] * (double)(v + 1);
     double *flags = (double *)malloc(nhalo * 8 + 8);
     switch (op) {
-    case 0: sh_halo_pack(info, nhalo, fine, coarse, buf, f[0], f[1], f[2], c[0], c[1], c[2], nvar, h[18], over); break;
+    case 0: sh_halo_pack(info, nhalo, fine, coarse, buf, f[0], f[1], f[2], c[0], c[1], c[2], nvar, th, over); break;
     case 1: sh_halo_unpack(info, nhalo, buf, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, h[19]); break;
     case 2: sh_restrict(info, nhalo, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg); break;
     case 3: sh_prolongate(info, nhalo, coarse, fine, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg, pop); break;
@@ -1358,7 +1418,8 @@ int main() {
                 assert_eq!(bits(&got.buf), bits(&want.buf), "{ndim}-D {what}: buffer");
             };
 
-            // Pack, with the flags of sub-halos holding some |value| above 0.5.
+            // Pack, with the flags of sub-halos holding some |value| above their slot's
+            // threshold: 0.5 for slot 0, 1.0 for slot 1, ...
             let mut st = State {
                 buf: vec![0.0; off],
                 ..start.clone()
@@ -1366,7 +1427,9 @@ int main() {
             let got = run(0, 0, &halos, &st);
             let coarse = Some((cl, &st.coarse[..]));
             pack_boxes(&halos, nb, (fl, &st.fine), coarse, &mut st.buf).unwrap();
-            st.flags = threshold_flags(&halos, &st.buf, 0.5);
+            let mut over = vec![0; halos.len()];
+            threshold_flags(&halos, &st.buf, |s| 0.5 * (s + 1) as f64, &mut over);
+            st.flags = over;
             same("pack", &got, &st);
             assert_eq!(got.flags, st.flags, "{ndim}-D pack flags");
             assert!(st.flags.contains(&1), "some sub-halo above the threshold");

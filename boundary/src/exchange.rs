@@ -35,15 +35,17 @@ use std::str::FromStr;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use starhalo_exec::Policy;
 pub use starhalo_exec::TaskStatus;
+use starhalo_exec::{Buffer, Policy};
 use starhalo_mesh::field::IndexShape;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::p2p::{self, MsgArena};
+use starhalo_sf::p2p::{self, MsgArena, Values, ValuesMut};
 use starhalo_sf::pool::BufferPool;
 
 use crate::block_set::BlockSet;
-use crate::bnd_info::{recv_box, send_box, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE};
+use crate::bnd_info::{
+    recv_box, send_box, threshold_flags, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE,
+};
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, ChannelKey, RankChannels};
 use crate::coalesce::{self, Group};
@@ -257,21 +259,26 @@ pub trait FieldSpace {
         host_restrict(list, shape, data)
     }
 
-    /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`.
+    /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`: host values,
+    /// or the route's message buffer where MPI reads it in place (see
+    /// [`Exchange::place_messages`]). With `over`, also marks the sub-halos holding a value
+    /// above their variable's sparse threshold ([`threshold_flags`]).
     fn pack(
         &mut self,
         route: usize,
         cache: &BndCache,
         data: &BlockData,
-        buf: &mut [f64],
+        buf: ValuesMut<'_>,
+        over: Option<&mut [u32]>,
     ) -> Result<(), BoundaryError>;
 
-    /// Unpacks `buf` into the sub-halos of `cache` (route `route`'s receive side).
+    /// Unpacks `buf` (host values, or the placed message buffer) into the sub-halos of
+    /// `cache` (route `route`'s receive side).
     fn unpack(
         &mut self,
         route: usize,
         cache: &BndCache,
-        buf: &[f64],
+        buf: Values<'_>,
         data: &mut BlockData,
         defaults: &[f64],
     ) -> Result<(), BoundaryError>;
@@ -344,21 +351,45 @@ impl FieldSpace for HostFields {
         _route: usize,
         cache: &BndCache,
         data: &BlockData,
-        buf: &mut [f64],
+        buf: ValuesMut<'_>,
+        over: Option<&mut [u32]>,
     ) -> Result<(), BoundaryError> {
-        cache.pack(self.0, data.data(), buf)
+        let buf = buf.host().ok_or_else(not_host)?;
+        cache.pack(self.0, data.data(), buf)?;
+        if let Some(over) = over {
+            threshold_flags(cache.infos(), buf, |s| slot_threshold(data, s), over);
+        }
+        Ok(())
     }
 
     fn unpack(
         &mut self,
         _route: usize,
         cache: &BndCache,
-        buf: &[f64],
+        buf: Values<'_>,
         data: &mut BlockData,
         defaults: &[f64],
     ) -> Result<(), BoundaryError> {
+        let buf = buf.host().ok_or_else(not_host)?;
         cache.unpack(self.0, buf, data.data_mut(), defaults)
     }
+}
+
+/// Host block storage given message buffers in device memory.
+pub(crate) fn not_host() -> BoundaryError {
+    BoundaryError::Device(
+        "host fields were given message buffers in device memory to pack or unpack".into(),
+    )
+}
+
+/// The sparse threshold of the variable holding storage slot `slot` (never exceeded when it
+/// has none).
+pub(crate) fn slot_threshold(data: &BlockData, slot: usize) -> f64 {
+    data.vars()
+        .iter()
+        .find(|v| v.slots.contains(&slot))
+        .and_then(|v| v.threshold)
+        .unwrap_or(f64::INFINITY)
 }
 
 /// Everything one (partition, type) needs.
@@ -374,6 +405,8 @@ struct Route {
     recv_groups: Vec<Group>,
     /// Receive side of coalesced messages: per group a status and a data segment.
     coal: MsgArena,
+    /// Per sub-halo of the send side: a value above its variable's sparse threshold.
+    over: Vec<u32>,
     /// Posting orders: indices into `send`/`recv` (or the groups, when coalesced).
     send_order: Vec<usize>,
     recv_order: Vec<usize>,
@@ -658,6 +691,7 @@ impl Exchange {
                 routes.push(Route {
                     send: send_ends,
                     recv: recv_ends,
+                    over: vec![0; send_cache.infos().len()],
                     send_cache,
                     recv_cache,
                     send_buf,
@@ -753,6 +787,25 @@ impl Exchange {
     /// The pool its message buffers come from.
     pub fn pool(&self) -> &BufferPool {
         &self.pool
+    }
+
+    /// Moves every message buffer into a new buffer in the memory space (and on the device)
+    /// of `like`, which MPI then reads and writes in place: the GPU-aware path, where the
+    /// field space packs into and unpacks from device memory directly (for device memory,
+    /// the MPI must support it: `starhalo_sf::mpi_cuda_support`). Only between exchanges.
+    pub fn place_messages(&mut self, like: &Buffer<f64>) -> Result<(), BoundaryError> {
+        for r in &mut self.routes {
+            r.send_buf.wait();
+            for a in [&mut r.send_buf, &mut r.recv_buf, &mut r.coal] {
+                a.place(like)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the message buffers are [placed](Self::place_messages).
+    pub fn messages_placed(&self) -> bool {
+        self.routes.iter().any(|r| r.send_buf.is_placed())
     }
 
     /// Messages and bytes sent so far.
@@ -853,24 +906,26 @@ impl Exchange {
         if !r.restrict.is_empty() {
             fields.restrict(ri, &r.restrict, &self.shape, data)?;
         }
-        let buf = r.send_buf.buf_mut()?;
-        fields.pack(ri, &r.send_cache, data, buf)?;
+        let sparse = r
+            .send
+            .iter()
+            .any(|e| data.vars()[e.var].threshold.is_some());
+        let over = sparse.then_some(&mut r.over[..]);
+        fields.pack(ri, &r.send_cache, data, r.send_buf.values_mut()?, over)?;
         for e in &mut r.send {
             let vs = &data.vars()[e.var];
             let live = data.is_allocated(e.block, e.var)
-                && vs
-                    .threshold
-                    .is_none_or(|t| buf[e.buf.clone()].iter().any(|x| x.abs() > t));
+                && (vs.threshold.is_none() || r.over[e.halos.clone()].iter().any(|&f| f != 0));
             e.st.sent(live)?;
         }
         if self.opts.coalesced {
             let send = &r.send;
-            coalesce::compact(&mut r.send_groups, buf, |i| {
+            coalesce::compact(&mut r.send_groups, &mut r.send_buf, |i| {
                 (
                     send[i].buf.clone(),
                     send[i].st.state() == BufferState::Sending,
                 )
-            });
+            })?;
             coalesce::send(
                 &r.send_groups,
                 r.send_order.iter().copied(),
@@ -914,13 +969,10 @@ impl Exchange {
                 BufferState::Sending => {
                     if sr == ri {
                         let r = &mut self.routes[ri];
-                        let from = &r.send_buf.buf()?[range];
-                        r.recv_buf.segment_mut(i)?.copy_from_slice(from);
+                        r.recv_buf.copy_to_segment(i, &r.send_buf, range)?;
                     } else {
                         let (a, b) = pair_mut(&mut self.routes, ri, sr);
-                        a.recv_buf
-                            .segment_mut(i)?
-                            .copy_from_slice(&b.send_buf.buf()?[range]);
+                        a.recv_buf.copy_to_segment(i, &b.send_buf, range)?;
                     }
                     Arrival::Data
                 }
@@ -945,7 +997,7 @@ impl Exchange {
                     let e = &mut r.recv[i];
                     let arrival = match msg.take(k, e.buf.len())? {
                         Some(values) => {
-                            r.recv_buf.segment_mut(i)?.copy_from_slice(values);
+                            r.recv_buf.copy_to_segment(i, &r.coal, values)?;
                             Arrival::Data
                         }
                         None => Arrival::Null,
@@ -1019,7 +1071,13 @@ impl Exchange {
                 self.pending_alloc[part].push((e.block, e.var));
             }
         }
-        fields.unpack(ri, &r.recv_cache, r.recv_buf.buf()?, data, &self.defaults)?;
+        fields.unpack(
+            ri,
+            &r.recv_cache,
+            r.recv_buf.values()?,
+            data,
+            &self.defaults,
+        )?;
         coalesce::rearm(&mut r.recv_groups);
         for i in 0..self.routes[ri].recv.len() {
             self.routes[ri].recv[i].st.stale()?;

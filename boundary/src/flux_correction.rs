@@ -598,9 +598,9 @@ impl FluxCorrection {
         }
         if self.coalesced {
             let send = &self.send;
-            coalesce::compact(&mut self.send_groups, buf, |i| {
+            coalesce::compact(&mut self.send_groups, &mut self.send_buf, |i| {
                 (send[i].buf.clone(), send[i].state == BufferState::Sending)
-            });
+            })?;
             let all = 0..self.send_groups.len();
             coalesce::send(
                 &self.send_groups,
@@ -651,7 +651,7 @@ impl FluxCorrection {
                 let e = &mut self.recv[i];
                 e.state = match msg.take(k, e.buf.len())? {
                     Some(values) => {
-                        self.recv_buf.segment_mut(i)?.copy_from_slice(values);
+                        self.recv_buf.copy_to_segment(i, &self.coal, values)?;
                         BufferState::Received
                     }
                     None => BufferState::ReceivedNull,

@@ -1,5 +1,7 @@
 //! Buffers that know their memory space.
 
+use std::ops::Range;
+
 use crate::element::Element;
 use crate::space::{MemSpace, SpaceError};
 
@@ -47,6 +49,12 @@ impl From<CudaError> for SpaceError {
             SpaceError::Device(e.to_string())
         }
     }
+}
+
+fn out_of_range(what: &str, off: usize, n: usize, len: usize) -> SpaceError {
+    SpaceError::Range(format!(
+        "{what} of {n} values at {off} of a buffer of {len}"
+    ))
 }
 
 impl<T: Element> Clone for Buffer<T> {
@@ -177,6 +185,117 @@ impl<T: Element> Buffer<T> {
         Ok(v)
     }
 
+    /// A buffer of `len` default values in the same space (on the same device) as this one.
+    pub fn zeroed_like(&self, len: usize) -> Result<Self, SpaceError> {
+        match &self.repr {
+            Repr::Host(_) => Self::zeroed(MemSpace::Host, len),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => Ok(Self::zeroed_on(d.device(), len)?),
+        }
+    }
+
+    /// Overwrites the `src.len()` elements from `off` with `src`, from host memory.
+    pub fn write_at(&mut self, off: usize, src: &[T]) -> Result<(), SpaceError> {
+        let n = self.len();
+        match &mut self.repr {
+            Repr::Host(d) => d
+                .get_mut(off..off.saturating_add(src.len()))
+                .ok_or_else(|| out_of_range("write", off, src.len(), n))?
+                .copy_from_slice(src),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.upload_at(off, src)?,
+        }
+        Ok(())
+    }
+
+    /// Copies the `dst.len()` elements from `off` into `dst` in host memory; returns once
+    /// they are there.
+    pub fn read_at(&self, off: usize, dst: &mut [T]) -> Result<(), SpaceError> {
+        let n = self.len();
+        match &self.repr {
+            Repr::Host(d) => dst.copy_from_slice(
+                d.get(off..off.saturating_add(dst.len()))
+                    .ok_or_else(|| out_of_range("read", off, dst.len(), n))?,
+            ),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.download_at(off, dst)?,
+        }
+        Ok(())
+    }
+
+    /// Copies `len` elements of `src` from `src_off` to `dst_off` of this buffer: both in
+    /// host memory, or both on one device (a copy on its stream).
+    pub fn copy_range_from(
+        &mut self,
+        dst_off: usize,
+        src: &Self,
+        src_off: usize,
+        len: usize,
+    ) -> Result<(), SpaceError> {
+        let n = self.len();
+        match (&mut self.repr, &src.repr) {
+            (Repr::Host(d), Repr::Host(s)) => {
+                let from = s
+                    .get(src_off..src_off.saturating_add(len))
+                    .ok_or_else(|| out_of_range("copy", src_off, len, s.len()))?;
+                d.get_mut(dst_off..dst_off.saturating_add(len))
+                    .ok_or_else(|| out_of_range("copy", dst_off, len, n))?
+                    .copy_from_slice(from);
+            }
+            #[cfg(feature = "cuda")]
+            (Repr::Cuda(d), Repr::Cuda(s)) => d.copy_from(dst_off, s, src_off, len)?,
+            #[cfg(feature = "cuda")]
+            _ => {
+                return Err(SpaceError::Device(
+                    "a range copy between host and device buffers".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the elements of `range` to start at `dst`, within this buffer; the two may
+    /// overlap.
+    pub fn copy_within(&mut self, range: Range<usize>, dst: usize) -> Result<(), SpaceError> {
+        let n = self.len();
+        let len = range.len();
+        if range.end > n || dst.saturating_add(len) > n {
+            return Err(out_of_range("copy", range.start.max(dst), len, n));
+        }
+        match &mut self.repr {
+            Repr::Host(d) => d.copy_within(range, dst),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => {
+                // A device-to-device copy may not overlap itself: go through a scratch copy.
+                let mut tmp = DeviceBuffer::zeroed(d.device(), len)?;
+                tmp.copy_from(0, d, range.start, len)?;
+                d.copy_from(dst, &tmp, 0, len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The address of the first element (host memory, or the device's own address), for
+    /// a library that reads and writes the memory itself (MPI, which must then support
+    /// device memory for a device buffer).
+    pub fn address(&self) -> usize {
+        match &self.repr {
+            Repr::Host(d) => d.as_ptr() as usize,
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => d.address() as usize,
+        }
+    }
+
+    /// Returns once all work queued on the buffer's device has finished (at once for host
+    /// memory): before a library reads or writes the memory outside that device's stream.
+    pub fn wait(&self) -> Result<(), SpaceError> {
+        match &self.repr {
+            Repr::Host(_) => Ok(()),
+            #[cfg(feature = "cuda")]
+            Repr::Cuda(d) => Ok(d.device().synchronize()?),
+        }
+    }
+
     /// Sets every element to `v`.
     pub fn fill(&mut self, v: T) -> Result<(), SpaceError> {
         match &mut self.repr {
@@ -218,21 +337,6 @@ impl<T: Element> Buffer<T> {
         match &self.repr {
             Repr::Cuda(d) => Some(d.address()),
             Repr::Host(_) => None,
-        }
-    }
-
-    /// Copies `len` elements of `src` from `src_off` to `dst_off` of this buffer, both on the
-    /// same device (a copy on the device's stream).
-    pub fn copy_range_from(
-        &mut self,
-        dst_off: usize,
-        src: &Self,
-        src_off: usize,
-        len: usize,
-    ) -> Result<(), CudaError> {
-        match (&mut self.repr, &src.repr) {
-            (Repr::Cuda(d), Repr::Cuda(s)) => d.copy_from(dst_off, s, src_off, len),
-            _ => Err(crate::cuda::ops::wrong_space(MemSpace::Host)),
         }
     }
 
@@ -357,6 +461,37 @@ mod tests {
         b.download(&mut out).unwrap();
         assert_eq!(out, [4.0, 5.0]);
         assert_eq!(c.to_vec().unwrap(), [-3.5, -3.5]);
+    }
+
+    #[test]
+    fn ranges_copy_read_and_write_within_bounds() {
+        let mut b = Buffer::from_slice(MemSpace::Host, &[1.0f64, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        // Overlapping moves both ways.
+        b.copy_within(0..3, 1).unwrap();
+        assert_eq!(b.to_vec().unwrap(), [1.0, 1.0, 2.0, 3.0, 5.0]);
+        b.copy_within(2..5, 0).unwrap();
+        assert_eq!(b.to_vec().unwrap(), [2.0, 3.0, 5.0, 3.0, 5.0]);
+        b.write_at(3, &[9.0, 8.0]).unwrap();
+        let mut two = [0.0; 2];
+        b.read_at(2, &mut two).unwrap();
+        assert_eq!(two, [5.0, 9.0]);
+        let mut c = b.zeroed_like(3).unwrap();
+        assert_eq!((c.space(), c.len()), (MemSpace::Host, 3));
+        c.copy_range_from(1, &b, 3, 2).unwrap();
+        assert_eq!(c.to_vec().unwrap(), [0.0, 9.0, 8.0]);
+        // Nothing is written out of bounds.
+        assert!(matches!(
+            b.write_at(4, &[1.0, 1.0]),
+            Err(SpaceError::Range(_))
+        ));
+        assert!(b.read_at(5, &mut [0.0]).is_err());
+        assert!(b.copy_within(3..6, 0).is_err());
+        assert!(b.copy_within(0..2, 4).is_err());
+        assert!(c.copy_range_from(2, &b, 0, 2).is_err());
+        assert_eq!(c.to_vec().unwrap(), [0.0, 9.0, 8.0]);
+        assert_eq!(b.to_vec().unwrap(), [2.0, 3.0, 5.0, 9.0, 8.0]);
+        assert_eq!(b.address(), b.host().unwrap().as_ptr() as usize);
+        b.wait().unwrap();
     }
 
     #[test]

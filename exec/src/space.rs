@@ -14,7 +14,7 @@ pub enum MemSpace {
 }
 
 /// A memory space that could not be named or used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SpaceError {
     /// The name is not a memory space.
     #[error("unknown memory space `{0}` (expected `host` or `cuda`)")]
@@ -25,6 +25,9 @@ pub enum SpaceError {
     /// A host slice of the wrong length for a buffer.
     #[error("a buffer of {expected} values was given {got}")]
     Length { expected: usize, got: usize },
+    /// A range outside a buffer.
+    #[error("out of range: {0}")]
+    Range(String),
     /// A device operation failed (the message says which call and why).
     #[error("device error: {0}")]
     Device(String),

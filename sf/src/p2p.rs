@@ -14,10 +14,18 @@
 //! segments (ordered and disjoint), each carrying at most one message at a time, so any
 //! posting order is safe. While receives are in flight the buffer is not readable; while
 //! sends are in flight it is readable but not writable.
+//!
+//! An arena can also be [placed](MsgArena::place) in a [`Buffer`] of any memory space: MPI
+//! then reads and writes that memory in place (device memory needs an MPI with CUDA
+//! support: the GPU-aware path), and the values are reached through the space's own
+//! operations ([`MsgArena::values_mut`], [`MsgArena::copy_to_segment`], ...) rather than as
+//! host slices. Before MPI touches a placed buffer, the arena waits for the work queued on
+//! its device since it handed the buffer out.
 
 use std::ops::Range;
 
 use mpi::topology::SimpleCommunicator;
+use starhalo_exec::{Buffer, SpaceError};
 
 use crate::pool::{BufferPool, Owned};
 use crate::raw;
@@ -40,16 +48,120 @@ pub enum P2pError {
     /// The buffer was asked for while messages are in flight.
     #[error("the buffer is in use by {0} messages in flight")]
     InFlight(usize),
+    /// Host slices of a buffer placed in device memory were asked for.
+    #[error("the message buffer is in device memory, not readable as host values")]
+    NotHost,
+    /// The placed buffer's memory space failed.
+    #[error(transparent)]
+    Space(#[from] SpaceError),
+}
+
+/// An arena's values, to write: host values, or a placed buffer of some memory space.
+#[derive(Debug)]
+pub enum ValuesMut<'a> {
+    Host(&'a mut [f64]),
+    Space(&'a mut Buffer<f64>),
+}
+
+/// An arena's values, to read.
+#[derive(Debug, Clone, Copy)]
+pub enum Values<'a> {
+    Host(&'a [f64]),
+    Space(&'a Buffer<f64>),
+}
+
+impl<'a> ValuesMut<'a> {
+    /// The values as a host slice, where they are in host memory.
+    pub fn host(self) -> Option<&'a mut [f64]> {
+        match self {
+            Self::Host(v) => Some(v),
+            Self::Space(b) => b.host_mut(),
+        }
+    }
+}
+
+impl<'a> Values<'a> {
+    /// The values as a host slice, where they are in host memory.
+    pub fn host(self) -> Option<&'a [f64]> {
+        match self {
+            Self::Host(v) => Some(v),
+            Self::Space(b) => b.host(),
+        }
+    }
+}
+
+/// Where an arena's values live: a pooled host buffer, or a buffer placed in a memory space.
+#[derive(Debug)]
+enum Store {
+    Pool(Owned),
+    Placed(Buffer<f64>),
+}
+
+impl Store {
+    fn len(&self) -> usize {
+        match self {
+            Self::Pool(o) => o.len(),
+            Self::Placed(b) => b.len(),
+        }
+    }
+
+    fn host(&self) -> Option<&[f64]> {
+        match self {
+            Self::Pool(o) => Some(o),
+            Self::Placed(b) => b.host(),
+        }
+    }
+
+    fn host_mut(&mut self) -> Option<&mut [f64]> {
+        match self {
+            Self::Pool(o) => Some(o),
+            Self::Placed(b) => b.host_mut(),
+        }
+    }
+
+    fn address(&self) -> usize {
+        match self {
+            Self::Pool(o) => o.as_ptr() as usize,
+            Self::Placed(b) => b.address(),
+        }
+    }
+
+    /// Makes the store at least `len` values long, keeping its values.
+    fn grow_to(&mut self, len: usize) -> Result<(), P2pError> {
+        if self.len() >= len {
+            return Ok(());
+        }
+        match self {
+            Self::Pool(o) => o.resize(len),
+            Self::Placed(b) => {
+                let mut next = b.zeroed_like(len)?;
+                next.copy_range_from(0, b, 0, b.len())?;
+                *b = next;
+            }
+        }
+        Ok(())
+    }
+
+    fn copy_within(&mut self, range: Range<usize>, dst: usize) -> Result<(), P2pError> {
+        match self {
+            Self::Pool(o) => o.copy_within(range, dst),
+            Self::Placed(b) => b.copy_within(range, dst)?,
+        }
+        Ok(())
+    }
 }
 
 /// A buffer of `f64` cut into segments, with at most one message in flight per segment.
 #[derive(Debug)]
 pub struct MsgArena {
-    buf: Owned,
+    buf: Store,
     segs: Vec<Range<usize>>,
     busy: Vec<bool>,
     receiving: usize,
     reqs: raw::Requests,
+    /// A placed buffer was handed out or copied into since MPI last touched it: device
+    /// work may be queued on it.
+    queued: bool,
 }
 
 impl MsgArena {
@@ -96,12 +208,42 @@ impl MsgArena {
 
     fn empty(pool: &BufferPool, len: usize) -> Self {
         Self {
-            buf: pool.get(len),
+            buf: Store::Pool(pool.get(len)),
             segs: Vec::new(),
             busy: Vec::new(),
             receiving: 0,
             reqs: raw::Requests::default(),
+            queued: false,
         }
+    }
+
+    /// Moves the values into a new buffer in the memory space (and on the device) of
+    /// `like`, which MPI then reads and writes in place; only while nothing is in flight.
+    ///
+    /// ```
+    /// use starhalo_exec::{Buffer, MemSpace};
+    /// use starhalo_sf::p2p::{MsgArena, P2pError};
+    /// let mut a = MsgArena::new(vec![0..2]).unwrap();
+    /// a.buf_mut().unwrap().copy_from_slice(&[1.0, 2.0]);
+    /// a.place(&Buffer::zeroed(MemSpace::Host, 0).unwrap()).unwrap();
+    /// assert_eq!(a.buf().unwrap(), &[1.0, 2.0]);
+    /// ```
+    pub fn place(&mut self, like: &Buffer<f64>) -> Result<(), P2pError> {
+        self.idle()?;
+        let n = self.buf.len();
+        let mut b = like.zeroed_like(n)?;
+        match &self.buf {
+            Store::Pool(o) => b.write_at(0, o)?,
+            Store::Placed(old) => b.copy_range_from(0, old, 0, n)?,
+        }
+        self.buf = Store::Placed(b);
+        self.queued = true;
+        Ok(())
+    }
+
+    /// Whether the arena is [placed](Self::place) in a buffer of its own.
+    pub fn is_placed(&self) -> bool {
+        matches!(self.buf, Store::Placed(_))
     }
 
     /// Replaces the segments (the buffer grows to cover them, keeping its capacity); only
@@ -113,10 +255,7 @@ impl MsgArena {
                 return Err(P2pError::Segments(w[1].clone(), w[0].clone()));
             }
         }
-        let end = segs.last().map_or(0, |s| s.end);
-        if self.buf.len() < end {
-            self.buf.resize(end);
-        }
+        self.buf.grow_to(segs.last().map_or(0, |s| s.end))?;
         self.busy.clear();
         self.busy.resize(segs.len(), false);
         // Each segment receives at most one message at a time: receives in flight never
@@ -158,10 +297,12 @@ impl MsgArena {
             r.start += shift;
             r.end += shift;
         }
-        let end = self.segs.last().map_or(0, |s| s.end);
-        self.buf.resize(end);
+        self.buf.grow_to(self.segs.last().map_or(0, |s| s.end))?;
         // The later segments keep what they hold (a message received earlier).
-        self.buf.copy_within(tail.clone(), tail.start + shift);
+        if !tail.is_empty() {
+            self.buf.copy_within(tail.clone(), tail.start + shift)?;
+            self.queued = true;
+        }
         Ok(true)
     }
 
@@ -187,16 +328,47 @@ impl MsgArena {
         }
     }
 
-    /// The whole buffer, while no receive is in flight.
-    pub fn buf(&self) -> Result<&[f64], P2pError> {
+    fn readable(&self) -> Result<(), P2pError> {
         match self.receiving {
-            0 => Ok(&self.buf),
+            0 => Ok(()),
             n => Err(P2pError::InFlight(n)),
         }
     }
 
-    /// Segment `seg` for writing, while no send is in flight and the segment receives nothing.
-    pub fn segment_mut(&mut self, seg: usize) -> Result<&mut [f64], P2pError> {
+    /// The whole buffer, while no receive is in flight; host memory only.
+    pub fn buf(&self) -> Result<&[f64], P2pError> {
+        self.readable()?;
+        self.buf.host().ok_or(P2pError::NotHost)
+    }
+
+    /// The values where they are, while no receive is in flight (device work reading a
+    /// placed buffer must be queued before the arena next posts a message).
+    pub fn values(&mut self) -> Result<Values<'_>, P2pError> {
+        self.readable()?;
+        Ok(match &self.buf {
+            Store::Pool(o) => Values::Host(o),
+            Store::Placed(b) => {
+                self.queued = true;
+                Values::Space(b)
+            }
+        })
+    }
+
+    /// The values where they are, to write, while nothing is in flight.
+    pub fn values_mut(&mut self) -> Result<ValuesMut<'_>, P2pError> {
+        self.idle()?;
+        Ok(match &mut self.buf {
+            Store::Pool(o) => ValuesMut::Host(o),
+            Store::Placed(b) => {
+                self.queued = true;
+                ValuesMut::Space(b)
+            }
+        })
+    }
+
+    /// Checks that segment `seg` may be written (no send in flight, no receive into it) and
+    /// gives its range.
+    fn writable(&self, seg: usize) -> Result<Range<usize>, P2pError> {
         let sending = self.reqs.len() - self.receiving;
         if sending > 0 {
             return Err(P2pError::InFlight(sending));
@@ -211,18 +383,119 @@ impl MsgArena {
         if self.busy[seg] {
             return Err(P2pError::Busy(seg));
         }
+        Ok(r)
+    }
+
+    /// Segment `seg` for writing, while no send is in flight and the segment receives
+    /// nothing; host memory only.
+    pub fn segment_mut(&mut self, seg: usize) -> Result<&mut [f64], P2pError> {
+        let r = self.writable(seg)?;
         // Writing through a subslice leaves the other segments to the receives in flight.
-        let base = self.buf.as_mut_ptr();
+        let base = self.buf.host_mut().ok_or(P2pError::NotHost)?.as_mut_ptr();
         // SAFETY: `r` lies inside the buffer (`reshape`/`grow` keep it covered); no request
         // touches it (it is not busy and no sends are in flight), and the returned borrow of
         // `self` keeps the buffer from moving while the slice lives.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(r.start), r.len()) })
     }
 
-    /// The whole buffer for writing, while nothing is in flight.
+    /// Copies `range` of `src`'s buffer (no receive in flight there) to the start of
+    /// segment `seg` (as [`segment_mut`](Self::segment_mut) allows), in whichever memory
+    /// the two live.
+    pub fn copy_to_segment(
+        &mut self,
+        seg: usize,
+        src: &MsgArena,
+        range: Range<usize>,
+    ) -> Result<(), P2pError> {
+        let r = self.writable(seg)?;
+        src.readable()?;
+        let n = range.len();
+        if n > r.len() {
+            return Err(P2pError::TooLong {
+                seg,
+                len: n,
+                cap: r.len(),
+            });
+        }
+        if range.end > src.buf.len() {
+            return Err(P2pError::OutOfRange(range, src.buf.len()));
+        }
+        let at = r.start;
+        match (&mut self.buf, &src.buf) {
+            (Store::Pool(to), Store::Pool(from)) => {
+                to[at..at + n].copy_from_slice(&from[range]);
+            }
+            (Store::Pool(to), Store::Placed(from)) => {
+                from.read_at(range.start, &mut to[at..at + n])?;
+            }
+            (Store::Placed(to), Store::Pool(from)) => {
+                to.write_at(at, &from[range])?;
+                self.queued = true;
+            }
+            (Store::Placed(to), Store::Placed(from)) => {
+                to.copy_range_from(at, from, range.start, n)?;
+                self.queued = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes host `values` at `at`, while nothing is in flight.
+    pub fn write(&mut self, at: usize, values: &[f64]) -> Result<(), P2pError> {
+        self.idle()?;
+        let (end, n) = (at.saturating_add(values.len()), self.buf.len());
+        match &mut self.buf {
+            Store::Pool(o) => o
+                .get_mut(at..end)
+                .ok_or(P2pError::OutOfRange(at..end, n))?
+                .copy_from_slice(values),
+            Store::Placed(b) => {
+                b.write_at(at, values)?;
+                self.queued = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the values from `at` into host `out`, while no receive is in flight.
+    pub fn read(&self, at: usize, out: &mut [f64]) -> Result<(), P2pError> {
+        self.readable()?;
+        let end = at.saturating_add(out.len());
+        match &self.buf {
+            Store::Pool(o) => out.copy_from_slice(
+                o.get(at..end)
+                    .ok_or(P2pError::OutOfRange(at..end, o.len()))?,
+            ),
+            Store::Placed(b) => b.read_at(at, out)?,
+        }
+        Ok(())
+    }
+
+    /// Copies the values of `range` to start at `dst` (the two may overlap), while nothing
+    /// is in flight.
+    pub fn copy_within(&mut self, range: Range<usize>, dst: usize) -> Result<(), P2pError> {
+        self.idle()?;
+        if range.end > self.buf.len() || dst + range.len() > self.buf.len() {
+            return Err(P2pError::OutOfRange(range, self.buf.len()));
+        }
+        self.buf.copy_within(range, dst)?;
+        self.queued = self.is_placed();
+        Ok(())
+    }
+
+    /// The whole buffer for writing, while nothing is in flight; host memory only.
     pub fn buf_mut(&mut self) -> Result<&mut [f64], P2pError> {
         self.idle()?;
-        Ok(&mut self.buf)
+        self.buf.host_mut().ok_or(P2pError::NotHost)
+    }
+
+    /// Before MPI touches a placed buffer: the device work queued on it must be done.
+    fn settle(&mut self) -> Result<(), P2pError> {
+        if let (true, Store::Placed(b)) = (self.queued, &self.buf) {
+            b.wait()?;
+            self.queued = false;
+        }
+        Ok(())
     }
 
     fn claim(&mut self, seg: usize, len: usize) -> Result<Range<usize>, P2pError> {
@@ -246,15 +519,26 @@ impl MsgArena {
         dest: i32,
         tag: i32,
     ) -> Result<(), P2pError> {
-        if range.start > range.end || range.end > self.buf.len() || self.receiving > 0 {
-            return Err(P2pError::OutOfRange(range, self.buf.len()));
+        let n = self.buf.len();
+        if range.start > range.end || range.end > n || self.receiving > 0 {
+            return Err(P2pError::OutOfRange(range, n));
         }
-        let data = &self.buf[range];
-        // SAFETY: `data` lies in `self.buf`, whose storage moves only in `Owned::resize`,
-        // called by `reshape`/`grow` once nothing is in flight; it is neither resized nor
-        // handed out while the request is in flight (`idle` guards every access), and `Drop`
-        // completes the request before the storage goes back to its pool.
-        unsafe { self.reqs.isend(raw::raw_comm(comm), data, dest, tag) };
+        self.settle()?;
+        let addr = self.buf.address() + range.start * 8;
+        // SAFETY: `range` lies in the buffer (checked), whose storage moves only in
+        // `grow_to` and `place`, called once nothing is in flight; it is neither resized nor
+        // handed out for writing while the request is in flight (`idle` guards every such
+        // access), the device work on a placed buffer is done (`settle`), and `Drop`
+        // completes the request before the storage is freed or goes back to its pool.
+        unsafe {
+            self.reqs.isend(
+                raw::raw_comm(comm),
+                addr as *const u8,
+                range.len() * 8,
+                dest,
+                tag,
+            )
+        };
         Ok(())
     }
 
@@ -268,13 +552,19 @@ impl MsgArena {
         tag: i32,
     ) -> Result<(), P2pError> {
         let r = self.claim(seg, len)?;
+        if let Err(e) = self.settle() {
+            self.busy[seg] = false;
+            return Err(e);
+        }
         self.receiving += 1;
-        let base = self.buf.as_mut_ptr();
-        // SAFETY: `r` lies inside the buffer; see `segment_mut` for why a raw subslice.
-        let data = unsafe { std::slice::from_raw_parts_mut(base.add(r.start), r.len()) };
+        let addr = self.buf.address() + r.start * 8;
         // SAFETY: as in `send`; segments are disjoint (`reshape` checks) and each carries at
-        // most one message (`claim` checks), so no two receives write the same values.
-        unsafe { self.reqs.irecv(raw::raw_comm(comm), data, src, tag) };
+        // most one message (`claim` checks), so no two receives write the same values, and
+        // nothing reads the segment until the receive completes.
+        unsafe {
+            self.reqs
+                .irecv(raw::raw_comm(comm), addr as *mut u8, r.len() * 8, src, tag)
+        };
         Ok(())
     }
 

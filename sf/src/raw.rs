@@ -322,20 +322,24 @@ impl Requests {
         self.recv.reserve(n.saturating_sub(self.recv.len()));
     }
 
-    fn count(data: &[f64]) -> c_int {
-        c_int::try_from(std::mem::size_of_val(data)).expect("message larger than 2 GiB")
-    }
-
     /// # Safety
-    /// `data` must stay alive and unchanged until [`wait_all`](Self::wait_all) or a
-    /// successful [`test_all`](Self::test_all).
-    pub(crate) unsafe fn isend(&mut self, comm: RawComm, data: &[f64], dest: i32, tag: i32) {
+    /// The `bytes` bytes at `addr` (host memory, or device memory for an MPI that reads
+    /// it) must stay alive and unchanged until [`wait_all`](Self::wait_all) or a successful
+    /// [`test_all`](Self::test_all).
+    pub(crate) unsafe fn isend(
+        &mut self,
+        comm: RawComm,
+        addr: *const u8,
+        bytes: usize,
+        dest: i32,
+        tag: i32,
+    ) {
         let mut req = null_request();
-        // SAFETY: the caller keeps `data` alive until completion; `req` is our own slot.
+        // SAFETY: the caller keeps the bytes alive until completion; `req` is our own slot.
         let code = unsafe {
             ffi::MPI_Isend(
-                data.as_ptr().cast(),
-                Self::count(data),
+                addr.cast(),
+                count(bytes),
                 byte_type(),
                 dest,
                 tag,
@@ -349,14 +353,22 @@ impl Requests {
     }
 
     /// # Safety
-    /// `data` must stay alive and untouched by anything else until completion.
-    pub(crate) unsafe fn irecv(&mut self, comm: RawComm, data: &mut [f64], src: i32, tag: i32) {
+    /// The `bytes` bytes at `addr` must stay alive and untouched by anything else until
+    /// completion.
+    pub(crate) unsafe fn irecv(
+        &mut self,
+        comm: RawComm,
+        addr: *mut u8,
+        bytes: usize,
+        src: i32,
+        tag: i32,
+    ) {
         let mut req = null_request();
-        // SAFETY: the caller keeps `data` alive and unaliased until completion.
+        // SAFETY: the caller keeps the bytes alive and unaliased until completion.
         let code = unsafe {
             ffi::MPI_Irecv(
-                data.as_mut_ptr().cast(),
-                Self::count(data),
+                addr.cast(),
+                count(bytes),
                 byte_type(),
                 src,
                 tag,
@@ -411,6 +423,10 @@ impl Requests {
 }
 
 /// The communicator's `MPI_TAG_UB` attribute.
+fn count(bytes: usize) -> c_int {
+    c_int::try_from(bytes).expect("message larger than 2 GiB")
+}
+
 pub(crate) fn tag_ub(comm: RawComm) -> usize {
     let mut value: *mut c_int = std::ptr::null_mut();
     let mut flag: c_int = 0;

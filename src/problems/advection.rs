@@ -37,7 +37,10 @@
 //! node-local rank mod the device count, or `STARHALO_CUDA_DEVICE`): any mesh (static or
 //! adaptive refinement too) with periodic, outflow or reflecting boundaries, dense or sparse
 //! fields, from the start or from a restart; the same deck otherwise (see [`gpu`]). Without a
-//! usable GPU the run exits 1 saying why.
+//! usable GPU the run exits 1 saying why. `parthenon/exec/gpu_mpi` chooses how the ghost
+//! messages cross MPI: `staged` through host buffers (any MPI), `aware` in device memory
+//! (an MPI with CUDA support; exits 1 on one without), `auto` (default) the latter where
+//! the MPI supports it.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
@@ -65,6 +68,7 @@ use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_exec::{MemSpace, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
+use starhalo_sf::device::GpuMpi;
 use std::cell::{Cell, RefCell};
 use std::io::Write as _;
 use std::ops::Range;
@@ -214,6 +218,8 @@ struct Advection {
     resume: Option<Resume>,
     /// Where the fields live while the run steps.
     space: MemSpace,
+    /// How the ghost messages of device fields cross MPI (`parthenon/exec/gpu_mpi`).
+    gpu_mpi: GpuMpi,
 }
 
 /// The name of field copy `n`.
@@ -397,6 +403,10 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         .get_str_or(EXEC, "space", "host")?
         .parse()
         .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
+    let gpu_mpi: GpuMpi = deck
+        .get_str_or(EXEC, "gpu_mpi", "auto")?
+        .parse()
+        .map_err(|e: String| deck.invalid(EXEC, "gpu_mpi", e))?;
     let user = (0..ndim).any(|d| config.bc[d].contains(&BoundaryCondition::User));
     if space == MemSpace::Cuda && user {
         return Err(deck
@@ -450,6 +460,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         amr_stats: amr::AmrStats::default(),
         resume,
         space,
+        gpu_mpi,
     }))
 }
 

@@ -102,6 +102,41 @@ impl<T: Element> DeviceBuffer<T> {
         s.synchronize().map_err(driver("cuStreamSynchronize"))
     }
 
+    fn fits(&self, off: usize, n: usize, what: &str) -> Result<(), CudaError> {
+        if off.checked_add(n).is_some_and(|e| e <= self.len()) {
+            return Ok(());
+        }
+        Err(CudaError::Invalid(format!(
+            "{what} of {n} values at {off} of a device buffer of {}",
+            self.len()
+        )))
+    }
+
+    /// Copies `src` into `self[off..]` from the host.
+    pub(crate) fn upload_at(&mut self, off: usize, src: &[T]) -> Result<(), CudaError> {
+        self.fits(off, src.len(), "upload")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut to = self.slice.slice_mut(off..off + src.len());
+        self.dev
+            .stream()
+            .memcpy_htod(src, &mut to)
+            .map_err(driver("cuMemcpyHtoD"))
+    }
+
+    /// Copies `self[off..]` into `dst` on the host; returns once the values are there.
+    pub(crate) fn download_at(&self, off: usize, dst: &mut [T]) -> Result<(), CudaError> {
+        self.fits(off, dst.len(), "download")?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let s = self.dev.stream();
+        let from = self.slice.slice(off..off + dst.len());
+        s.memcpy_dtoh(&from, dst).map_err(driver("cuMemcpyDtoH"))?;
+        s.synchronize().map_err(driver("cuStreamSynchronize"))
+    }
+
     pub(crate) fn fill(&mut self, v: T) -> Result<(), CudaError> {
         let n = self.len();
         if n == 0 {

@@ -485,8 +485,7 @@ fn pack_args(
     buf: u64,
     nhalo: usize,
     [f, c]: [&FieldDims; 2],
-    threshold: f64,
-    over: u64,
+    [threshold, over]: [u64; 2],
 ) -> Vec<Arg> {
     let mut a = vec![
         Arg::Ptr(descs),
@@ -496,7 +495,7 @@ fn pack_args(
         Arg::Ptr(buf),
     ];
     a.extend(pair_dims(f, c));
-    a.extend([Arg::F64(threshold), Arg::Ptr(over)]);
+    a.extend([Arg::Ptr(threshold), Arg::Ptr(over)]);
     a
 }
 
@@ -566,22 +565,27 @@ fn pack_use(
         return invalid("descriptors were not checked for packing".into());
     };
     need("field storage", fields.len(), data_len)?;
-    need("communication buffer", want, buf_len)?;
+    // A message buffer may hold more after the packed sub-halos (coalesced status values).
+    if buf_len < want {
+        return invalid(format!(
+            "communication buffer: {buf_len} values, expected at least {want}"
+        ));
+    }
     Ok((fields, coarse))
 }
 
 impl Device {
     /// Packs every sub-halo of `h` from `data` (coarse ones from `coarse`, given when `h` was
-    /// checked with coarse buffers) into `buf` in one launch; when `over` is given, `over[k]`
-    /// becomes 1 if some |value| of sub-halo `k` exceeds `threshold`, else 0.
+    /// checked with coarse buffers) into `buf` in one launch; with `flags = Some((threshold,
+    /// over))`, `over[k]` becomes 1 if some |value| of sub-halo `k` exceeds the threshold of
+    /// its variable slot (`threshold[var]`), else 0.
     pub fn halo_pack(
         &self,
         h: &DeviceHalos,
         data: &Buffer<f64>,
         coarse: Option<&Buffer<f64>>,
         buf: &mut Buffer<f64>,
-        threshold: f64,
-        over: Option<&mut Buffer<u32>>,
+        flags: Option<(&Buffer<f64>, &mut Buffer<u32>)>,
     ) -> Result<(), CudaError> {
         let (fields, cdims) = pack_use(h, data.len(), buf.len())?;
         let (cptr, cdims) = match (coarse, cdims) {
@@ -596,14 +600,21 @@ impl Device {
                 )
             }
         };
-        let over_ptr = match over {
-            Some(o) => {
+        let flag_ptrs = match flags {
+            Some((t, o)) => {
                 if o.len() < h.len() {
                     return invalid(format!("{} flags for {} sub-halos", o.len(), h.len()));
                 }
-                o.on_device_mut(self)?.address()
+                if t.len() < fields.nvar {
+                    let n = fields.nvar;
+                    return invalid(format!("{} thresholds for {n} variable slots", t.len()));
+                }
+                [
+                    t.on_device(self)?.address(),
+                    o.on_device_mut(self)?.address(),
+                ]
             }
-            None => 0,
+            None => [0, 0],
         };
         if h.is_empty() {
             return Ok(());
@@ -617,8 +628,7 @@ impl Device {
             buf.on_device_mut(self)?.address(),
             h.len(),
             [&fields, &cdims],
-            threshold,
-            over_ptr,
+            flag_ptrs,
         );
         self.launch(KernelSet::Halo, "sh_halo_pack", h.grid(), HALO_BLOCK, &args)
     }
@@ -813,7 +823,7 @@ mod tests {
             nvar: 1,
             nblocks: 1,
         };
-        let a = pack_args([1, 2, 4], 3, 5, [&f, &f], 0.5, 0);
+        let a = pack_args([1, 2, 4], 3, 5, [&f, &f], [6, 0]);
         assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_pack"));
         let a = unpack_args([1, 2], [3, 4], 5, [&f, &f], 0.5);
         assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_unpack"));

@@ -1,7 +1,8 @@
 //! The advection problem with its fields resident on a GPU (`parthenon/exec/space: cuda`):
 //! each stage is one flux launch per direction and one update launch over every block, and the
 //! ghost fill packs and unpacks each route in one launch, staging the buffers through the host
-//! for MPI. The host's block data keeps the metadata (sparse allocation included) and receives
+//! for MPI, or (GPU-aware, `parthenon/exec/gpu_mpi`) packing into and unpacking from message
+//! buffers in device memory that MPI reads and writes in place. The host's block data keeps the metadata (sparse allocation included) and receives
 //! the fields only for outputs, error norms and refinement checks. Periodic, outflow and
 //! reflecting boundaries (`setup` refuses user ones).
 //!
@@ -25,6 +26,7 @@ use starhalo_boundary::device_pack::DeviceFields;
 use starhalo_boundary::{BlockData, BoundaryType, FluxData};
 use starhalo_exec::cuda::{AdvectGeom, Device, SlopeLimiter};
 use starhalo_exec::Buffer;
+use starhalo_sf::device::GpuMpi;
 use std::sync::Arc;
 
 /// The process's GPU with every kernel compiled, or why there is none.
@@ -48,10 +50,20 @@ pub(super) struct Gpu {
 }
 
 impl Gpu {
-    /// Uploads `a`'s fields (ghosts filled) and the exchange's descriptors to `dev`.
+    /// Uploads `a`'s fields (ghosts filled) and the exchange's descriptors to `dev`, and
+    /// with a GPU-aware MPI path moves the exchange's messages to device memory.
     pub(super) fn new(dev: &Arc<Device>, a: &Advection, comms: &Comms) -> Result<Self> {
         let data = a.data.borrow();
         let fields = DeviceFields::new(dev, &comms.exchange.borrow(), &data)?;
+        let mpi = a
+            .gpu_mpi
+            .resolve(starhalo_sf::mpi_cuda_support())
+            .map_err(anyhow::Error::msg)
+            .context("parthenon/exec/gpu_mpi")?;
+        if mpi == GpuMpi::Aware {
+            let like = Buffer::zeroed_on(dev, 1)?;
+            comms.exchange.borrow_mut().place_messages(&like)?;
+        }
         let l = fields.layout();
         let c = a.mesh.config();
         let ndim = a.ndim();

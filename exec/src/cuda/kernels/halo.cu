@@ -56,9 +56,9 @@ __device__ __forceinline__ sh_arr sh_arr_of(const sh_bnd_info &b, u64 d0, u64 d1
 }
 
 // Packs every sub-halo into buf at its buf_offset, from data or (coarse sub-halos) coarse;
-// over[h] = 1 when some |value| of sub-halo h exceeds threshold (a null `over` skips the
-// flags).
-extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, const double *data, const double *coarse, double *buf, u64 d0, u64 d1, u64 d2, u64 c0, u64 c1, u64 c2, u64 nvar, double threshold, u32 *over) {
+// over[h] = 1 when some |value| of sub-halo h exceeds its variable slot's threshold[var] (a
+// null `over` skips the flags and leaves `threshold` unread).
+extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, const double *data, const double *coarse, double *buf, u64 d0, u64 d1, u64 d2, u64 c0, u64 c1, u64 c2, u64 nvar, const double *threshold, u32 *over) {
     for (u64 h = blockIdx.x; h < nhalo; h += gridDim.x) {
         const sh_bnd_info b = info[h];
         const sh_arr a = sh_arr_of(b, d0, d1, d2, c0, c1, c2);
@@ -66,11 +66,12 @@ extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, cons
         u64 n0 = sh_extent(b, 0), n1 = sh_extent(b, 1), n2 = sh_extent(b, 2);
         u64 n = n0 * n1 * n2;
         int hit = 0;
+        const double t = over != 0 ? threshold[b.var] : 0.0;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 i = c % n0, r = c / n0, j = r % n1, k = r / n1;
             double v = src[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, b.s[0] + i, b.s[1] + j, b.s[2] + k)];
             buf[b.buf_offset + c] = v;
-            hit |= fabs(v) > threshold;
+            hit |= fabs(v) > t;
         }
         int any = __syncthreads_or(hit);
         if (over != 0 && threadIdx.x == 0) over[h] = any ? 1u : 0u;

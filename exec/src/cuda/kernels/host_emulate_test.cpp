@@ -36,7 +36,8 @@ int main() {
     sh_bnd_info p[2] = {{0, 0, {1, 1, 0}, {2, 2, 0}, 3, 2, 0}, {1, 0, {0, 0, 0}, {0, 1, 0}, 0, 0, 0}};
     double buf[8] = {0};
     unsigned over[2] = {7, 7};
-    sh_halo_pack(p, 2, data, data, buf, 4, 4, 1, 4, 4, 1, 1, 9.5, over);
+    double threshold[1] = {9.5};
+    sh_halo_pack(p, 2, data, data, buf, 4, 4, 1, 4, 4, 1, 1, threshold, over);
     double want_buf[8] = {16, 20, 0, 5, 6, 9, 10, 0};
     for (int i = 0; i < 8; ++i) expect("pack", buf[i], want_buf[i]);
     expect("pack flag 0", over[0], 1);
@@ -54,7 +55,7 @@ int main() {
     for (int i = 0; i < 12; ++i) cdata[i] = 100 + i;
     sh_bnd_info q[2] = {{1, 0, {1, 0, 0}, {2, 1, 0}, 0, 1 | 2, 0}, {0, 0, {3, 3, 0}, {3, 3, 0}, 4, 2, 0}};
     double qbuf[5] = {0};
-    sh_halo_pack(q, 2, data, cdata, qbuf, 4, 4, 1, 3, 2, 1, 1, 1e30, 0);
+    sh_halo_pack(q, 2, data, cdata, qbuf, 4, 4, 1, 3, 2, 1, 1, 0, 0);
     double want_q[5] = {107, 108, 110, 111, 15};
     for (int i = 0; i < 5; ++i) expect("pack coarse and fine", qbuf[i], want_q[i]);
     double cout_[12] = {0}, fout[32] = {0};
