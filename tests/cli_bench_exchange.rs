@@ -280,25 +280,28 @@ fn one_level_reports_no_flux_correction() {
     );
 }
 
-/// `parthenon/exec/space=cuda`: with a GPU, a third mode (device fields, coalesced) whose
-/// traffic is the host coalesced mode's, exactly one pack and one unpack launch per partition,
-/// and the device copies (the bench itself fails unless the device fill and pack equal the
-/// host's bit for bit). Without one, every rank exits 1 before any timing, saying why, and
-/// prints no report.
+/// `parthenon/exec/space=cuda`: with a GPU, a third mode (device fields, coalesced, messages
+/// staged through the host) and, on one rank (or with an MPI that supports CUDA), a fourth
+/// (messages in device memory), each with the host coalesced mode's traffic and exactly one
+/// pack and one unpack launch per partition, and the device copies (the bench itself fails
+/// unless each device fill and the pack equal the host's bit for bit). Without one, every
+/// rank exits 1 before any timing, saying why, and prints no report.
 #[test]
 fn cuda_space_adds_the_device_exchange_or_exits_1() {
     for ranks in [1, 2] {
         if common::has_gpu() {
             let r = run_json(ranks, &["exchange/nvars=3", "parthenon/exec/space=cuda"]);
             let modes = r["modes"].as_array().unwrap();
-            assert_eq!(modes.len(), 3, "{r}");
-            let (host, dev) = (&modes[0], &modes[2]);
-            assert_eq!(dev["space"], "cuda", "{r}");
-            assert_eq!(dev["coalesced"], true, "{r}");
-            for key in ["messages_per_exchange", "bytes_per_exchange"] {
-                assert_eq!(num(dev, key), num(host, key), "{key}: {r}");
+            assert!(modes.len() == 4 || (ranks > 1 && modes.len() == 3), "{r}");
+            let host = &modes[0];
+            for (dev, space) in modes[2..].iter().zip(["cuda", "cuda-aware"]) {
+                assert_eq!(dev["space"], space, "{r}");
+                assert_eq!(dev["coalesced"], true, "{r}");
+                for key in ["messages_per_exchange", "bytes_per_exchange"] {
+                    assert_eq!(num(dev, key), num(host, key), "{key}: {r}");
+                }
+                assert_eq!(num(dev, "launches_per_partition"), 2.0, "{r}");
             }
-            assert_eq!(num(dev, "launches_per_partition"), 2.0, "{r}");
             let d = &r["device"];
             assert!(num(d, "pack_gbps") > 0.0 && num(d, "d2d_gbps") > 0.0, "{r}");
         } else {
@@ -324,9 +327,11 @@ fn cuda_space_runs_two_levels_or_exits_1() {
     if common::has_gpu() {
         let r = run_json(3, &args);
         let modes = r["modes"].as_array().unwrap();
-        assert_eq!(modes.len(), 3, "{r}");
-        for key in ["messages_per_exchange", "bytes_per_exchange"] {
-            assert_eq!(num(&modes[2], key), num(&modes[0], key), "{key}: {r}");
+        assert!(modes.len() >= 3, "{r}");
+        for dev in &modes[2..] {
+            for key in ["messages_per_exchange", "bytes_per_exchange"] {
+                assert_eq!(num(dev, key), num(&modes[0], key), "{key}: {r}");
+            }
         }
     } else {
         args.extend(["--cycles", "1"]);

@@ -529,9 +529,14 @@ pub fn threshold_flags(
     over: &mut [u32],
 ) {
     for (b, o) in infos.iter().zip(over) {
+        let t = threshold(b.var);
+        if t == f64::INFINITY {
+            // No value exceeds it (a variable without a threshold): nothing to scan.
+            *o = 0;
+            continue;
+        }
         let (s, e) = (b.buf_offset, b.buf_offset + b.len());
         let seg = &buf[s.min(buf.len())..e.min(buf.len())];
-        let t = threshold(b.var);
         *o = u32::from(seg.iter().any(|v| v.abs() > t));
     }
 }

@@ -22,6 +22,7 @@
 //! host slices. Before MPI touches a placed buffer, the arena waits for the work queued on
 //! its device since it handed the buffer out.
 
+use std::cell::Cell;
 use std::ops::Range;
 
 use mpi::topology::SimpleCommunicator;
@@ -159,9 +160,9 @@ pub struct MsgArena {
     busy: Vec<bool>,
     receiving: usize,
     reqs: raw::Requests,
-    /// A placed buffer was handed out or copied into since MPI last touched it: device
-    /// work may be queued on it.
-    queued: bool,
+    /// A placed buffer was handed out, copied into or copied from since MPI last touched
+    /// it: device work may be queued on it (a `Cell`: copying from an arena reads it).
+    queued: Cell<bool>,
 }
 
 impl MsgArena {
@@ -213,7 +214,7 @@ impl MsgArena {
             busy: Vec::new(),
             receiving: 0,
             reqs: raw::Requests::default(),
-            queued: false,
+            queued: Cell::new(false),
         }
     }
 
@@ -237,7 +238,7 @@ impl MsgArena {
             Store::Placed(old) => b.copy_range_from(0, old, 0, n)?,
         }
         self.buf = Store::Placed(b);
-        self.queued = true;
+        self.queued.set(true);
         Ok(())
     }
 
@@ -256,6 +257,7 @@ impl MsgArena {
             }
         }
         self.buf.grow_to(segs.last().map_or(0, |s| s.end))?;
+        self.queued.set(self.queued.get() || self.is_placed());
         self.busy.clear();
         self.busy.resize(segs.len(), false);
         // Each segment receives at most one message at a time: receives in flight never
@@ -301,8 +303,9 @@ impl MsgArena {
         // The later segments keep what they hold (a message received earlier).
         if !tail.is_empty() {
             self.buf.copy_within(tail.clone(), tail.start + shift)?;
-            self.queued = true;
         }
+        // A placed buffer was copied into its larger successor on the device.
+        self.queued.set(self.queued.get() || self.is_placed());
         Ok(true)
     }
 
@@ -348,7 +351,7 @@ impl MsgArena {
         Ok(match &self.buf {
             Store::Pool(o) => Values::Host(o),
             Store::Placed(b) => {
-                self.queued = true;
+                self.queued.set(true);
                 Values::Space(b)
             }
         })
@@ -360,7 +363,7 @@ impl MsgArena {
         Ok(match &mut self.buf {
             Store::Pool(o) => ValuesMut::Host(o),
             Store::Placed(b) => {
-                self.queued = true;
+                self.queued.set(true);
                 ValuesMut::Space(b)
             }
         })
@@ -430,11 +433,13 @@ impl MsgArena {
             }
             (Store::Placed(to), Store::Pool(from)) => {
                 to.write_at(at, &from[range])?;
-                self.queued = true;
+                self.queued.set(true);
             }
             (Store::Placed(to), Store::Placed(from)) => {
                 to.copy_range_from(at, from, range.start, n)?;
-                self.queued = true;
+                // The copy reads `src` on the device: its next message waits for it too.
+                self.queued.set(true);
+                src.queued.set(true);
             }
         }
         Ok(())
@@ -451,7 +456,7 @@ impl MsgArena {
                 .copy_from_slice(values),
             Store::Placed(b) => {
                 b.write_at(at, values)?;
-                self.queued = true;
+                self.queued.set(true);
             }
         }
         Ok(())
@@ -479,7 +484,7 @@ impl MsgArena {
             return Err(P2pError::OutOfRange(range, self.buf.len()));
         }
         self.buf.copy_within(range, dst)?;
-        self.queued = self.is_placed();
+        self.queued.set(self.is_placed());
         Ok(())
     }
 
@@ -491,9 +496,9 @@ impl MsgArena {
 
     /// Before MPI touches a placed buffer: the device work queued on it must be done.
     fn settle(&mut self) -> Result<(), P2pError> {
-        if let (true, Store::Placed(b)) = (self.queued, &self.buf) {
+        if let (true, Store::Placed(b)) = (self.queued.get(), &self.buf) {
             b.wait()?;
-            self.queued = false;
+            self.queued.set(false);
         }
         Ok(())
     }
@@ -604,4 +609,68 @@ pub fn probe(comm: &SimpleCommunicator, src: i32, tag: i32) -> Option<usize> {
 /// The largest tag `comm` accepts (`MPI_TAG_UB`).
 pub fn tag_ub(comm: &SimpleCommunicator) -> usize {
     raw::tag_ub(raw::raw_comm(comm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starhalo_exec::MemSpace;
+
+    fn host_like() -> Buffer<f64> {
+        Buffer::zeroed(MemSpace::Host, 0).unwrap()
+    }
+
+    /// A placed arena reaches its values through the buffer's own operations, and they
+    /// give what a pooled arena's slices give.
+    #[test]
+    fn placed_arenas_copy_grow_read_and_write_as_pooled_ones_do() {
+        let mut pooled = MsgArena::new(vec![0..3, 3..3, 3..5]).unwrap();
+        pooled
+            .buf_mut()
+            .unwrap()
+            .copy_from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        let mut placed = MsgArena::new(vec![0..3, 3..3, 3..5]).unwrap();
+        placed.place(&host_like()).unwrap();
+        assert!(placed.is_placed() && !pooled.is_placed());
+        match placed.values_mut().unwrap() {
+            ValuesMut::Space(b) => b.write_at(0, &[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap(),
+            ValuesMut::Host(_) => panic!("a placed arena hands out its buffer"),
+        }
+        for a in [&mut pooled, &mut placed] {
+            // Growing the empty segment moves the last one with its values.
+            assert!(a.grow(1, 3).unwrap());
+            assert_eq!(a.segment(2), Some(7..9));
+            let mut last = [0.0; 2];
+            a.read(7, &mut last).unwrap();
+            assert_eq!(last, [4.0, 5.0]);
+            // Overlapping move down, then a write.
+            a.copy_within(1..3, 0).unwrap();
+            a.write(3, &[9.0, 8.0]).unwrap();
+            assert!(a.write(8, &[0.0, 0.0]).is_err());
+            assert!(a.read(8, &mut [0.0, 0.0]).is_err());
+        }
+        let (p, q) = (
+            pooled.buf().unwrap().to_vec(),
+            placed.buf().unwrap().to_vec(),
+        );
+        assert_eq!(p, [2.0, 3.0, 3.0, 9.0, 8.0, 0.0, 0.0, 4.0, 5.0]);
+        assert_eq!(p, q);
+        // Copies into a segment, between every pair of stores.
+        let mut into_pooled = MsgArena::new(vec![0..2, 2..4]).unwrap();
+        let mut into_placed = MsgArena::new(vec![0..2, 2..4]).unwrap();
+        into_placed.place(&host_like()).unwrap();
+        for to in [&mut into_pooled, &mut into_placed] {
+            to.copy_to_segment(1, &pooled, 3..5).unwrap();
+            to.copy_to_segment(0, &placed, 7..9).unwrap();
+            assert_eq!(to.buf().unwrap(), &[4.0, 5.0, 9.0, 8.0]);
+            // Longer than the segment, or outside the source: refused, nothing written.
+            assert!(to.copy_to_segment(0, &placed, 0..3).is_err());
+            assert!(to.copy_to_segment(0, &placed, 8..10).is_err());
+            assert_eq!(to.buf().unwrap(), &[4.0, 5.0, 9.0, 8.0]);
+        }
+        match into_placed.values().unwrap() {
+            Values::Space(b) => assert_eq!(b.to_vec().unwrap(), [4.0, 5.0, 9.0, 8.0]),
+            Values::Host(_) => panic!("a placed arena hands out its buffer"),
+        }
+    }
 }

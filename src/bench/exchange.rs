@@ -46,7 +46,8 @@ const COPY_ROUNDS: usize = 15;
 
 #[derive(Serialize)]
 pub(super) struct Mode {
-    /// Where the fields live: host or cuda.
+    /// Where the fields live: host, or cuda (messages staged through the host) or
+    /// cuda-aware (messages in device memory, handed to MPI in place).
     space: &'static str,
     coalesced: bool,
     us_per_exchange: f64,
@@ -130,8 +131,8 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
     }
     let mut device = None;
     if let Some(dev) = &dev {
-        let (mode, copies) = exchange_device::run(world, dev, &comm, &setup, &data, a.cycles)?;
-        modes.push(mode);
+        let (more, copies) = exchange_device::run(world, dev, &comm, &setup, &data, a.cycles)?;
+        modes.extend(more);
         device = Some(copies);
     }
     let mut flux_correction = Vec::new();

@@ -1,7 +1,8 @@
 //! The device half of `bench exchange` (`parthenon/exec/space=cuda`): the coalesced ghost
 //! fill with every rank's fields on its GPU ([`DeviceFields`]: one pack and one unpack launch
-//! per route, buffers staged through the host for MPI), and the device pack-in-one of this
-//! rank's send sub-halos against a device-to-device copy of as many bytes.
+//! per route), with the messages staged through host buffers for MPI and (on one rank, or
+//! with an MPI that supports CUDA) in device memory, GPU-aware; and the device pack-in-one of
+//! this rank's send sub-halos against a device-to-device copy of as many bytes.
 //!
 //! Both are checked before they are timed against the host: the filled fields must equal the
 //! host fill's bit for bit, and the packed buffer the host pack's.
@@ -33,7 +34,9 @@ pub(super) struct DeviceCopies {
 }
 
 /// Times the device exchange of `setup`'s initial values (after checking it against `filled`,
-/// the host's ghost fill of them) and the device copies on `dev`.
+/// the host's ghost fill of them) with the messages staged through the host (`cuda`) and, on
+/// one rank or with an MPI that supports CUDA, in device memory that MPI reads in place
+/// (`cuda-aware`), and the device copies on `dev`.
 pub(super) fn run(
     world: &SimpleCommunicator,
     dev: &Arc<Device>,
@@ -41,43 +44,63 @@ pub(super) fn run(
     setup: &Setup,
     filled: &BlockData,
     cycles: u32,
-) -> Result<(Mode, DeviceCopies)> {
+) -> Result<(Vec<Mode>, DeviceCopies)> {
     let rank = world.rank() as usize;
-    let mut data = agree(world, initial_data(setup, rank))?;
-    let opts = ExchangeOptions {
-        coalesced: true,
-        ordering: setup.ordering,
-        policy: Policy::Serial,
-    };
-    let mut ex = agree(
-        world,
-        Exchange::new(comm, &setup.mesh, &data, opts).context("setting up the exchange"),
-    )?;
-    // The device starts from the initial values (ghosts not yet filled) and must reach the
-    // host fill's result in `filled`.
-    let fields = DeviceFields::new(dev, &ex, &data).context("uploading the fields");
-    let mut fields = agree(world, fields)?;
-    let mut done = vec![false; ex.partitions()];
-    let first = fill(&mut ex, &mut data, &mut fields, &mut done).and_then(|()| {
-        fields.download(&mut data)?;
-        if data.data() != filled.data() {
-            bail!("the device ghost fill differs from the host's");
-        }
-        Ok(())
-    });
-    agree(world, first)?;
+    let aware = world.size() == 1 || starhalo_sf::mpi_cuda_support();
+    let mut modes = Vec::new();
+    let mut last = None;
+    for placed in [false, true].into_iter().filter(|&p| !p || aware) {
+        let mut data = agree(world, initial_data(setup, rank))?;
+        let opts = ExchangeOptions {
+            coalesced: true,
+            ordering: setup.ordering,
+            policy: Policy::Serial,
+        };
+        let mut ex = agree(
+            world,
+            Exchange::new(comm, &setup.mesh, &data, opts).context("setting up the exchange"),
+        )?;
+        // The device starts from the initial values (ghosts not yet filled) and must reach
+        // the host fill's result in `filled`.
+        let fields = DeviceFields::new(dev, &ex, &data)
+            .map_err(anyhow::Error::from)
+            .and_then(|f| {
+                if placed {
+                    ex.place_messages(&Buffer::zeroed_on(dev, 1)?)?;
+                }
+                Ok(f)
+            })
+            .context("uploading the fields");
+        let mut fields = agree(world, fields)?;
+        let mut done = vec![false; ex.partitions()];
+        let first = fill(&mut ex, &mut data, &mut fields, &mut done).and_then(|()| {
+            fields.download(&mut data)?;
+            if data.data() != filled.data() {
+                bail!("the device ghost fill differs from the host's");
+            }
+            Ok(())
+        });
+        agree(world, first)?;
 
-    let launches0 = dev.launches();
-    let mut mode = time_steps(world, "cuda", true, cycles, || {
-        fill(&mut ex, &mut data, &mut fields, &mut done)?;
-        // The last unpack is charged to this fill, not to the next one.
-        dev.synchronize()?;
-        Ok(ex.traffic())
-    })?;
-    let fills = (WARMUP + cycles as usize) as f64;
-    let per_partition = (dev.launches() - launches0) as f64 / fills / ex.partitions() as f64;
+        let launches0 = dev.launches();
+        let name = if placed { "cuda-aware" } else { "cuda" };
+        let mut mode = time_steps(world, name, true, cycles, || {
+            fill(&mut ex, &mut data, &mut fields, &mut done)?;
+            // The last unpack is charged to this fill, not to the next one.
+            dev.synchronize()?;
+            Ok(ex.traffic())
+        })?;
+        let fills = (WARMUP + cycles as usize) as f64;
+        let per_partition = (dev.launches() - launches0) as f64 / fills / ex.partitions() as f64;
+        let n = f64::from(world.size());
+        mode.launches_per_partition = Some(sum_f64(world, per_partition) / n);
+        modes.push(mode);
+        last = Some((fields, data));
+    }
+    let Some((fields, data)) = last else {
+        bail!("no device exchange ran");
+    };
     let n = f64::from(world.size());
-    mode.launches_per_partition = Some(sum_f64(world, per_partition) / n);
 
     // One rank at a time, so that each has its GPU to itself while it is timed.
     let mut mine = Ok((0.0, 0.0));
@@ -90,7 +113,7 @@ pub(super) fn run(
     let (pack, d2d) = agree(world, mine)?;
     let (pack_gbps, d2d_gbps) = (sum_f64(world, pack) / n, sum_f64(world, d2d) / n);
     Ok((
-        mode,
+        modes,
         DeviceCopies {
             pack_gbps,
             d2d_gbps,
