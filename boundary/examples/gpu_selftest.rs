@@ -318,7 +318,7 @@ mod selftest {
             dsend.pack(dev, &ddata, None, &mut dbuf, Some((&dth, &mut over)))?;
             rep.exact(&format!("halo pack {tag}"), &dbuf.to_vec()?, &hbuf);
             let mut want = vec![0; send.infos().len()];
-            threshold_flags(send.infos(), &hbuf, |v| th[v], &mut want);
+            threshold_flags(send.infos(), &hbuf, &th, &mut want);
             let got = over.to_vec()?;
             let nset = want.iter().filter(|&&f| f == 1).count();
             let ok = got == want && nset > 0 && nset < want.len();

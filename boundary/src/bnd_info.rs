@@ -520,16 +520,12 @@ impl BndCache {
 }
 
 /// The sparse-allocation flags of a packed buffer: `over[h]` becomes 1 when some |value| of
-/// sub-halo `h`'s segment of `buf` exceeds its variable's threshold (`threshold(slot)` of its
-/// storage slot), else 0. The device's pack kernel computes the same flags as it packs.
-pub fn threshold_flags(
-    infos: &[BndInfo],
-    buf: &[f64],
-    threshold: impl Fn(usize) -> f64,
-    over: &mut [u32],
-) {
+/// sub-halo `h`'s segment of `buf` exceeds the threshold of its variable slot
+/// (`thresholds[var]`; none where missing), else 0. The device's pack kernel computes the
+/// same flags as it packs.
+pub fn threshold_flags(infos: &[BndInfo], buf: &[f64], thresholds: &[f64], over: &mut [u32]) {
     for (b, o) in infos.iter().zip(over) {
-        let t = threshold(b.var);
+        let t = thresholds.get(b.var).copied().unwrap_or(f64::INFINITY);
         if t == f64::INFINITY {
             // No value exceeds it (a variable without a threshold): nothing to scan.
             *o = 0;

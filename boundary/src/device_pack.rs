@@ -428,15 +428,15 @@ impl FieldSpace for HostTwin {
         cache: &BndCache,
         _data: &BlockData,
         buf: ValuesMut<'_>,
-        over: Option<&mut [u32]>,
+        flags: Option<(&[f64], &mut [u32])>,
     ) -> Result<(), BoundaryError> {
         let buf = buf.host().ok_or_else(not_host)?;
         let p = &self.plan;
         let coarse = p.coarse.map(|c| (c, &self.coarse[..]));
         pack_boxes(cache.infos(), p.nblocks, (p.fine, &self.fine), coarse, buf)?;
-        if let Some(over) = over {
-            let t = |s: usize| p.thresholds.get(s).copied().unwrap_or(f64::INFINITY);
-            threshold_flags(cache.infos(), buf, t, over);
+        // The plan's thresholds, which the device fields upload (the exchange's are the same).
+        if let Some((_, over)) = flags {
+            threshold_flags(cache.infos(), buf, &p.thresholds, over);
         }
         Ok(())
     }
@@ -801,8 +801,10 @@ mod device {
             cache: &BndCache,
             _data: &BlockData,
             buf: ValuesMut<'_>,
-            over: Option<&mut [u32]>,
+            flags: Option<(&[f64], &mut [u32])>,
         ) -> Result<(), BoundaryError> {
+            // The thresholds were uploaded from the plan (the exchange's are the same).
+            let over = flags.map(|(_, o)| o);
             let n = cache.buffer_len();
             let Self {
                 dev,
@@ -1054,9 +1056,9 @@ mod tests {
         )
         .unwrap();
         let mut over = [7; 2];
-        threshold_flags(c.infos(), &buf, |_| 1.0, &mut over);
+        threshold_flags(c.infos(), &buf, &[1.0], &mut over);
         assert_eq!(over, [1, 0]);
-        threshold_flags(c.infos(), &buf, |_| 2.0, &mut over);
+        threshold_flags(c.infos(), &buf, &[2.0], &mut over);
         assert_eq!(over, [0, 0]);
         // Each sub-halo is held to its own variable slot's threshold.
         let two = FieldLayout {
@@ -1074,9 +1076,9 @@ mod tests {
             &mut buf,
         )
         .unwrap();
-        threshold_flags(c.infos(), &buf, |s| [2.5, 2.5][s], &mut over);
+        threshold_flags(c.infos(), &buf, &[2.5, 2.5], &mut over);
         assert_eq!(over, [0, 1]);
-        threshold_flags(c.infos(), &buf, |s| [1.0, 5.0][s], &mut over);
+        threshold_flags(c.infos(), &buf, &[1.0, 5.0], &mut over);
         assert_eq!(over, [1, 0]);
     }
 
@@ -1428,7 +1430,8 @@ int main() {
             let coarse = Some((cl, &st.coarse[..]));
             pack_boxes(&halos, nb, (fl, &st.fine), coarse, &mut st.buf).unwrap();
             let mut over = vec![0; halos.len()];
-            threshold_flags(&halos, &st.buf, |s| 0.5 * (s + 1) as f64, &mut over);
+            let thresholds: Vec<f64> = (0..nvar).map(|s| 0.5 * (s + 1) as f64).collect();
+            threshold_flags(&halos, &st.buf, &thresholds, &mut over);
             st.flags = over;
             same("pack", &got, &st);
             assert_eq!(got.flags, st.flags, "{ndim}-D pack flags");

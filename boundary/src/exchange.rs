@@ -261,15 +261,18 @@ pub trait FieldSpace {
 
     /// Packs the sub-halos of `cache` (route `route`'s send side) into `buf`: host values,
     /// or the route's message buffer where MPI reads it in place (see
-    /// [`Exchange::place_messages`]). With `over`, also marks the sub-halos holding a value
-    /// above their variable's sparse threshold ([`threshold_flags`]).
+    /// [`Exchange::place_messages`]). With `flags = Some((thresholds, over))` (placed
+    /// messages, which the exchange does not read) it must also set `over[h]` for every
+    /// sub-halo `h`: 1 when it holds a value above the threshold of its variable slot,
+    /// `thresholds[var]`, else 0 ([`threshold_flags`]); the exchange sends a sparse
+    /// channel's data only where some flag of it is set.
     fn pack(
         &mut self,
         route: usize,
         cache: &BndCache,
         data: &BlockData,
         buf: ValuesMut<'_>,
-        over: Option<&mut [u32]>,
+        flags: Option<(&[f64], &mut [u32])>,
     ) -> Result<(), BoundaryError>;
 
     /// Unpacks `buf` (host values, or the placed message buffer) into the sub-halos of
@@ -352,12 +355,12 @@ impl FieldSpace for HostFields {
         cache: &BndCache,
         data: &BlockData,
         buf: ValuesMut<'_>,
-        over: Option<&mut [u32]>,
+        flags: Option<(&[f64], &mut [u32])>,
     ) -> Result<(), BoundaryError> {
         let buf = buf.host().ok_or_else(not_host)?;
         cache.pack(self.0, data.data(), buf)?;
-        if let Some(over) = over {
-            threshold_flags(cache.infos(), buf, |s| slot_threshold(data, s), over);
+        if let Some((t, over)) = flags {
+            threshold_flags(cache.infos(), buf, t, over);
         }
         Ok(())
     }
@@ -405,8 +408,10 @@ struct Route {
     recv_groups: Vec<Group>,
     /// Receive side of coalesced messages: per group a status and a data segment.
     coal: MsgArena,
-    /// Per sub-halo of the send side: a value above its variable's sparse threshold.
+    /// Per sub-halo of the send side: a value above its variable's sparse threshold; and
+    /// whether some variable sent has a threshold (else the flags are not computed).
     over: Vec<u32>,
+    thresholds: bool,
     /// Posting orders: indices into `send`/`recv` (or the groups, when coalesced).
     send_order: Vec<usize>,
     recv_order: Vec<usize>,
@@ -447,6 +452,8 @@ pub struct Exchange {
     pending_alloc: Vec<Vec<(usize, usize)>>,
     traffic: Traffic,
     defaults: Vec<f64>,
+    /// Per storage slot: its variable's sparse threshold (infinite where it has none).
+    thresholds: Vec<f64>,
 }
 
 const GHOST_TYPES: [BoundaryType; 3] = [
@@ -688,10 +695,14 @@ impl Exchange {
                     .collect();
                 restrict.sort_unstable();
                 restrict.dedup();
+                let sparse_sends = send_ends
+                    .iter()
+                    .any(|e| data.vars()[e.var].threshold.is_some());
                 routes.push(Route {
                     send: send_ends,
                     recv: recv_ends,
                     over: vec![0; send_cache.infos().len()],
+                    thresholds: sparse_sends,
                     send_cache,
                     recv_cache,
                     send_buf,
@@ -764,6 +775,9 @@ impl Exchange {
             prolongation: vec![Prolongation::default(); data.vars().len()],
             traffic: Traffic::default(),
             defaults: data.slot_defaults().to_vec(),
+            thresholds: (0..data.layout().fine.nvar)
+                .map(|s| slot_threshold(data, s))
+                .collect(),
         })
     }
 
@@ -906,16 +920,23 @@ impl Exchange {
         if !r.restrict.is_empty() {
             fields.restrict(ri, &r.restrict, &self.shape, data)?;
         }
-        let sparse = r
-            .send
-            .iter()
-            .any(|e| data.vars()[e.var].threshold.is_some());
-        let over = sparse.then_some(&mut r.over[..]);
-        fields.pack(ri, &r.send_cache, data, r.send_buf.values_mut()?, over)?;
+        // Sparse channels send data only with some value above the threshold: read in the
+        // host buffer, or, where the values stay in the placed buffer, flagged by the pack.
+        let placed = r.send_buf.is_placed();
+        let flags = (r.thresholds && placed).then_some((&self.thresholds[..], &mut r.over[..]));
+        fields.pack(ri, &r.send_cache, data, r.send_buf.values_mut()?, flags)?;
+        let values = if placed {
+            None
+        } else {
+            Some(r.send_buf.buf()?)
+        };
         for e in &mut r.send {
-            let vs = &data.vars()[e.var];
-            let live = data.is_allocated(e.block, e.var)
-                && (vs.threshold.is_none() || r.over[e.halos.clone()].iter().any(|&f| f != 0));
+            let above = |t: f64| match values {
+                Some(buf) => buf[e.buf.clone()].iter().any(|x| x.abs() > t),
+                None => r.over[e.halos.clone()].iter().any(|&f| f != 0),
+            };
+            let live =
+                data.is_allocated(e.block, e.var) && data.vars()[e.var].threshold.is_none_or(above);
             e.st.sent(live)?;
         }
         if self.opts.coalesced {

@@ -259,18 +259,13 @@ impl<T: Element> Buffer<T> {
     pub fn copy_within(&mut self, range: Range<usize>, dst: usize) -> Result<(), SpaceError> {
         let n = self.len();
         let len = range.len();
-        if range.end > n || dst.saturating_add(len) > n {
+        if range.start > range.end || range.end > n || dst.saturating_add(len) > n {
             return Err(out_of_range("copy", range.start.max(dst), len, n));
         }
         match &mut self.repr {
             Repr::Host(d) => d.copy_within(range, dst),
             #[cfg(feature = "cuda")]
-            Repr::Cuda(d) => {
-                // A device-to-device copy may not overlap itself: go through a scratch copy.
-                let mut tmp = DeviceBuffer::zeroed(d.device(), len)?;
-                tmp.copy_from(0, d, range.start, len)?;
-                d.copy_from(dst, &tmp, 0, len)?;
-            }
+            Repr::Cuda(d) => d.copy_within(range, dst)?,
         }
         Ok(())
     }

@@ -294,12 +294,13 @@ impl MsgArena {
         }
         let shift = cap - s.len();
         let tail = s.end..self.segs.last().map_or(s.end, |l| l.end);
+        // The storage first: should it fail, the segments still lie inside it.
+        self.buf.grow_to(tail.end + shift)?;
         self.segs[seg].end += shift;
         for r in &mut self.segs[seg + 1..] {
             r.start += shift;
             r.end += shift;
         }
-        self.buf.grow_to(self.segs.last().map_or(0, |s| s.end))?;
         // The later segments keep what they hold (a message received earlier).
         if !tail.is_empty() {
             self.buf.copy_within(tail.clone(), tail.start + shift)?;
@@ -331,6 +332,7 @@ impl MsgArena {
         }
     }
 
+    #[inline]
     fn readable(&self) -> Result<(), P2pError> {
         match self.receiving {
             0 => Ok(()),
@@ -371,6 +373,7 @@ impl MsgArena {
 
     /// Checks that segment `seg` may be written (no send in flight, no receive into it) and
     /// gives its range.
+    #[inline]
     fn writable(&self, seg: usize) -> Result<Range<usize>, P2pError> {
         let sending = self.reqs.len() - self.receiving;
         if sending > 0 {
@@ -386,6 +389,10 @@ impl MsgArena {
         if self.busy[seg] {
             return Err(P2pError::Busy(seg));
         }
+        // A placed buffer handed out for writing may have been swapped for a shorter one.
+        if r.end > self.buf.len() {
+            return Err(P2pError::OutOfRange(r, self.buf.len()));
+        }
         Ok(r)
     }
 
@@ -395,15 +402,16 @@ impl MsgArena {
         let r = self.writable(seg)?;
         // Writing through a subslice leaves the other segments to the receives in flight.
         let base = self.buf.host_mut().ok_or(P2pError::NotHost)?.as_mut_ptr();
-        // SAFETY: `r` lies inside the buffer (`reshape`/`grow` keep it covered); no request
-        // touches it (it is not busy and no sends are in flight), and the returned borrow of
-        // `self` keeps the buffer from moving while the slice lives.
+        // SAFETY: `r` lies inside the buffer (`writable` checks); no request touches it (it
+        // is not busy and no sends are in flight), and the returned borrow of `self` keeps
+        // the buffer from moving while the slice lives.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(r.start), r.len()) })
     }
 
     /// Copies `range` of `src`'s buffer (no receive in flight there) to the start of
     /// segment `seg` (as [`segment_mut`](Self::segment_mut) allows), in whichever memory
     /// the two live.
+    #[inline]
     pub fn copy_to_segment(
         &mut self,
         seg: usize,
@@ -420,7 +428,7 @@ impl MsgArena {
                 cap: r.len(),
             });
         }
-        if range.end > src.buf.len() {
+        if range.start > range.end || range.end > src.buf.len() {
             return Err(P2pError::OutOfRange(range, src.buf.len()));
         }
         let at = r.start;
@@ -480,8 +488,9 @@ impl MsgArena {
     /// is in flight.
     pub fn copy_within(&mut self, range: Range<usize>, dst: usize) -> Result<(), P2pError> {
         self.idle()?;
-        if range.end > self.buf.len() || dst + range.len() > self.buf.len() {
-            return Err(P2pError::OutOfRange(range, self.buf.len()));
+        let n = self.buf.len();
+        if range.start > range.end || range.end > n || dst.saturating_add(range.len()) > n {
+            return Err(P2pError::OutOfRange(range, n));
         }
         self.buf.copy_within(range, dst)?;
         self.queued.set(self.is_placed());
@@ -511,6 +520,9 @@ impl MsgArena {
         if self.busy[seg] {
             return Err(P2pError::Busy(seg));
         }
+        if self.segs[seg].end > self.buf.len() {
+            return Err(P2pError::OutOfRange(self.segs[seg].clone(), self.buf.len()));
+        }
         self.busy[seg] = true;
         let s = self.segs[seg].start;
         Ok(s..s + len)
@@ -530,11 +542,12 @@ impl MsgArena {
         }
         self.settle()?;
         let addr = self.buf.address() + range.start * 8;
-        // SAFETY: `range` lies in the buffer (checked), whose storage moves only in
-        // `grow_to` and `place`, called once nothing is in flight; it is neither resized nor
-        // handed out for writing while the request is in flight (`idle` guards every such
-        // access), the device work on a placed buffer is done (`settle`), and `Drop`
-        // completes the request before the storage is freed or goes back to its pool.
+        // SAFETY: `range` lies in the buffer (checked), whose storage is replaced only while
+        // nothing is in flight (`grow`, `reshape`, `place`, and a caller of `values_mut`);
+        // it is neither resized nor handed out for writing while the request is in flight
+        // (`idle` guards every such access), the device work on a placed buffer is done
+        // (`settle`), and `Drop` completes the request before the storage is freed or goes
+        // back to its pool.
         unsafe {
             self.reqs.isend(
                 raw::raw_comm(comm),
@@ -563,9 +576,10 @@ impl MsgArena {
         }
         self.receiving += 1;
         let addr = self.buf.address() + r.start * 8;
-        // SAFETY: as in `send`; segments are disjoint (`reshape` checks) and each carries at
-        // most one message (`claim` checks), so no two receives write the same values, and
-        // nothing reads the segment until the receive completes.
+        // SAFETY: as in `send` (`claim` checks that the segment lies in the buffer);
+        // segments are disjoint (`reshape` checks) and each carries at most one message
+        // (`claim` checks), so no two receives write the same values, and nothing reads the
+        // segment until the receive completes.
         unsafe {
             self.reqs
                 .irecv(raw::raw_comm(comm), addr as *mut u8, r.len() * 8, src, tag)

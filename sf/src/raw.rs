@@ -422,11 +422,12 @@ impl Requests {
     }
 }
 
-/// The communicator's `MPI_TAG_UB` attribute.
+/// A message's length in bytes as MPI counts it.
 fn count(bytes: usize) -> c_int {
     c_int::try_from(bytes).expect("message larger than 2 GiB")
 }
 
+/// The communicator's `MPI_TAG_UB` attribute.
 pub(crate) fn tag_ub(comm: RawComm) -> usize {
     let mut value: *mut c_int = std::ptr::null_mut();
     let mut flag: c_int = 0;

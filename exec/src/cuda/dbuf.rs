@@ -1,5 +1,6 @@
 //! Device memory of one [`Device`], typed.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
@@ -180,6 +181,32 @@ impl<T: Element> DeviceBuffer<T> {
         let mut to = self.slice.slice_mut(dst_off..dst_off + len);
         s.memcpy_dtod(&from, &mut to)
             .map_err(driver("cuMemcpyDtoD"))
+    }
+
+    /// Copies the values of `range` to start at `dst` on the device; the two may overlap
+    /// (then through a scratch copy: a device copy may not overlap itself).
+    pub(crate) fn copy_within(&mut self, range: Range<usize>, dst: usize) -> Result<(), CudaError> {
+        let len = range.len();
+        if range.start > range.end || range.end > self.len() {
+            return Err(CudaError::Invalid(format!("device copy from {range:?}")));
+        }
+        self.fits(dst, len, "device copy")?;
+        if len == 0 || range.start == dst {
+            return Ok(());
+        }
+        let s = self.dev.stream().clone();
+        let copy = if dst + len <= range.start {
+            let (mut lo, hi) = self.slice.split_at_mut(range.start);
+            s.memcpy_dtod(&hi.slice(..len), &mut lo.slice_mut(dst..dst + len))
+        } else if range.end <= dst {
+            let (lo, mut hi) = self.slice.split_at_mut(dst);
+            s.memcpy_dtod(&lo.slice(range), &mut hi.slice_mut(..len))
+        } else {
+            let mut tmp = Self::zeroed(&self.dev, len)?;
+            tmp.copy_from(0, self, range.start, len)?;
+            return self.copy_from(dst, &tmp, 0, len);
+        };
+        copy.map_err(driver("cuMemcpyDtoD"))
     }
 
     pub(crate) fn try_clone(&self) -> Result<Self, CudaError> {
