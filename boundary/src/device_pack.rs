@@ -26,7 +26,7 @@ use crate::bnd_info::{
 };
 use crate::bounds::{coarse_interior, interior_bounds, physical_boxes, BlockFinish};
 use crate::error::BoundaryError;
-use crate::exchange::{not_host, slot_threshold, Exchange, FieldSpace};
+use crate::exchange::{not_host, Exchange, FieldSpace};
 use crate::prolong_restrict::{prolongate, restrict, Prolongation};
 use crate::storage::BlockData;
 use starhalo_sf::p2p::{Values, ValuesMut};
@@ -176,7 +176,8 @@ pub struct SpacePlan {
     /// The value unallocated (null) sub-halos receive: the default of every sparse
     /// fill-ghost variable.
     pub fill: f64,
-    /// Per storage slot: its variable's sparse threshold (infinite where it has none).
+    /// Per storage slot: its variable's sparse threshold (infinite where it has none), the
+    /// exchange's.
     pub thresholds: Vec<f64>,
     /// Per route: the coarse interiors restricted before it packs.
     pub route_restrict: Vec<Vec<BndInfo>>,
@@ -252,9 +253,7 @@ impl SpacePlan {
             shape,
             ops,
             fill,
-            thresholds: (0..layout.fine.nvar)
-                .map(|s| slot_threshold(data, s))
-                .collect(),
+            thresholds: ex.thresholds().to_vec(),
             route_restrict,
             parts,
         })
@@ -434,9 +433,8 @@ impl FieldSpace for HostTwin {
         let p = &self.plan;
         let coarse = p.coarse.map(|c| (c, &self.coarse[..]));
         pack_boxes(cache.infos(), p.nblocks, (p.fine, &self.fine), coarse, buf)?;
-        // The plan's thresholds, which the device fields upload (the exchange's are the same).
-        if let Some((_, over)) = flags {
-            threshold_flags(cache.infos(), buf, &p.thresholds, over);
+        if let Some((t, over)) = flags {
+            threshold_flags(cache.infos(), buf, t, over);
         }
         Ok(())
     }
@@ -803,7 +801,7 @@ mod device {
             buf: ValuesMut<'_>,
             flags: Option<(&[f64], &mut [u32])>,
         ) -> Result<(), BoundaryError> {
-            // The thresholds were uploaded from the plan (the exchange's are the same).
+            // The thresholds went to the device with the plan, which has the exchange's.
             let over = flags.map(|(_, o)| o);
             let n = cache.buffer_len();
             let Self {

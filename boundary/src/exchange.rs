@@ -387,7 +387,7 @@ pub(crate) fn not_host() -> BoundaryError {
 
 /// The sparse threshold of the variable holding storage slot `slot` (never exceeded when it
 /// has none).
-pub(crate) fn slot_threshold(data: &BlockData, slot: usize) -> f64 {
+fn slot_threshold(data: &BlockData, slot: usize) -> f64 {
     data.vars()
         .iter()
         .find(|v| v.slots.contains(&slot))
@@ -817,9 +817,10 @@ impl Exchange {
         Ok(())
     }
 
-    /// Whether the message buffers are [placed](Self::place_messages).
-    pub fn messages_placed(&self) -> bool {
-        self.routes.iter().any(|r| r.send_buf.is_placed())
+    /// Per storage slot: its variable's sparse threshold (infinite where it has none), as
+    /// [`FieldSpace::pack`] is given it.
+    pub fn thresholds(&self) -> &[f64] {
+        &self.thresholds
     }
 
     /// Messages and bytes sent so far.

@@ -257,7 +257,7 @@ impl MsgArena {
             }
         }
         self.buf.grow_to(segs.last().map_or(0, |s| s.end))?;
-        self.queued.set(self.queued.get() || self.is_placed());
+        self.touched();
         self.busy.clear();
         self.busy.resize(segs.len(), false);
         // Each segment receives at most one message at a time: receives in flight never
@@ -306,7 +306,7 @@ impl MsgArena {
             self.buf.copy_within(tail.clone(), tail.start + shift)?;
         }
         // A placed buffer was copied into its larger successor on the device.
-        self.queued.set(self.queued.get() || self.is_placed());
+        self.touched();
         Ok(true)
     }
 
@@ -493,7 +493,7 @@ impl MsgArena {
             return Err(P2pError::OutOfRange(range, n));
         }
         self.buf.copy_within(range, dst)?;
-        self.queued.set(self.is_placed());
+        self.touched();
         Ok(())
     }
 
@@ -501,6 +501,13 @@ impl MsgArena {
     pub fn buf_mut(&mut self) -> Result<&mut [f64], P2pError> {
         self.idle()?;
         self.buf.host_mut().ok_or(P2pError::NotHost)
+    }
+
+    /// Notes that device work may now touch a placed buffer.
+    fn touched(&self) {
+        if self.is_placed() {
+            self.queued.set(true);
+        }
     }
 
     /// Before MPI touches a placed buffer: the device work queued on it must be done.
