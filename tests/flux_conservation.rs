@@ -11,7 +11,9 @@
 //!   gid order on rank 0) stays equal to its initial value to 1e-13 relative over 100 steps;
 //! - without it the same run drifts by more than 1e-10 relative, so the check means something;
 //! - the final values are bit-identical on every rank count (the parent compares the digests
-//!   the children print), and with coalesced and per-channel correction messages;
+//!   the children print), and with coalesced and per-channel correction messages, each also
+//!   placed in memory-space buffers (`FluxCorrection::place_messages`: the GPU-aware path,
+//!   here in host memory, which MPI reads and writes in place);
 //! - a set-up that fails on one rank fails on all of them (no rank waits for the other),
 //!   and so do coalesced messages whose ends disagree on a channel's length;
 //! - coalesced, each correction sends exactly one status and one data message per peer rank
@@ -25,6 +27,7 @@ use starhalo_boundary::flux_correction::flux_channels;
 use starhalo_boundary::{
     BlockData, BufferPool, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
+use starhalo_exec::{Buffer, MemSpace};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::datatype::PartitionMut;
@@ -247,21 +250,44 @@ fn correction(
     FluxCorrection::new_in(world, mesh, data, &vars, coalesced, &BufferPool::new()).unwrap()
 }
 
-/// Runs `STEPS` steps, with the correction's messages coalesced or per channel (`correct`),
-/// or without correction (`None`); returns the largest relative change of a slot's total
-/// (on rank 0), the final data and the correction messages this rank sent.
+/// How a run corrects its fluxes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Correct {
+    No,
+    /// Messages coalesced per peer rank (`true`) or per channel, in pooled host buffers or
+    /// (`placed`) in memory-space buffers.
+    With {
+        coalesced: bool,
+        placed: bool,
+    },
+}
+
+/// Runs `STEPS` steps with the correction `correct`; returns the largest relative change of
+/// a slot's total (on rank 0), the final data and the correction messages this rank sent.
 fn run(
     world: &SimpleCommunicator,
     mesh: &Mesh,
     seed: u64,
-    correct: Option<bool>,
+    correct: Correct,
 ) -> (f64, BlockData, u64) {
     let rank = world.rank() as usize;
     let f = fields();
     let mut data = initial(mesh, &f, rank, seed);
     let nslots = data.vars().iter().map(|v| v.slots.end).max().unwrap();
     let mut ex = Exchange::new(world, mesh, &data, ExchangeOptions::default()).unwrap();
-    let mut fc = correction(world, mesh, &data, correct.unwrap_or(true));
+    let coalesced = matches!(
+        correct,
+        Correct::No
+            | Correct::With {
+                coalesced: true,
+                ..
+            }
+    );
+    let mut fc = correction(world, mesh, &data, coalesced);
+    if let Correct::With { placed: true, .. } = correct {
+        fc.place_messages(&Buffer::zeroed(MemSpace::Host, 0).unwrap())
+            .unwrap();
+    }
     let mut flux = FluxData::new(&data);
     let ndim = mesh.ndim();
     let top = mesh
@@ -281,7 +307,7 @@ fn run(
     for _ in 0..STEPS {
         ex.fill_ghosts(&mut data).unwrap();
         fluxes(&data, &mut flux);
-        if correct.is_some() {
+        if correct != Correct::No {
             fc.correct(&mut flux, &data).unwrap();
             update(mesh, &mut data, &flux, dt);
             drift = drift.max(change(&totals(world, mesh, &data, nslots), &t0));
@@ -289,7 +315,7 @@ fn run(
             update(mesh, &mut data, &flux, dt);
         }
     }
-    if correct.is_none() {
+    if correct == Correct::No {
         drift = change(&totals(world, mesh, &data, nslots), &t0);
     }
     (drift, data, fc.traffic().messages)
@@ -322,9 +348,10 @@ fn child() {
         for coalesced in [true, false] {
             sparse_check(&world, &mesh, seed, coalesced);
         }
-        let (with, data, sent) = run(&world, &mesh, seed, Some(true));
-        let (with_pc, data_pc, sent_pc) = run(&world, &mesh, seed, Some(false));
-        let (without, _, _) = run(&world, &mesh, seed, None);
+        let mode = |coalesced, placed| Correct::With { coalesced, placed };
+        let (with, data, sent) = run(&world, &mesh, seed, mode(true, false));
+        let (with_pc, data_pc, sent_pc) = run(&world, &mesh, seed, mode(false, false));
+        let (without, _, _) = run(&world, &mesh, seed, Correct::No);
         let steps = STEPS as u64;
         assert_eq!(
             sent,
@@ -341,6 +368,18 @@ fn child() {
             bits(&data) == bits(&data_pc),
             "seed {seed}: coalesced and per-channel correction differ"
         );
+        for coalesced in [true, false] {
+            let (_, placed, n) = run(&world, &mesh, seed, mode(coalesced, true));
+            let want = if coalesced { sent } else { sent_pc };
+            assert_eq!(
+                n, want,
+                "seed {seed}: placed messages (coalesced {coalesced})"
+            );
+            assert!(
+                bits(&placed) == bits(&data),
+                "seed {seed}: placed and pooled messages differ (coalesced {coalesced})"
+            );
+        }
         let d = digest(&world, &mesh, &data);
         if rank == 0 {
             assert!(

@@ -9,7 +9,8 @@
 //! Checks: device buffers (upload, download, fill), the star-forest gather and scatter
 //! kernels for every pack-plan kind, element type and operation (atomics for lists with
 //! duplicates), pack-in-one with the sparse-threshold flags and unpack-in-one on the channels
-//! of real meshes, restriction, the three prolongations, physical fill, and event ordering.
+//! of real meshes, restriction, the three prolongations, physical fill, the flux
+//! correction's restriction and setting of face fluxes on a refined mesh, and event ordering.
 //! Everything but floating-point sums and products through atomics must match bit for bit.
 
 use std::process::ExitCode;
@@ -46,15 +47,19 @@ mod selftest {
         recv_box, send_box, BndCache, BndInfo, FieldLayout, IndexBox, FLAG_ALLOCATED,
     };
     use starhalo_boundary::channel::all_channels;
+    use starhalo_boundary::device_flux::flux_descs;
     use starhalo_boundary::device_pack::{
         field_dims, physical_fill, refine_geom, threshold_flags, DeviceBndCache, DeviceRefine,
     };
+    use starhalo_boundary::flux_correction::flux_channels;
     use starhalo_boundary::prolong_restrict::{prolongate, restrict, Prolongation};
-    use starhalo_exec::cuda::{CudaError, Device};
+    use starhalo_boundary::{FluxData, FluxFace, FluxSpace};
+    use starhalo_exec::cuda::{CudaError, Device, DeviceHalos, FluxGeom};
     use starhalo_exec::{Buffer, Element, Policy};
     use starhalo_mesh::field::{IndexRange, IndexShape};
     use starhalo_mesh::{find_neighbors, Forest, RootGrid};
     use starhalo_sf::device::DevicePlan;
+    use starhalo_sf::p2p::{Values, ValuesMut};
     use starhalo_sf::{Op, Plan, Scalar};
 
     type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -495,6 +500,90 @@ mod selftest {
     }
 
     /// Events order work without a device-wide synchronisation.
+    /// The flux correction kernels on every fine–coarse face of a mesh with one root refined
+    /// (two variables, one of two slots), against the host's `FluxData`, bit for bit.
+    fn flux_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
+        for (ndim, nx) in [(1, [8, 1, 1]), (2, [8, 6, 1]), (3, [4, 6, 4])] {
+            let nrb = [
+                2,
+                if ndim > 1 { 2 } else { 1 },
+                if ndim > 2 { 2 } else { 1 },
+            ];
+            let grid = RootGrid::new(ndim, nrb, [true, ndim > 1, ndim > 2])?;
+            let roots = Forest::uniform(grid, 0);
+            let mut leaves = roots.leaves()[1..].to_vec();
+            leaves.extend(roots.leaves()[0].children(ndim));
+            let forest = Forest::from_leaves(grid, leaves)?;
+            let nblocks = forest.len();
+            let nb = find_neighbors(&forest, &vec![0; nblocks])?;
+            let shape = IndexShape::new(nx, 2, ndim)?;
+            let slots = [0..1, 1..3];
+            let rc = flux_channels(&nb, &[0, 1], 0);
+            let faces = |sending: bool| -> Res<Vec<FluxFace>> {
+                let list = if sending { &rc.send } else { &rc.recv };
+                let mut out: Vec<FluxFace> = Vec::new();
+                for c in list {
+                    let gid = if sending {
+                        c.key.sender
+                    } else {
+                        c.key.receiver
+                    };
+                    let at = out.last().map_or(0, |f| f.buf.end);
+                    let s = slots[c.key.var].clone();
+                    out.push(FluxFace::of_channel(c, sending, &shape, gid, s, at)?);
+                }
+                Ok(out)
+            };
+            let (send, recv) = (faces(true)?, faces(false)?);
+            let mut fd = FluxData::with_shape(&shape, nblocks, 3);
+            let geom = FluxGeom {
+                ndim,
+                n: nx,
+                nslots: 3,
+                nblocks,
+            };
+            let mut arrays = Vec::new();
+            for d in 0..ndim {
+                let mut a = Vec::new();
+                for b in 0..nblocks {
+                    for s in 0..3 {
+                        let f = fd.flux_mut(b, s, d);
+                        f.iter_mut().for_each(|x| *x = r.unit() * 2.0 - 1.0);
+                        a.extend_from_slice(f);
+                    }
+                }
+                arrays.push(Buffer::from_host_to(dev, &a)?);
+            }
+            let tag = format!("{ndim}D {} fine faces", send.len());
+
+            let len = send.last().map_or(0, |f| f.buf.end);
+            let mut want = vec![0.0; len];
+            fd.restrict(&send, ValuesMut::Host(&mut want))?;
+            let h = DeviceHalos::for_flux(dev, &flux_descs(&send, None), geom, true, len)?;
+            let mut dbuf = Buffer::zeroed_on(dev, len)?;
+            dev.flux_restrict(&h, &arrays, &mut dbuf)?;
+            rep.exact(&format!("flux restrict {tag}"), &dbuf.to_vec()?, &want);
+
+            let len = recv.last().map_or(0, |f| f.buf.end);
+            let buf: Vec<f64> = (0..len).map(|_| r.unit()).collect();
+            let apply: Vec<bool> = (0..recv.len()).map(|i| i % 3 != 1).collect();
+            fd.set(&recv, &apply, Values::Host(&buf))?;
+            let descs = flux_descs(&recv, Some(&apply));
+            let h = DeviceHalos::for_flux(dev, &descs, geom, false, len)?;
+            dev.flux_set(&h, &Buffer::from_host_to(dev, &buf)?, &mut arrays)?;
+            for (d, a) in arrays.iter().enumerate() {
+                let mut want = Vec::new();
+                for b in 0..nblocks {
+                    for s in 0..3 {
+                        want.extend_from_slice(fd.flux(b, s, d));
+                    }
+                }
+                rep.exact(&format!("flux set {tag} x{}", d + 1), &a.to_vec()?, &want);
+            }
+        }
+        Ok(())
+    }
+
     fn event_checks(dev: &Arc<Device>, rep: &mut Report) -> Res<()> {
         let mut b = Buffer::<f64>::zeroed_on(dev, 1 << 20)?;
         b.fill(3.0)?;
@@ -534,6 +623,7 @@ mod selftest {
         halo_checks(&dev, &mut rep, &mut r)?;
         refine_checks(&dev, &mut rep, &mut r)?;
         physical_checks(&dev, &mut rep, &mut r)?;
+        flux_checks(&dev, &mut rep, &mut r)?;
         event_checks(&dev, &mut rep)?;
         Ok(rep.failed)
     }

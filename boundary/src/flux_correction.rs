@@ -11,6 +11,11 @@
 //!   per active direction `d`, an array of `n_d + 1` faces along `d` by the interior cells
 //!   along the other directions (no ghosts). Every slot of every variable of the
 //!   [`BlockData`] gets fluxes; a [`FluxCorrection`] corrects the variables it was built for.
+//! - [`FluxSpace`] is what a correction asks of the storage of the fluxes: restrict its
+//!   sending [`FluxFace`]s into the message buffer, set its receiving ones from it.
+//!   [`FluxData`] does it on the host; `DeviceFluxes` (feature `cuda`) in one launch each on
+//!   a GPU, into and from host buffers (staged) or message buffers in device memory
+//!   ([`FluxCorrection::place_messages`]).
 //! - [`FluxCorrection`] is built per rank after each remesh (collectively, like
 //!   [`Exchange`](crate::Exchange)). Its channels are the fine→coarse channels through faces
 //!   only (receiver one level coarser, sender element a face): same-level faces, edges and
@@ -29,10 +34,11 @@
 
 use std::ops::Range;
 
+use starhalo_exec::Buffer;
 use starhalo_mesh::field::IndexShape;
 use starhalo_mesh::{BlockNeighbors, ElementKind, Mesh};
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::p2p::{self, MsgArena};
+use starhalo_sf::p2p::{self, MsgArena, Values, ValuesMut};
 use starhalo_sf::pool::BufferPool;
 
 use crate::channel::{Channel, ChannelKey, RankChannels};
@@ -40,7 +46,7 @@ use crate::coalesce::{self, Group};
 use crate::collective;
 use crate::comm_buffer::BufferState;
 use crate::error::BoundaryError;
-use crate::exchange::{BoundaryType, TaskStatus, Traffic};
+use crate::exchange::{not_host, BoundaryType, TaskStatus, Traffic};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
 
@@ -150,6 +156,169 @@ impl FluxData {
     }
 }
 
+/// One fine–coarse face of a flux correction, as a [`FluxSpace`] restricts or sets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FluxFace {
+    /// Local block.
+    pub block: usize,
+    /// The variable's slots, one after another in the buffer.
+    pub slots: Range<usize>,
+    /// Normal direction.
+    pub dir: usize,
+    /// A box of the face array along `dir`: one face layer along `dir`, and along the other
+    /// directions coarse faces. A sending (fine) face restricts the fine faces `2q` and
+    /// `2q + 1` under each coarse face `q`, which covers its whole face; a receiving (coarse)
+    /// face replaces the faces of the box.
+    pub faces: [Range<usize>; 3],
+    /// Its values in the message buffer: slot after slot, the box's faces first direction
+    /// fastest.
+    pub buf: Range<usize>,
+}
+
+impl FluxFace {
+    /// The face of fine→coarse face channel `c` at this rank's end (`sending`: the fine
+    /// block's, else the coarse one's) on blocks of `shape`: local block `block`, its variable's
+    /// `slots`, its values from `at` in the buffer.
+    pub fn of_channel(
+        c: &Channel,
+        sending: bool,
+        shape: &IndexShape,
+        block: usize,
+        slots: Range<usize>,
+        at: usize,
+    ) -> Result<Self, BoundaryError> {
+        let (ndim, nx) = (shape.ndim(), shape.nx());
+        let element = if sending {
+            c.key.element
+        } else {
+            c.receiver_element()
+        };
+        let o = element.offset();
+        let Some(d) = (0..ndim).find(|&d| o[d] != 0) else {
+            return Err(BoundaryError::Geometry(format!("{element} is not a face")));
+        };
+        let face = if o[d] > 0 { nx[d] } else { 0 };
+        // Sending: the whole fine face, restricted; receiving: the half (quarter) of the
+        // coarse face the sender covers.
+        let mut faces = [0..1, 0..1, 0..1];
+        faces[d] = face..face + 1;
+        for (s, e) in free_dirs(ndim, d).enumerate() {
+            if !nx[e].is_multiple_of(2) {
+                return Err(BoundaryError::Geometry(format!(
+                    "odd block extent {} along direction {e}",
+                    nx[e]
+                )));
+            }
+            let h = nx[e] / 2;
+            let start = if sending { 0 } else { usize::from(c.fi[s]) * h };
+            faces[e] = start..start + h;
+        }
+        let mut f = Self {
+            block,
+            slots,
+            dir: d,
+            faces,
+            buf: at..at,
+        };
+        f.buf.end = at + f.per_slot() * f.slots.len();
+        Ok(f)
+    }
+
+    /// Values per slot.
+    pub fn per_slot(&self) -> usize {
+        self.faces.iter().map(ExactSizeIterator::len).product()
+    }
+}
+
+/// Where face fluxes live, as a [`FluxCorrection`] reads and writes them: [`FluxData`] on the
+/// host, `DeviceFluxes` (feature `cuda`) on a GPU.
+pub trait FluxSpace {
+    /// Blocks held.
+    fn blocks(&self) -> usize;
+    /// Slots per block.
+    fn slots(&self) -> usize;
+    /// Dimensions of one slot's face array along `d` (`[0; 3]` for an inactive direction).
+    fn face_dims(&self, d: usize) -> [usize; 3];
+    /// Restricts every sending face into `buf` (at its [`FluxFace::buf`]).
+    fn restrict(&mut self, faces: &[FluxFace], buf: ValuesMut<'_>) -> Result<(), BoundaryError>;
+    /// Replaces the fluxes of every receiving face with `apply` by its values in `buf`.
+    fn set(
+        &mut self,
+        faces: &[FluxFace],
+        apply: &[bool],
+        buf: Values<'_>,
+    ) -> Result<(), BoundaryError>;
+}
+
+impl FluxSpace for FluxData {
+    fn blocks(&self) -> usize {
+        self.nblocks
+    }
+
+    fn slots(&self) -> usize {
+        self.nslots
+    }
+
+    fn face_dims(&self, d: usize) -> [usize; 3] {
+        FluxData::face_dims(self, d)
+    }
+
+    fn restrict(&mut self, faces: &[FluxFace], buf: ValuesMut<'_>) -> Result<(), BoundaryError> {
+        let buf = buf.host().ok_or_else(not_host)?;
+        for f in faces {
+            let (per, dims) = (f.per_slot(), FluxData::face_dims(self, f.dir));
+            for (k, s) in f.slots.clone().enumerate() {
+                let out = buf
+                    .get_mut(f.buf.start + k * per..)
+                    .and_then(|b| b.get_mut(..per))
+                    .ok_or(BoundaryError::Size {
+                        what: "flux correction buffer",
+                        expected: f.buf.end,
+                        got: 0,
+                    })?;
+                let face = f.faces[f.dir].start;
+                restrict_face(
+                    self.flux(f.block, s, f.dir),
+                    dims,
+                    f.dir,
+                    face,
+                    self.ndim,
+                    out,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set(
+        &mut self,
+        faces: &[FluxFace],
+        apply: &[bool],
+        buf: Values<'_>,
+    ) -> Result<(), BoundaryError> {
+        let buf = buf.host().ok_or_else(not_host)?;
+        for (f, _) in faces.iter().zip(apply).filter(|(_, &a)| a) {
+            let (per, dims) = (f.per_slot(), FluxData::face_dims(self, f.dir));
+            let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];
+            for (k, s) in f.slots.clone().enumerate() {
+                let src = buf
+                    .get(f.buf.start + k * per..)
+                    .and_then(|b| b.get(..per))
+                    .ok_or(BoundaryError::Size {
+                        what: "flux correction buffer",
+                        expected: f.buf.end,
+                        got: buf.len(),
+                    })?;
+                let dst = self.flux_mut(f.block, s, f.dir);
+                for (x, p) in src.iter().zip(points(f.faces.clone())) {
+                    dst[at(p)] = *x;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The points of a box, first direction fastest.
 fn points(r: [Range<usize>; 3]) -> impl Iterator<Item = [usize; 3]> {
     let [a, b, c] = r;
@@ -246,21 +415,14 @@ pub fn flux_channels(neighbors: &[BlockNeighbors], vars: &[usize], rank: usize) 
     rc
 }
 
-/// One end of a flux-correction channel.
+/// One end of a flux-correction channel (its face is at the same index of the side's faces).
 #[derive(Debug, Clone)]
 struct End {
     ch: Channel,
     /// This rank's block (sender on the send side, receiver on the receive side).
     block: usize,
     var: usize,
-    slots: Range<usize>,
-    /// Face normal direction and the face layer of this end's block.
-    d: usize,
-    face: usize,
-    /// Receive side: the coarse faces the channel replaces.
-    sub: [Range<usize>; 3],
-    /// Values per slot, and this end's range of its buffer.
-    per_slot: usize,
+    /// This end's range of its buffer.
     buf: Range<usize>,
     peer: i32,
     tag: i32,
@@ -288,6 +450,11 @@ pub struct FluxCorrection {
     /// Ends sorted by (peer rank, key): each coalesced group is a run of them.
     send: Vec<End>,
     recv: Vec<End>,
+    /// The faces of the ends, in their order.
+    send_faces: Vec<FluxFace>,
+    recv_faces: Vec<FluxFace>,
+    /// Receive side: which faces [`FluxSpace::set`] replaces (scratch, one per end).
+    apply: Vec<bool>,
     send_groups: Vec<Group>,
     recv_groups: Vec<Group>,
     send_buf: MsgArena,
@@ -365,8 +532,6 @@ impl FluxCorrection {
         pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
         let shape = *data.shape();
-        let ndim = shape.ndim();
-        let nx = shape.nx();
         let nvars = data.vars().len();
         if let Some(&v) = vars.iter().find(|&&v| v >= nvars) {
             return Err(BoundaryError::Geometry(format!(
@@ -396,78 +561,51 @@ impl FluxCorrection {
             }
             i32::try_from(tag).map_err(|_| BoundaryError::Geometry(format!("tag {tag}")))
         };
-        let build = |list: &[Channel], sending: bool| -> Result<Vec<End>, BoundaryError> {
-            let mut out = Vec::with_capacity(list.len());
-            let mut at = 0;
-            for c in list {
-                let gid = if sending {
-                    c.key.sender
-                } else {
-                    c.key.receiver
-                };
-                let block = data.local(gid).ok_or_else(|| {
-                    BoundaryError::Geometry(format!("block {gid} is not on rank {rank}"))
-                })?;
-                let element = if sending {
-                    c.key.element
-                } else {
-                    c.receiver_element()
-                };
-                let o = element.offset();
-                let Some(d) = (0..ndim).find(|&d| o[d] != 0) else {
-                    return Err(BoundaryError::Geometry(format!("{element} is not a face")));
-                };
-                let face = if o[d] > 0 { nx[d] } else { 0 };
-                let mut sub = [0..1, 0..1, 0..1];
-                sub[d] = face..face + 1;
-                let mut per_slot = 1;
-                for (s, e) in free_dirs(ndim, d).enumerate() {
-                    if !nx[e].is_multiple_of(2) {
-                        return Err(BoundaryError::Geometry(format!(
-                            "odd block extent {} along direction {e}",
-                            nx[e]
-                        )));
-                    }
-                    let h = nx[e] / 2;
-                    let start = usize::from(c.fi[s]) * h;
-                    sub[e] = start..start + h;
-                    per_slot *= h;
+        let build =
+            |list: &[Channel], sending: bool| -> Result<(Vec<End>, Vec<FluxFace>), BoundaryError> {
+                let mut out = Vec::with_capacity(list.len());
+                let mut faces = Vec::with_capacity(list.len());
+                let mut at = 0;
+                for c in list {
+                    let gid = if sending {
+                        c.key.sender
+                    } else {
+                        c.key.receiver
+                    };
+                    let block = data.local(gid).ok_or_else(|| {
+                        BoundaryError::Geometry(format!("block {gid} is not on rank {rank}"))
+                    })?;
+                    let var = c.key.var;
+                    let slots = data.vars()[var].slots.clone();
+                    let face = FluxFace::of_channel(c, sending, &shape, block, slots, at)?;
+                    let (peer, tag) = if c.is_local() {
+                        (rank as i32, -1)
+                    } else if sending {
+                        let p = c.receiver_rank;
+                        (p as i32, tag_of(tags.send_tag(c), var, p)?)
+                    } else {
+                        let p = c.sender_rank;
+                        (p as i32, tag_of(tags.recv_tag(c), var, p)?)
+                    };
+                    at = face.buf.end;
+                    out.push(End {
+                        ch: *c,
+                        block,
+                        var,
+                        buf: face.buf.clone(),
+                        peer,
+                        tag,
+                        sparse: data.vars()[var].threshold.is_some(),
+                        state: BufferState::Stale,
+                        posted: None,
+                        target: None,
+                    });
+                    faces.push(face);
                 }
-                let var = c.key.var;
-                let slots = data.vars()[var].slots.clone();
-                let len = per_slot * slots.len();
-                let (peer, tag) = if c.is_local() {
-                    (rank as i32, -1)
-                } else if sending {
-                    let p = c.receiver_rank;
-                    (p as i32, tag_of(tags.send_tag(c), var, p)?)
-                } else {
-                    let p = c.sender_rank;
-                    (p as i32, tag_of(tags.recv_tag(c), var, p)?)
-                };
-                out.push(End {
-                    ch: *c,
-                    block,
-                    var,
-                    slots,
-                    d,
-                    face,
-                    sub,
-                    per_slot,
-                    buf: at..at + len,
-                    peer,
-                    tag,
-                    sparse: data.vars()[var].threshold.is_some(),
-                    state: BufferState::Stale,
-                    posted: None,
-                    target: None,
-                });
-                at += len;
-            }
-            Ok(out)
-        };
-        let mut send = build(&rc.send, true)?;
-        let recv = build(&rc.recv, false)?;
+                Ok((out, faces))
+            };
+        let (mut send, send_faces) = build(&rc.send, true)?;
+        let (recv, recv_faces) = build(&rc.recv, false)?;
         for e in send.iter_mut().filter(|e| e.ch.is_local()) {
             let j = recv
                 .binary_search_by_key(&(rank, e.ch.key), |r| (r.ch.sender_rank, r.ch.key))
@@ -493,8 +631,11 @@ impl FluxCorrection {
             recv_buf: MsgArena::new_in(pool, recv.iter().map(|e| e.buf.clone()).collect())?,
             coal: coalesce::recv_arena(pool, &recv_groups)?,
             comm: own,
+            apply: vec![false; recv.len()],
             send,
             recv,
+            send_faces,
+            recv_faces,
             send_groups,
             recv_groups,
             traffic: Traffic::default(),
@@ -511,6 +652,30 @@ impl FluxCorrection {
     /// and key.
     pub fn recv_channels(&self) -> impl Iterator<Item = &Channel> {
         self.recv.iter().map(|e| &e.ch)
+    }
+
+    /// The faces this rank restricts and sends, in the order of
+    /// [`send_channels`](Self::send_channels).
+    pub fn send_faces(&self) -> &[FluxFace] {
+        &self.send_faces
+    }
+
+    /// The faces this rank receives and sets, in the order of
+    /// [`recv_channels`](Self::recv_channels).
+    pub fn recv_faces(&self) -> &[FluxFace] {
+        &self.recv_faces
+    }
+
+    /// Moves every message buffer into a new buffer in the memory space (and on the device)
+    /// of `like`, which MPI then reads and writes in place: the GPU-aware path, where the
+    /// flux space restricts into and sets from device memory directly (for device memory,
+    /// the MPI must support it). Only between corrections.
+    pub fn place_messages(&mut self, like: &Buffer<f64>) -> Result<(), BoundaryError> {
+        self.send_buf.wait();
+        for a in [&mut self.send_buf, &mut self.recv_buf, &mut self.coal] {
+            a.place(like)?;
+        }
+        Ok(())
     }
 
     /// Messages and bytes sent so far.
@@ -542,7 +707,7 @@ impl FluxCorrection {
     pub fn send(
         &mut self,
         ty: BoundaryType,
-        fluxes: &FluxData,
+        fluxes: &mut impl FluxSpace,
         data: &BlockData,
     ) -> Result<TaskStatus, BoundaryError> {
         expect(ty, BoundaryType::FlxcorSend)?;
@@ -555,31 +720,17 @@ impl FluxCorrection {
             return Ok(TaskStatus::Incomplete);
         }
         self.send_buf.wait();
-        let buf = self.send_buf.buf_mut()?;
-        let ndim = self.shape.ndim();
+        // Every face, allocated or not: one pass (one launch on a device); unallocated
+        // variables send null below.
+        fluxes.restrict(&self.send_faces, self.send_buf.values_mut()?)?;
         for e in &mut self.send {
             let live = data.is_allocated(e.block, e.var);
-            if live {
-                let dims = fluxes.face_dims(e.d);
-                for (k, s) in e.slots.clone().enumerate() {
-                    let at = e.buf.start + k * e.per_slot;
-                    restrict_face(
-                        fluxes.flux(e.block, s, e.d),
-                        dims,
-                        e.d,
-                        e.face,
-                        ndim,
-                        &mut buf[at..at + e.per_slot],
-                    )?;
-                }
-            }
             match e.target {
                 Some(j) => {
                     let r = &mut self.recv[j];
                     if live {
                         self.recv_buf
-                            .segment_mut(j)?
-                            .copy_from_slice(&buf[e.buf.clone()]);
+                            .copy_to_segment(j, &self.send_buf, e.buf.clone())?;
                     }
                     r.state = if live {
                         BufferState::Received
@@ -712,34 +863,18 @@ impl FluxCorrection {
             .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
     }
 
-    fn check_fluxes(&self, fluxes: &FluxData) -> Result<(), BoundaryError> {
-        let need = self
-            .send
-            .iter()
-            .chain(&self.recv)
-            .map(|e| e.slots.end)
-            .max()
-            .unwrap_or(0);
-        let blocks = self
-            .send
-            .iter()
-            .chain(&self.recv)
-            .map(|e| e.block + 1)
-            .max()
-            .unwrap_or(0);
-        let mut dims = FluxData::with_shape(&self.shape, 0, 0).dims;
-        dims.iter_mut()
-            .zip(fluxes.dims)
-            .for_each(|(a, b)| *a = if *a == b { *a } else { [usize::MAX; 3] });
-        if fluxes.nslots < need
-            || fluxes.nblocks < blocks
-            || dims.iter().any(|d| d[0] == usize::MAX)
-        {
+    fn check_fluxes(&self, fluxes: &impl FluxSpace) -> Result<(), BoundaryError> {
+        let faces = || self.send_faces.iter().chain(&self.recv_faces);
+        let need = faces().map(|f| f.slots.end).max().unwrap_or(0);
+        let blocks = faces().map(|f| f.block + 1).max().unwrap_or(0);
+        let want = FluxData::with_shape(&self.shape, 0, 0);
+        let same_dims = (0..3).all(|d| fluxes.face_dims(d) == want.face_dims(d));
+        if fluxes.slots() < need || fluxes.blocks() < blocks || !same_dims {
             return Err(BoundaryError::Mismatch(format!(
                 "flux storage of {} blocks x {} slots does not fit this flux correction \
                  ({blocks} blocks, {need} slots, block shape {:?})",
-                fluxes.nblocks,
-                fluxes.nslots,
+                fluxes.blocks(),
+                fluxes.slots(),
                 self.shape.nx()
             )));
         }
@@ -752,7 +887,7 @@ impl FluxCorrection {
     pub fn set_bounds(
         &mut self,
         ty: BoundaryType,
-        fluxes: &mut FluxData,
+        fluxes: &mut impl FluxSpace,
         data: &BlockData,
     ) -> Result<TaskStatus, BoundaryError> {
         expect(ty, BoundaryType::FlxcorRecv)?;
@@ -760,19 +895,11 @@ impl FluxCorrection {
         if !self.arrived() {
             return Ok(TaskStatus::Incomplete);
         }
-        let buf = self.recv_buf.buf()?;
+        for (a, e) in self.apply.iter_mut().zip(&self.recv) {
+            *a = e.state == BufferState::Received && data.is_allocated(e.block, e.var);
+        }
+        fluxes.set(&self.recv_faces, &self.apply, self.recv_buf.values()?)?;
         for e in &mut self.recv {
-            if e.state == BufferState::Received && data.is_allocated(e.block, e.var) {
-                let dims = fluxes.face_dims(e.d);
-                let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];
-                for (k, s) in e.slots.clone().enumerate() {
-                    let src = &buf[e.buf.start + k * e.per_slot..][..e.per_slot];
-                    let dst = fluxes.flux_mut(e.block, s, e.d);
-                    for (x, p) in src.iter().zip(points(e.sub.clone())) {
-                        dst[at(p)] = *x;
-                    }
-                }
-            }
             e.state = BufferState::Stale;
         }
         coalesce::rearm(&mut self.recv_groups);
@@ -782,7 +909,7 @@ impl FluxCorrection {
     /// One whole flux correction, blocking until every correction has arrived and been set.
     pub fn correct(
         &mut self,
-        fluxes: &mut FluxData,
+        fluxes: &mut impl FluxSpace,
         data: &BlockData,
     ) -> Result<(), BoundaryError> {
         self.start_receive(BoundaryType::FlxcorRecv)?;

@@ -28,6 +28,7 @@ pub mod channel;
 mod coalesce;
 mod collective;
 pub mod comm_buffer;
+pub mod device_flux;
 pub mod device_pack;
 pub mod error;
 pub mod exchange;
@@ -51,7 +52,7 @@ pub use error::BoundaryError;
 pub use exchange::{
     BoundaryType, Exchange, ExchangeOptions, FieldSpace, HostFields, Ordering, TaskStatus, Traffic,
 };
-pub use flux_correction::{FluxCorrection, FluxData};
+pub use flux_correction::{FluxCorrection, FluxData, FluxFace, FluxSpace};
 pub use gmg::{GmgData, GmgExchange, LevelBlocks};
 pub use pool::{BufferPool, Owned, WeakHandle};
 pub use prolong_restrict::{prolongate, restrict, Prolongation};

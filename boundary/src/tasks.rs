@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use starhalo_exec::tasks::{TaskId, TaskList};
 
 use crate::exchange::{BoundaryType, Exchange};
-use crate::flux_correction::{FluxCorrection, FluxData};
+use crate::flux_correction::{FluxCorrection, FluxSpace};
 use crate::storage::BlockData;
 
 /// Adds the ghost fill of partition `part` to `list`, after `deps`: for each of `types`
@@ -60,11 +60,11 @@ pub fn add_exchange<'a>(
 /// block's fluxes): start-receive (`flxcor_recv`), send the restricted fine fluxes
 /// (`flxcor_send`), receive and replace the coarse fluxes. Returns the last task. The
 /// correction spans every block of the rank, so it goes in one list.
-pub fn add_flux_correction<'a>(
+pub fn add_flux_correction<'a, F: FluxSpace>(
     list: &mut TaskList<'a>,
     deps: &[TaskId],
     correction: &'a RefCell<FluxCorrection>,
-    fluxes: &'a RefCell<FluxData>,
+    fluxes: &'a RefCell<F>,
     data: &'a RefCell<BlockData>,
 ) -> TaskId {
     let start = list.add("start_receive_flxcor", deps, move || {
@@ -75,7 +75,7 @@ pub fn add_flux_correction<'a>(
     let send = list.add("send_flxcor", &[start], move || {
         Ok(correction.borrow_mut().send(
             BoundaryType::FlxcorSend,
-            &fluxes.borrow(),
+            &mut *fluxes.borrow_mut(),
             &data.borrow(),
         )?)
     });
@@ -88,7 +88,7 @@ pub fn add_flux_correction<'a>(
     list.add("set_flxcor", &[recv, send], move || {
         Ok(correction.borrow_mut().set_bounds(
             BoundaryType::FlxcorRecv,
-            &mut fluxes.borrow_mut(),
+            &mut *fluxes.borrow_mut(),
             &data.borrow(),
         )?)
     })

@@ -10,6 +10,9 @@ pub const FLAG_ALLOCATED: u32 = 2;
 /// Flag of [`HaloDesc::flags`] for a physical fill: `FLAG_MIRROR0 << d` mirrors the box across
 /// the face along direction `d` (reflecting) instead of clamping onto it (outflow).
 pub const FLAG_MIRROR0: u32 = 4;
+/// Flag of [`HaloDesc::flags`] for a flux face: `FLAG_NORMAL0 << d` marks the face normal `d`
+/// ([`FluxGeom`]).
+pub const FLAG_NORMAL0: u32 = 32;
 
 /// One sub-halo (or coarse box) as the boundary kernels read it: `struct sh_bnd_info` of
 /// [`HALO_SRC`](super::kernels::HALO_SRC), field for field. Boxes are inclusive (`s..=e`).
@@ -264,6 +267,97 @@ pub fn check_physical(
     Ok(())
 }
 
+/// Face fluxes, as the flux correction kernels see them: per active normal direction `d` one
+/// array of `nblocks` blocks of `nslots` slots, each the `n` interior cells widened by one
+/// face along `d` (first direction fastest).
+///
+/// A flux face descriptor ([`HaloDesc`]) has `FLAG_NORMAL0 << d` for its normal `d`,
+/// `s[d] == e[d]` its face layer, and along the other directions a box of coarse faces:
+/// restriction reads the fine faces `2q` and `2q + 1` under each coarse face `q`, setting
+/// writes the box itself (where [`FLAG_ALLOCATED`] is set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FluxGeom {
+    /// Active dimensions (1 to 3).
+    pub ndim: usize,
+    /// Interior cells per block (1 along inactive directions).
+    pub n: [usize; 3],
+    /// Slots per block.
+    pub nslots: usize,
+    /// Blocks.
+    pub nblocks: usize,
+}
+
+impl FluxGeom {
+    /// Points of one slot's face array along `d`.
+    pub fn face_dims(&self, d: usize) -> [usize; 3] {
+        let mut m = self.n;
+        m[d] += 1;
+        m
+    }
+
+    /// Values of the array along `d`.
+    pub fn len(&self, d: usize) -> usize {
+        self.nblocks * self.nslots * self.face_dims(d).iter().product::<usize>()
+    }
+
+    /// The normal of a flux face descriptor.
+    pub fn normal(d: &HaloDesc) -> Option<usize> {
+        let bits = (d.flags / FLAG_NORMAL0) & 7;
+        match bits {
+            1 => Some(0),
+            2 => Some(1),
+            4 => Some(2),
+            _ => None,
+        }
+    }
+
+    /// Checks flux face descriptors against the arrays and a buffer of `buf_len` values;
+    /// `restrict` checks the fine faces under each coarse face instead of the box itself.
+    pub fn check(
+        &self,
+        descs: &[HaloDesc],
+        restrict: bool,
+        buf_len: usize,
+    ) -> Result<(), CudaError> {
+        let shape_ok = (1..=3).contains(&self.ndim)
+            && (0..3).all(|d| self.n[d] >= 1 && (d < self.ndim || self.n[d] == 1));
+        if !shape_ok {
+            return Err(CudaError::Invalid(format!("flux geometry {self:?}")));
+        }
+        for (h, desc) in descs.iter().enumerate() {
+            let bad = |why: &str| {
+                Err(CudaError::Invalid(format!(
+                    "flux face descriptor {h} ({desc:?}) {why} ({self:?})"
+                )))
+            };
+            let Some(d) = Self::normal(desc).filter(|&d| d < self.ndim) else {
+                return bad("has no active normal");
+            };
+            if desc.block >= self.nblocks as u64 || desc.var >= self.nslots as u64 {
+                return bad("is outside the blocks or slots");
+            }
+            let m = self.face_dims(d);
+            for (k, &mk) in m.iter().enumerate() {
+                if desc.extent(k) == 0 {
+                    return bad("is empty");
+                }
+                let last = if restrict && k != d && k < self.ndim {
+                    2 * desc.e[k] + 1
+                } else {
+                    desc.e[k]
+                };
+                if last >= mk as u64 || (k == d && desc.s[k] != desc.e[k]) {
+                    return bad("is not one face layer inside its array");
+                }
+            }
+            if desc.buf_offset.saturating_add(desc.len()) > buf_len as u64 {
+                return bad(&format!("ends past the buffer of {buf_len} values"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Fine block arrays and their coarse buffers, for restriction and prolongation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RefineGeom {
@@ -355,6 +449,49 @@ mod tests {
             define(HALO_SRC, "SH_FLAG_MIRROR0"),
             Some(u64::from(FLAG_MIRROR0))
         );
+        assert_eq!(
+            define(HALO_SRC, "SH_FLAG_NORMAL0"),
+            Some(u64::from(FLAG_NORMAL0))
+        );
+    }
+
+    #[test]
+    fn flux_faces_are_checked_against_their_arrays() {
+        // 2-D, 4x2 cells: faces along x1 are 5x2, along x2 4x3.
+        let g = FluxGeom {
+            ndim: 2,
+            n: [4, 2, 1],
+            nslots: 2,
+            nblocks: 1,
+        };
+        assert_eq!((g.len(0), g.len(1)), (20, 24));
+        let face = |d: usize, s: [u64; 3], e: [u64; 3]| HaloDesc {
+            block: 0,
+            var: 1,
+            s,
+            e,
+            buf_offset: 0,
+            flags: FLAG_NORMAL0 << d,
+            pad: 0,
+        };
+        // The upper x1 face of the fine block, one coarse face along x2 (fine faces 0, 1).
+        let up = face(0, [4, 0, 0], [4, 0, 0]);
+        assert_eq!(FluxGeom::normal(&up), Some(0));
+        g.check(&[up], true, 1).unwrap();
+        assert!(g.check(&[up], true, 0).is_err(), "buffer too short");
+        // Along x2 the coarse faces 0..=1 restrict fine faces up to 3 of 4: fine; 0..=2 not.
+        g.check(&[face(1, [0, 2, 0], [1, 2, 0])], true, 2).unwrap();
+        assert!(g.check(&[face(1, [0, 2, 0], [2, 2, 0])], true, 3).is_err());
+        g.check(&[face(1, [0, 2, 0], [2, 2, 0])], false, 3).unwrap();
+        // Two layers along the normal, a normal out of the mesh, or none.
+        assert!(g.check(&[face(0, [3, 0, 0], [4, 0, 0])], false, 9).is_err());
+        assert!(g.check(&[face(2, [0, 0, 0], [0, 0, 0])], false, 9).is_err());
+        let mut none = up;
+        none.flags = FLAG_ALLOCATED;
+        assert!(g.check(&[none], false, 9).is_err());
+        let mut slot = up;
+        slot.var = 2;
+        assert!(g.check(&[slot], false, 9).is_err());
     }
 
     #[test]

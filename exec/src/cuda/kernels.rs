@@ -9,7 +9,8 @@ use crate::element::ScalarKind;
 
 /// Star-forest gather (pack) and scatter (unpack with an operation) kernels.
 pub const SF_SRC: &str = include_str!("kernels/sf.cu");
-/// Boundary kernels in one: pack, unpack, restriction, prolongation, physical fill.
+/// Boundary kernels in one: pack, unpack, restriction, prolongation, physical fill, and the
+/// flux correction's restriction and setting of face fluxes.
 pub const HALO_SRC: &str = include_str!("kernels/halo.cu");
 /// Finite-volume advection: face fluxes and the conservative update of every block.
 pub const ADVECT_SRC: &str = include_str!("kernels/advect.cu");
@@ -76,12 +77,14 @@ pub const SF_KINDS: [&str; 5] = [
 ];
 
 /// The boundary kernels.
-pub const HALO_KERNELS: [&str; 5] = [
+pub const HALO_KERNELS: [&str; 7] = [
     "sh_halo_pack",
     "sh_halo_unpack",
     "sh_restrict",
     "sh_prolongate",
     "sh_physical",
+    "sh_flux_restrict",
+    "sh_flux_set",
 ];
 
 /// The advection kernels.
@@ -300,6 +303,7 @@ mod tests {
         assert_eq!(define(SF_SRC, "SH_OP_BXOR"), Some(9));
         assert_eq!(define(HALO_SRC, "SH_FLAG_ALLOCATED"), Some(2));
         assert_eq!(define(HALO_SRC, "SH_PROLONG_MINMOD"), Some(2));
+        assert_eq!(define(HALO_SRC, "SH_FLAG_NORMAL0"), Some(32));
         assert_eq!(define(HALO_SRC, "NOPE"), None);
         assert_eq!(define(ADVECT_SRC, "SH_LIMIT_NONE"), Some(0));
         assert_eq!(define(ADVECT_SRC, "SH_LIMIT_MC"), Some(2));

@@ -23,14 +23,15 @@
 //!   `starhalo_boundary::BndInfo`): [`Device::halo_pack`] (with the per-sub-halo sparse
 //!   threshold flags), [`Device::halo_unpack`], [`Device::restrict`], [`Device::prolongate`]
 //!   and [`Device::physical_fill`], one launch each, CUDA blocks over sub-halos and threads over
-//!   cells, x1 fastest. Floating-point kernels are compiled with `--fmad=false` and written in
+//!   cells, x1 fastest; the flux correction's [`Device::flux_restrict`] and
+//!   [`Device::flux_set`] over flux faces ([`FluxGeom`]) likewise. Floating-point kernels are compiled with `--fmad=false` and written in
 //!   the host's expression order, so their results equal the host's bit for bit.
 //! - Advection kernels ([`Device::advect_flux`], [`Device::advect_update`]): the face fluxes
 //!   and the conservative update of the advection problem over every block in one launch each,
 //!   in the host's expression order too.
 //!
 //! The kernel sources ([`kernels`]) and the descriptor types ([`HaloDesc`], [`ReduceOp`],
-//! [`ProlongOp`], [`FieldDims`], [`RefineGeom`]) exist in every build, so host tests check the
+//! [`ProlongOp`], [`FieldDims`], [`RefineGeom`], [`FluxGeom`]) exist in every build, so host tests check the
 //! entry points, the parameter lists the host passes and the descriptor layout without a GPU.
 //!
 //! # Running the GPU checks
@@ -73,7 +74,8 @@ mod ffi;
 pub(crate) mod ops;
 
 pub use desc::{
-    FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE, FLAG_MIRROR0,
+    FieldDims, FluxGeom, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE,
+    FLAG_MIRROR0, FLAG_NORMAL0,
 };
 pub use error::CudaError;
 

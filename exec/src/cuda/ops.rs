@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::desc::{
-    check_halos, check_physical, FieldDims, HaloDesc, ProlongOp, ReduceOp, RefineGeom,
+    check_halos, check_physical, FieldDims, FluxGeom, HaloDesc, ProlongOp, ReduceOp, RefineGeom,
 };
 use super::device::{grid_for, Device};
 use super::error::CudaError;
@@ -359,6 +359,11 @@ enum Use {
         lo: [usize; 3],
         hi: [usize; 3],
     },
+    Flux {
+        geom: FluxGeom,
+        restrict: bool,
+        buf_len: usize,
+    },
 }
 
 /// Sub-halo descriptors on a device, checked once on the host for one use (pack/unpack,
@@ -419,6 +424,24 @@ impl DeviceHalos {
         Self::upload(dev, descs, Use::Physical { fields, lo, hi })
     }
 
+    /// Flux faces for [`Device::flux_restrict`] (`restrict`) or [`Device::flux_set`] between
+    /// the face fluxes of `geom` and a buffer of `buf_len` values ([`FluxGeom::check`]).
+    pub fn for_flux(
+        dev: &Arc<Device>,
+        descs: &[HaloDesc],
+        geom: FluxGeom,
+        restrict: bool,
+        buf_len: usize,
+    ) -> Result<Self, CudaError> {
+        geom.check(descs, restrict, buf_len)?;
+        let usage = Use::Flux {
+            geom,
+            restrict,
+            buf_len,
+        };
+        Self::upload(dev, descs, usage)
+    }
+
     /// The same use with other descriptors (checked again), e.g. new allocation flags.
     pub fn with_descs(&self, dev: &Arc<Device>, descs: &[HaloDesc]) -> Result<Self, CudaError> {
         match self.usage {
@@ -429,6 +452,11 @@ impl DeviceHalos {
             } => Self::for_pack(dev, descs, fields, coarse, buf_len),
             Use::Refine { geom, halo } => Self::for_refine(dev, descs, geom, halo),
             Use::Physical { fields, lo, hi } => Self::for_physical(dev, descs, fields, lo, hi),
+            Use::Flux {
+                geom,
+                restrict,
+                buf_len,
+            } => Self::for_flux(dev, descs, geom, restrict, buf_len),
         }
     }
 
@@ -547,6 +575,63 @@ fn physical_args(
     a.extend(dims_args(f));
     a.extend([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]].map(|v| Arg::U64(v as u64)));
     a
+}
+
+fn flux_args(
+    descs: u64,
+    nface: usize,
+    flux: [u64; 3],
+    buf: u64,
+    restrict: bool,
+    g: &FluxGeom,
+) -> Vec<Arg> {
+    let mut a = vec![Arg::Ptr(descs), Arg::U64(nface as u64)];
+    let arrays = flux.map(Arg::Ptr);
+    if restrict {
+        a.extend(arrays);
+        a.push(Arg::Ptr(buf));
+    } else {
+        a.push(Arg::Ptr(buf));
+        a.extend(arrays);
+    }
+    a.extend(g.n.map(|v| Arg::U64(v as u64)));
+    a.push(Arg::U64(g.nslots as u64));
+    if restrict {
+        a.push(Arg::U64(g.ndim as u64));
+    }
+    a
+}
+
+/// The geometry flux faces `h` were checked for, with `restrict` as asked, checked against
+/// the face arrays (one per active direction) and a buffer of the given lengths.
+fn flux_use(
+    h: &DeviceHalos,
+    restrict: bool,
+    arrays: &[usize],
+    buf_len: usize,
+) -> Result<FluxGeom, CudaError> {
+    let Use::Flux {
+        geom,
+        restrict: r,
+        buf_len: want,
+    } = h.usage
+    else {
+        return invalid("descriptors were not checked for flux faces".into());
+    };
+    if r != restrict {
+        let what = if r { "restriction" } else { "setting" };
+        return invalid(format!("flux faces were checked for {what}"));
+    }
+    need("face flux arrays", geom.ndim, arrays.len())?;
+    for (d, &len) in arrays.iter().enumerate() {
+        need(&format!("face fluxes along x{}", d + 1), geom.len(d), len)?;
+    }
+    if buf_len < want {
+        return invalid(format!(
+            "flux correction buffer: {buf_len} values, expected at least {want}"
+        ));
+    }
+    Ok(geom)
 }
 
 /// The storage of pack/unpack descriptors `h`, checked against a field storage and a
@@ -750,6 +835,60 @@ impl Device {
         )
     }
 
+    /// Restricts the fine face fluxes (`flux[d]` along each active direction `d`) under every
+    /// coarse face of the flux faces `h` into `buf`, in one launch (the host's expression
+    /// order: bit-identical results).
+    pub fn flux_restrict(
+        &self,
+        h: &DeviceHalos,
+        flux: &[Buffer<f64>],
+        buf: &mut Buffer<f64>,
+    ) -> Result<(), CudaError> {
+        let lens: Vec<usize> = flux.iter().map(Buffer::len).collect();
+        let g = flux_use(h, true, &lens, buf.len())?;
+        if h.is_empty() {
+            return Ok(());
+        }
+        let mut ptrs = [0; 3];
+        for (p, f) in ptrs.iter_mut().zip(flux) {
+            *p = f.on_device(self)?.address();
+        }
+        let descs = h.descs.on_device(self)?.address();
+        let out = buf.on_device_mut(self)?.address();
+        let args = flux_args(descs, h.len(), ptrs, out, true, &g);
+        self.launch(
+            KernelSet::Halo,
+            "sh_flux_restrict",
+            h.grid(),
+            HALO_BLOCK,
+            &args,
+        )
+    }
+
+    /// Sets the face fluxes of every flux face of `h` with
+    /// [`FLAG_ALLOCATED`](super::FLAG_ALLOCATED) to the values in `buf`, in one launch; the
+    /// others keep theirs.
+    pub fn flux_set(
+        &self,
+        h: &DeviceHalos,
+        buf: &Buffer<f64>,
+        flux: &mut [Buffer<f64>],
+    ) -> Result<(), CudaError> {
+        let lens: Vec<usize> = flux.iter().map(Buffer::len).collect();
+        let g = flux_use(h, false, &lens, buf.len())?;
+        if h.is_empty() {
+            return Ok(());
+        }
+        let mut ptrs = [0; 3];
+        for (p, f) in ptrs.iter_mut().zip(flux) {
+            *p = f.on_device_mut(self)?.address();
+        }
+        let descs = h.descs.on_device(self)?.address();
+        let from = buf.on_device(self)?.address();
+        let args = flux_args(descs, h.len(), ptrs, from, false, &g);
+        self.launch(KernelSet::Halo, "sh_flux_set", h.grid(), HALO_BLOCK, &args)
+    }
+
     /// Fills every ghost box of `h` from the interior along the directions the box lies
     /// outside it: the nearest interior value (outflow), or the mirror image across the face
     /// for boxes with [`FLAG_MIRROR0`](super::FLAG_MIRROR0)` << d` (reflecting), in one launch.
@@ -841,6 +980,16 @@ mod tests {
         assert_eq!(p, declared(KernelSet::Halo, "sh_prolongate"));
         let a = physical_args(1, 2, 5, &f, [2; 3], [3; 3]);
         assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_physical"));
+        let g = FluxGeom {
+            ndim: 2,
+            n: [4, 4, 1],
+            nslots: 1,
+            nblocks: 1,
+        };
+        let a = flux_args(1, 2, [3, 4, 0], 5, true, &g);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_flux_restrict"));
+        let a = flux_args(1, 2, [3, 4, 0], 5, false, &g);
+        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_flux_set"));
         for (name, k) in [("sh_fill_b32", ArgKind::U32), ("sh_fill_b64", ArgKind::U64)] {
             assert_eq!(
                 declared(KernelSet::Sf, name),

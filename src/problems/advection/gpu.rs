@@ -6,12 +6,13 @@
 //! the fields only for outputs, error norms and refinement checks. Periodic, outflow and
 //! reflecting boundaries (`setup` refuses user ones).
 //!
-//! Multilevel meshes: the exchange's device fields restrict and prolongate on the device; the
-//! flux correction stages the face fluxes through the host (download, the host's
-//! [`FluxCorrection`](starhalo_boundary::FluxCorrection), upload), every face of every block
-//! in each stage, a cost the single-level path does not pay. Adaptive refinement checks the
-//! criterion on fields downloaded for the check (every `refine_interval` cycles), and after
-//! a remesh (done on the host) the device fields are built again from the new blocks.
+//! Multilevel meshes: the exchange's device fields restrict and prolongate on the device, and
+//! the face fluxes stay there for the flux correction ([`DeviceFluxes`]): one launch
+//! restricts every fine face into the correction's messages, one sets every coarse face from
+//! what arrived; its messages stage through the host or, GPU-aware, live in device memory
+//! like the exchange's. Adaptive refinement checks the criterion on fields downloaded for the
+//! check (every `refine_interval` cycles), and after a remesh (done on the host) the device
+//! fields are built again from the new blocks.
 //!
 //! Sparse fields: the kernels update every variable of every block, where the host skips
 //! unallocated ones. An unallocated variable holds its default, 0, in its interior (the host
@@ -21,10 +22,11 @@
 //! deallocating: a deallocation would reset the host storage only.
 
 use super::{Advection, Comms, Geo, Limiter};
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
+use starhalo_boundary::device_flux::DeviceFluxes;
 use starhalo_boundary::device_pack::DeviceFields;
-use starhalo_boundary::{BlockData, BoundaryType, FluxData};
-use starhalo_exec::cuda::{AdvectGeom, Device, SlopeLimiter};
+use starhalo_boundary::{BlockData, BoundaryType};
+use starhalo_exec::cuda::{AdvectGeom, Device, FluxGeom, SlopeLimiter};
 use starhalo_exec::Buffer;
 use starhalo_sf::device::GpuMpi;
 use std::sync::Arc;
@@ -38,10 +40,8 @@ pub(super) fn open() -> Result<Arc<Device>> {
 pub(super) struct Gpu {
     fields: DeviceFields,
     geom: AdvectGeom,
-    /// Face fluxes per active direction.
-    flux: Vec<Buffer<f64>>,
-    /// Their host copies for the flux correction (multilevel meshes only, else empty).
-    host_flux: Vec<Vec<f64>>,
+    /// Face fluxes per active direction, with the flux correction's faces (multilevel).
+    fluxes: DeviceFluxes,
     /// Three cell widths per block.
     dx: Buffer<f64>,
     /// The fields at the start of the cycle, for the stages after the first (RK2 only).
@@ -63,6 +63,9 @@ impl Gpu {
         if mpi == GpuMpi::Aware {
             let like = Buffer::zeroed_on(dev, 1)?;
             comms.exchange.borrow_mut().place_messages(&like)?;
+            if let Some(c) = &comms.correction {
+                c.borrow_mut().place_messages(&like)?;
+            }
         }
         let l = fields.layout();
         let c = a.mesh.config();
@@ -84,22 +87,23 @@ impl Gpu {
             .iter()
             .flat_map(|&gid| Geo::new(&a.mesh, gid).dx)
             .collect();
-        let flux = (0..ndim)
-            .map(|d| Buffer::zeroed_on(dev, geom.flux_len(d)))
-            .collect::<Result<_, _>>()?;
-        let host_flux = match &comms.correction {
-            Some(_) => (0..ndim).map(|d| vec![0.0; geom.flux_len(d)]).collect(),
-            None => Vec::new(),
+        let flux_geom = FluxGeom {
+            ndim,
+            n: geom.n,
+            nslots: geom.nvar,
+            nblocks: geom.nblocks,
         };
+        let correction = comms.correction.as_ref().map(|c| c.borrow());
+        let fluxes = DeviceFluxes::new(dev, flux_geom, correction.as_deref())?;
         let base = if a.integrator.stages() > 1 {
             Some(Buffer::zeroed_on(dev, geom.field_len())?)
         } else {
             None
         };
+        drop(correction);
         Ok(Self {
             geom,
-            flux,
-            host_flux,
+            fluxes,
             dx: Buffer::from_host_to(dev, &dx)?,
             base,
             limiter: match a.limiter {
@@ -125,36 +129,31 @@ impl Gpu {
     pub(super) fn stage(&mut self, a: &Advection, comms: &Comms, dt: f64, st: usize) -> Result<()> {
         let dev = self.fields.device().clone();
         for d in 0..self.geom.ndim {
+            let flux = self
+                .fluxes
+                .array_mut(d)
+                .context("no face fluxes along an active direction")?;
             dev.advect_flux(
                 &self.geom,
                 self.fields.data(),
-                &mut self.flux[d],
+                flux,
                 d,
                 a.v[d],
                 self.limiter,
             )?;
         }
         if let Some(correction) = &comms.correction {
-            let mut fd = comms.flux.borrow_mut();
-            for (dev, host) in self.flux.iter().zip(&mut self.host_flux) {
-                dev.download(host)?;
-            }
-            to_flux_data(&self.geom, &self.host_flux, &mut fd)?;
             correction
                 .borrow_mut()
-                .correct(&mut fd, &a.data.borrow())
+                .correct(&mut self.fluxes, &a.data.borrow())
                 .context("flux correction")?;
-            from_flux_data(&self.geom, &fd, &mut self.host_flux)?;
-            for (dev, host) in self.flux.iter_mut().zip(&self.host_flux) {
-                dev.upload(host)?;
-            }
         }
         let base = if st == 0 { None } else { self.base.as_ref() };
         dev.advect_update(
             &self.geom,
             self.fields.data_mut(),
             base,
-            &self.flux,
+            self.fluxes.arrays(),
             &self.dx,
             dt,
         )?;
@@ -176,51 +175,6 @@ impl Gpu {
     }
 }
 
-/// Copies the device's face fluxes (per direction, `[block][slot][faces]`) into `fd` (per
-/// block and slot, the directions one after another). Both order a slot's faces of one
-/// direction with the first direction fastest over the interior widened by one face along
-/// the normal, so each (block, slot, direction) is one contiguous copy.
-fn to_flux_data(g: &AdvectGeom, flux: &[Vec<f64>], fd: &mut FluxData) -> Result<()> {
-    for (d, f) in flux.iter().enumerate() {
-        let n = faces_per_slot(g, fd, d)?;
-        for (i, chunk) in f.chunks(n).enumerate() {
-            fd.flux_mut(i / g.nvar, i % g.nvar, d)
-                .copy_from_slice(chunk);
-        }
-    }
-    Ok(())
-}
-
-/// The inverse of [`to_flux_data`].
-fn from_flux_data(g: &AdvectGeom, fd: &FluxData, flux: &mut [Vec<f64>]) -> Result<()> {
-    for (d, f) in flux.iter_mut().enumerate() {
-        let n = faces_per_slot(g, fd, d)?;
-        for (i, chunk) in f.chunks_mut(n).enumerate() {
-            chunk.copy_from_slice(fd.flux(i / g.nvar, i % g.nvar, d));
-        }
-    }
-    Ok(())
-}
-
-/// Faces of one slot along `d`, checked to be the same in both layouts.
-fn faces_per_slot(g: &AdvectGeom, fd: &FluxData, d: usize) -> Result<usize> {
-    let mut dims = g.n;
-    dims[d] += 1;
-    if fd.face_dims(d) != dims || fd.blocks() != g.nblocks || fd.slots() != g.nvar {
-        bail!(
-            "device fluxes along x{} ({} blocks of {} slots of {dims:?} faces) do not match the \
-             host's ({} of {} of {:?})",
-            d + 1,
-            g.nblocks,
-            g.nvar,
-            fd.blocks(),
-            fd.slots(),
-            fd.face_dims(d)
-        );
-    }
-    Ok(dims.iter().product())
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{block_fluxes, block_update, Limiter};
@@ -229,7 +183,6 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
     use starhalo_exec::cuda::emulate::{from_bytes, to_bytes, Emulator};
     use starhalo_mesh::config::RefinementKind;
-    use starhalo_mesh::field::IndexShape;
     use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
 
     /// Reads a geometry, the fields, the cycle's start and the cell widths; launches the flux
@@ -392,58 +345,5 @@ int main() {
             }
         }
         assert!(cases > 0);
-    }
-
-    /// Each device face lands on the host face with the same (block, slot, direction, index),
-    /// and back; a mismatched shape is an error.
-    #[test]
-    fn fluxes_cross_between_the_device_and_host_layouts() {
-        let shape = IndexShape::new([3, 2, 4], 2, 3).unwrap();
-        let g = AdvectGeom {
-            nblocks: 2,
-            nvar: 3,
-            dims: [7, 6, 8],
-            ghosts: [2; 3],
-            n: [3, 2, 4],
-            ndim: 3,
-        };
-        let code = |b: usize, v: usize, d: usize, p: [usize; 3]| {
-            (((((b * 3 + v) * 3 + d) * 8 + p[2]) * 8 + p[1]) * 8 + p[0]) as f64
-        };
-        let flux: Vec<Vec<f64>> = (0..3)
-            .map(|d| {
-                let mut f = g.n;
-                f[d] += 1;
-                let mut out = Vec::new();
-                for bv in 0..g.nblocks * g.nvar {
-                    for k in 0..f[2] {
-                        for j in 0..f[1] {
-                            for i in 0..f[0] {
-                                out.push(code(bv / g.nvar, bv % g.nvar, d, [i, j, k]));
-                            }
-                        }
-                    }
-                }
-                assert_eq!(out.len(), g.flux_len(d));
-                out
-            })
-            .collect();
-        let mut fd = FluxData::with_shape(&shape, 2, 3);
-        to_flux_data(&g, &flux, &mut fd).unwrap();
-        for (b, v, d) in [(0, 0, 0), (1, 2, 1), (1, 1, 2), (0, 2, 2)] {
-            let dims = fd.face_dims(d);
-            for p in [
-                [0, 0, 0],
-                [dims[0] - 1, dims[1] - 1, dims[2] - 1],
-                [1, 1, 2],
-            ] {
-                assert_eq!(fd.flux(b, v, d)[fd.face_index(d, p)], code(b, v, d, p));
-            }
-        }
-        let mut back: Vec<Vec<f64>> = flux.iter().map(|f| vec![0.0; f.len()]).collect();
-        from_flux_data(&g, &fd, &mut back).unwrap();
-        assert_eq!(back, flux);
-        let other = FluxData::with_shape(&IndexShape::new([3, 2, 5], 2, 3).unwrap(), 2, 3);
-        assert!(from_flux_data(&g, &other, &mut back).is_err());
     }
 }

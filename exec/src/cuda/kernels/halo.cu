@@ -201,3 +201,68 @@ extern "C" __global__ void sh_physical(const sh_bnd_info *info, u64 nhalo, doubl
         }
     }
 }
+
+// Flux correction. Face fluxes: per normal direction d an array like the field storage, of
+// nslot slots per block, each n0 x n1 x n2 interior cells widened by one face along d (face i
+// along d is the lower face of cell i). A flux face descriptor has bit SH_FLAG_NORMAL0 << d for
+// its normal d, s[d] = e[d] its face layer, and along the other directions a box of coarse
+// faces.
+#define SH_FLAG_NORMAL0 32u
+
+__device__ __forceinline__ int sh_normal(const sh_bnd_info &b) {
+    return (b.flags & (SH_FLAG_NORMAL0 << 2)) ? 2 : (b.flags & (SH_FLAG_NORMAL0 << 1)) ? 1 : 0;
+}
+
+// Restricts the fine fluxes under every coarse face of each descriptor into buf at its
+// buf_offset: the mean of the 2^(ndim-1) fine faces 2q + k (bit t of k along the t-th free
+// direction), summed with the first free direction fastest and scaled, as the host does.
+extern "C" __global__ void sh_flux_restrict(const sh_bnd_info *info, u64 nface, const double *x0, const double *x1, const double *x2, double *buf, u64 n0, u64 n1, u64 n2, u64 nslot, u64 ndim) {
+    for (u64 h = blockIdx.x; h < nface; h += gridDim.x) {
+        const sh_bnd_info b = info[h];
+        int d = sh_normal(b);
+        const double *src = d == 0 ? x0 : d == 1 ? x1 : x2;
+        u64 m[3] = {n0, n1, n2};
+        m[d] += 1;
+        int free_dir[2] = {0, 0}, nfree = 0;
+        for (int e = 0; e < (int)ndim && e < 3; ++e)
+            if (e != d) free_dir[nfree++] = e;
+        u64 kids = 1ull << nfree;
+        double w = 1.0 / (double)kids;
+        u64 e0 = sh_extent(b, 0), e1 = sh_extent(b, 1), e2 = sh_extent(b, 2);
+        u64 n = e0 * e1 * e2;
+        for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
+            u64 q[3];
+            q[0] = b.s[0] + c % e0;
+            u64 r = c / e0;
+            q[1] = b.s[1] + r % e1;
+            q[2] = b.s[2] + r / e1;
+            double sum = 0.0;
+            for (u64 k = 0; k < kids; ++k) {
+                u64 p[3] = {q[0], q[1], q[2]};
+                for (int t = 0; t < nfree; ++t) p[free_dir[t]] = 2 * q[free_dir[t]] + ((k >> t) & 1);
+                double v = src[sh_at(b.block, b.var, nslot, m[0], m[1], m[2], p[0], p[1], p[2])];
+                sum = k == 0 ? v : sum + v;
+            }
+            buf[b.buf_offset + c] = sum * w;
+        }
+    }
+}
+
+// Replaces the coarse fluxes of every descriptor with SH_FLAG_ALLOCATED by the values in buf at
+// its buf_offset; the others are left as they are.
+extern "C" __global__ void sh_flux_set(const sh_bnd_info *info, u64 nface, const double *buf, double *x0, double *x1, double *x2, u64 n0, u64 n1, u64 n2, u64 nslot) {
+    for (u64 h = blockIdx.x; h < nface; h += gridDim.x) {
+        const sh_bnd_info b = info[h];
+        if ((b.flags & SH_FLAG_ALLOCATED) == 0) continue;
+        int d = sh_normal(b);
+        double *dst = d == 0 ? x0 : d == 1 ? x1 : x2;
+        u64 m[3] = {n0, n1, n2};
+        m[d] += 1;
+        u64 e0 = sh_extent(b, 0), e1 = sh_extent(b, 1), e2 = sh_extent(b, 2);
+        u64 n = e0 * e1 * e2;
+        for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
+            u64 i = b.s[0] + c % e0, r = c / e0, j = b.s[1] + r % e1, k = b.s[2] + r / e1;
+            dst[sh_at(b.block, b.var, nslot, m[0], m[1], m[2], i, j, k)] = buf[b.buf_offset + c];
+        }
+    }
+}
