@@ -47,14 +47,14 @@ mod selftest {
         recv_box, send_box, BndCache, BndInfo, FieldLayout, IndexBox, FLAG_ALLOCATED,
     };
     use starhalo_boundary::channel::all_channels;
-    use starhalo_boundary::device_flux::flux_descs;
+    use starhalo_boundary::device_flux::DeviceFluxes;
     use starhalo_boundary::device_pack::{
         field_dims, physical_fill, refine_geom, threshold_flags, DeviceBndCache, DeviceRefine,
     };
     use starhalo_boundary::flux_correction::flux_channels;
     use starhalo_boundary::prolong_restrict::{prolongate, restrict, Prolongation};
     use starhalo_boundary::{FluxData, FluxFace, FluxSpace};
-    use starhalo_exec::cuda::{CudaError, Device, DeviceHalos, FluxGeom};
+    use starhalo_exec::cuda::{CudaError, Device, FluxGeom};
     use starhalo_exec::{Buffer, Element, Policy};
     use starhalo_mesh::field::{IndexRange, IndexShape};
     use starhalo_mesh::{find_neighbors, Forest, RootGrid};
@@ -499,9 +499,10 @@ mod selftest {
         Ok(())
     }
 
-    /// Events order work without a device-wide synchronisation.
-    /// The flux correction kernels on every fine–coarse face of a mesh with one root refined
-    /// (two variables, one of two slots), against the host's `FluxData`, bit for bit.
+    /// `DeviceFluxes` on every fine–coarse face of a mesh with one root refined (two
+    /// variables, one of two slots) against the host's `FluxData`, bit for bit: restriction
+    /// into host (staged) and device (GPU-aware) message buffers, then setting from either,
+    /// with a different set of faces applied each time (the descriptors are uploaded again).
     fn flux_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
         for (ndim, nx) in [(1, [8, 1, 1]), (2, [8, 6, 1]), (3, [4, 6, 4])] {
             let nrb = [
@@ -535,55 +536,71 @@ mod selftest {
                 Ok(out)
             };
             let (send, recv) = (faces(true)?, faces(false)?);
-            let mut fd = FluxData::with_shape(&shape, nblocks, 3);
             let geom = FluxGeom {
                 ndim,
                 n: nx,
                 nslots: 3,
                 nblocks,
             };
-            let mut arrays = Vec::new();
-            for d in 0..ndim {
+            let mut fd = FluxData::with_shape(&shape, nblocks, 3);
+            let mut df = DeviceFluxes::new(dev, geom, Some([&send, &recv]))?;
+            // The device layout along d: every (block, slot) array of the host in order.
+            let layout = |fd: &FluxData, d: usize| -> Vec<f64> {
                 let mut a = Vec::new();
+                for b in 0..nblocks {
+                    for s in 0..3 {
+                        a.extend_from_slice(fd.flux(b, s, d));
+                    }
+                }
+                a
+            };
+            for d in 0..ndim {
                 for b in 0..nblocks {
                     for s in 0..3 {
                         let f = fd.flux_mut(b, s, d);
                         f.iter_mut().for_each(|x| *x = r.unit() * 2.0 - 1.0);
-                        a.extend_from_slice(f);
                     }
                 }
-                arrays.push(Buffer::from_host_to(dev, &a)?);
+                let a = df.array_mut(d).ok_or("no flux array")?;
+                a.upload(&layout(&fd, d))?;
             }
             let tag = format!("{ndim}D {} fine faces", send.len());
 
             let len = send.last().map_or(0, |f| f.buf.end);
             let mut want = vec![0.0; len];
             fd.restrict(&send, ValuesMut::Host(&mut want))?;
-            let h = DeviceHalos::for_flux(dev, &flux_descs(&send, None), geom, true, len)?;
-            let mut dbuf = Buffer::zeroed_on(dev, len)?;
-            dev.flux_restrict(&h, &arrays, &mut dbuf)?;
-            rep.exact(&format!("flux restrict {tag}"), &dbuf.to_vec()?, &want);
+            let mut staged = vec![0.0; len];
+            df.restrict(&send, ValuesMut::Host(&mut staged))?;
+            rep.exact(&format!("flux restrict staged {tag}"), &staged, &want);
+            let mut placed = Buffer::zeroed_on(dev, len)?;
+            df.restrict(&send, ValuesMut::Space(&mut placed))?;
+            rep.exact(
+                &format!("flux restrict aware {tag}"),
+                &placed.to_vec()?,
+                &want,
+            );
 
             let len = recv.last().map_or(0, |f| f.buf.end);
-            let buf: Vec<f64> = (0..len).map(|_| r.unit()).collect();
-            let apply: Vec<bool> = (0..recv.len()).map(|i| i % 3 != 1).collect();
-            fd.set(&recv, &apply, Values::Host(&buf))?;
-            let descs = flux_descs(&recv, Some(&apply));
-            let h = DeviceHalos::for_flux(dev, &descs, geom, false, len)?;
-            dev.flux_set(&h, &Buffer::from_host_to(dev, &buf)?, &mut arrays)?;
-            for (d, a) in arrays.iter().enumerate() {
-                let mut want = Vec::new();
-                for b in 0..nblocks {
-                    for s in 0..3 {
-                        want.extend_from_slice(fd.flux(b, s, d));
-                    }
+            for (k, aware) in [false, true].into_iter().enumerate() {
+                let buf: Vec<f64> = (0..len).map(|_| r.unit()).collect();
+                let apply: Vec<bool> = (0..recv.len()).map(|i| i % 3 != k).collect();
+                fd.set(&recv, &apply, Values::Host(&buf))?;
+                if aware {
+                    let b = Buffer::from_host_to(dev, &buf)?;
+                    df.set(&recv, &apply, Values::Space(&b))?;
+                } else {
+                    df.set(&recv, &apply, Values::Host(&buf))?;
                 }
-                rep.exact(&format!("flux set {tag} x{}", d + 1), &a.to_vec()?, &want);
+                for (d, a) in df.arrays().iter().enumerate() {
+                    let name = format!("flux set {} {tag} x{}", ["staged", "aware"][k], d + 1);
+                    rep.exact(&name, &a.to_vec()?, &layout(&fd, d));
+                }
             }
         }
         Ok(())
     }
 
+    /// Events order work without a device-wide synchronisation.
     fn event_checks(dev: &Arc<Device>, rep: &mut Report) -> Res<()> {
         let mut b = Buffer::<f64>::zeroed_on(dev, 1 << 20)?;
         b.fill(3.0)?;

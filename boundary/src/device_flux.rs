@@ -14,32 +14,42 @@
 
 use starhalo_exec::cuda::{HaloDesc, FLAG_ALLOCATED, FLAG_NORMAL0};
 
-use crate::flux_correction::FluxFace;
+use crate::error::BoundaryError;
+use crate::flux_correction::{check_apply, FluxFace};
 #[cfg(doc)]
 use crate::flux_correction::{FluxCorrection, FluxSpace};
 
 /// The kernels' form of `faces`: per face, per slot, one descriptor of the face's box at its
-/// slot's place in the buffer. With `apply` (receiving faces), [`FLAG_ALLOCATED`] marks the
-/// faces to set; without, every face has it.
-pub fn flux_descs(faces: &[FluxFace], apply: Option<&[bool]>) -> Vec<HaloDesc> {
+/// slot's place in the buffer. With `apply` (receiving faces, one flag each),
+/// [`FLAG_ALLOCATED`] marks the faces to set; without, every face has it. An empty face or a
+/// flag list of another length is an error.
+pub fn flux_descs(
+    faces: &[FluxFace],
+    apply: Option<&[bool]>,
+) -> Result<Vec<HaloDesc>, BoundaryError> {
+    if let Some(a) = apply {
+        check_apply(faces, a)?;
+    }
     let mut out = Vec::with_capacity(faces.iter().map(|f| f.slots.len()).sum());
     for (i, f) in faces.iter().enumerate() {
-        let on = apply.is_none_or(|a| a.get(i).copied().unwrap_or(false));
+        if f.faces.iter().any(|r| r.is_empty()) {
+            return Err(BoundaryError::Geometry(format!("empty flux face {f:?}")));
+        }
+        let on = apply.is_none_or(|a| a[i]);
         let per = f.per_slot();
         for (k, slot) in f.slots.clone().enumerate() {
             out.push(HaloDesc {
                 block: f.block as u64,
                 var: slot as u64,
                 s: f.faces.clone().map(|r| r.start as u64),
-                // Faces are never empty: a block has at least two cells along each direction.
-                e: f.faces.clone().map(|r| r.end.saturating_sub(1) as u64),
+                e: f.faces.clone().map(|r| (r.end - 1) as u64),
                 buf_offset: (f.buf.start + k * per) as u64,
                 flags: (FLAG_NORMAL0 << f.dir) | if on { FLAG_ALLOCATED } else { 0 },
                 pad: 0,
             });
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(feature = "cuda")]
@@ -55,7 +65,7 @@ mod device {
 
     use super::flux_descs;
     use crate::error::BoundaryError;
-    use crate::flux_correction::{FluxCorrection, FluxFace, FluxSpace};
+    use crate::flux_correction::{check_apply, FluxFace, FluxSpace};
 
     fn device_error(e: impl std::fmt::Display) -> BoundaryError {
         BoundaryError::Device(e.to_string())
@@ -78,7 +88,7 @@ mod device {
             restrict: bool,
         ) -> Result<Self, BoundaryError> {
             let len = faces.last().map_or(0, |f| f.buf.end);
-            let descs = flux_descs(faces, None);
+            let descs = flux_descs(faces, None)?;
             Ok(Self {
                 faces: faces.to_vec(),
                 halos: DeviceHalos::for_flux(dev, &descs, geom, restrict, len)
@@ -127,21 +137,23 @@ mod device {
     }
 
     impl DeviceFluxes {
-        /// Zero face fluxes of `geom` on `dev`, and the faces of `correction` (which must
-        /// have been built for blocks of `geom`'s shape and slots).
+        /// Zero face fluxes of `geom` on `dev`, and a correction's sending and receiving
+        /// `faces` (its [`send_faces`](crate::FluxCorrection::send_faces) and
+        /// [`recv_faces`](crate::FluxCorrection::recv_faces), built for blocks of `geom`'s
+        /// shape and slots).
         pub fn new(
             dev: &Arc<Device>,
             geom: FluxGeom,
-            correction: Option<&FluxCorrection>,
+            faces: Option<[&[FluxFace]; 2]>,
         ) -> Result<Self, BoundaryError> {
             let flux = (0..geom.ndim.min(3))
                 .map(|d| Buffer::zeroed_on(dev, geom.len(d)))
                 .collect::<Result<_, _>>()
                 .map_err(device_error)?;
-            let sides = match correction {
-                Some(fc) => Some([
-                    Side::new(dev, fc.send_faces(), geom, true)?,
-                    Side::new(dev, fc.recv_faces(), geom, false)?,
+            let sides = match faces {
+                Some([send, recv]) => Some([
+                    Side::new(dev, send, geom, true)?,
+                    Side::new(dev, recv, geom, false)?,
                 ]),
                 None => None,
             };
@@ -203,12 +215,13 @@ mod device {
             side.check(faces)?;
             match buf {
                 // GPU-aware: straight into the message buffer MPI reads in place.
-                ValuesMut::Space(b) => dev
+                ValuesMut::Space(b) if b.host().is_none() => dev
                     .flux_restrict(&side.halos, flux, b)
                     .map_err(device_error),
-                // Staged: into the device copy, then down (the download waits for the
-                // stream: the one synchronisation before MPI).
-                ValuesMut::Host(h) => {
+                // Staged: into the device copy, then down to host memory (the download waits
+                // for the stream: the one synchronisation before MPI).
+                other => {
+                    let h = other.host().ok_or_else(|| device_error("no host values"))?;
                     let n = side.len(h.len())?;
                     dev.flux_restrict(&side.halos, flux, &mut side.stage)
                         .map_err(device_error)?;
@@ -228,6 +241,7 @@ mod device {
             } = self;
             let side = side(sides, 1)?;
             side.check(faces)?;
+            check_apply(faces, apply)?;
             // Which faces are set changes only with sparse allocation: upload then.
             let want = faces
                 .iter()
@@ -239,15 +253,18 @@ mod device {
                 .iter()
                 .zip(want)
                 .all(|(d, a)| (d.flags & FLAG_ALLOCATED != 0) == a);
-            if !same || apply.len() != faces.len() {
-                let descs = flux_descs(faces, Some(apply));
+            if !same {
+                let descs = flux_descs(faces, Some(apply))?;
                 side.halos = side.halos.with_descs(dev, &descs).map_err(device_error)?;
             }
             match buf {
                 // GPU-aware: straight from the message buffer MPI wrote in place.
-                Values::Space(b) => dev.flux_set(&side.halos, b, flux).map_err(device_error),
-                // Staged: up into the device copy, then set from it.
-                Values::Host(h) => {
+                Values::Space(b) if b.host().is_none() => {
+                    dev.flux_set(&side.halos, b, flux).map_err(device_error)
+                }
+                // Staged: up from host memory into the device copy, then set from it.
+                other => {
+                    let h = other.host().ok_or_else(|| device_error("no host values"))?;
                     let n = side.len(h.len())?;
                     side.stage.upload(&h[..n]).map_err(device_error)?;
                     dev.flux_set(&side.halos, &side.stage, flux)
@@ -419,7 +436,7 @@ int main() {
 
             // Restriction of every sending face.
             let send_len = send.last().unwrap().buf.end;
-            let descs = flux_descs(&send, None);
+            let descs = flux_descs(&send, None).unwrap();
             geom.check(&descs, true, send_len).unwrap();
             let got = run(0, &descs, &fd, &vec![0.0; send_len]);
             let mut want = vec![0.0; send_len];
@@ -434,7 +451,7 @@ int main() {
             let recv_len = recv.last().unwrap().buf.end;
             let buf: Vec<f64> = (0..recv_len).map(|_| unit()).collect();
             let apply: Vec<bool> = (0..recv.len()).map(|i| i % 3 != 1).collect();
-            let descs = flux_descs(&recv, Some(&apply));
+            let descs = flux_descs(&recv, Some(&apply)).unwrap();
             geom.check(&descs, false, recv_len).unwrap();
             let got = run(1, &descs, &fd, &buf);
             let mut host = fd.clone();

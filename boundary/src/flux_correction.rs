@@ -46,7 +46,7 @@ use crate::coalesce::{self, Group};
 use crate::collective;
 use crate::comm_buffer::BufferState;
 use crate::error::BoundaryError;
-use crate::exchange::{not_host, BoundaryType, TaskStatus, Traffic};
+use crate::exchange::{BoundaryType, TaskStatus, Traffic};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
 
@@ -250,6 +250,19 @@ pub trait FluxSpace {
     ) -> Result<(), BoundaryError>;
 }
 
+/// Checks that `apply` has one flag per face.
+pub(crate) fn check_apply(faces: &[FluxFace], apply: &[bool]) -> Result<(), BoundaryError> {
+    BoundaryError::check_size("flux face flags", faces.len(), apply.len())
+}
+
+fn not_host_fluxes() -> BoundaryError {
+    BoundaryError::Device(
+        "host face fluxes were given message buffers in device memory to restrict into or set \
+         from"
+            .into(),
+    )
+}
+
 impl FluxSpace for FluxData {
     fn blocks(&self) -> usize {
         self.nblocks
@@ -264,9 +277,17 @@ impl FluxSpace for FluxData {
     }
 
     fn restrict(&mut self, faces: &[FluxFace], buf: ValuesMut<'_>) -> Result<(), BoundaryError> {
-        let buf = buf.host().ok_or_else(not_host)?;
+        let buf = buf.host().ok_or_else(not_host_fluxes)?;
+        let got = buf.len();
         for f in faces {
             let (per, dims) = (f.per_slot(), FluxData::face_dims(self, f.dir));
+            // A sending face restricts its whole face (what the device kernel reads too).
+            let whole = (0..self.ndim).all(|e| e == f.dir || f.faces[e] == (0..dims[e] / 2));
+            if !whole {
+                return Err(BoundaryError::Geometry(format!(
+                    "sending flux face {f:?} is not a whole face of {dims:?}"
+                )));
+            }
             for (k, s) in f.slots.clone().enumerate() {
                 let out = buf
                     .get_mut(f.buf.start + k * per..)
@@ -274,7 +295,7 @@ impl FluxSpace for FluxData {
                     .ok_or(BoundaryError::Size {
                         what: "flux correction buffer",
                         expected: f.buf.end,
-                        got: 0,
+                        got,
                     })?;
                 let face = f.faces[f.dir].start;
                 restrict_face(
@@ -296,7 +317,8 @@ impl FluxSpace for FluxData {
         apply: &[bool],
         buf: Values<'_>,
     ) -> Result<(), BoundaryError> {
-        let buf = buf.host().ok_or_else(not_host)?;
+        let buf = buf.host().ok_or_else(not_host_fluxes)?;
+        check_apply(faces, apply)?;
         for (f, _) in faces.iter().zip(apply).filter(|(_, &a)| a) {
             let (per, dims) = (f.per_slot(), FluxData::face_dims(self, f.dir));
             let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];

@@ -288,8 +288,11 @@ pub struct FluxGeom {
 }
 
 impl FluxGeom {
-    /// Points of one slot's face array along `d`.
+    /// Points of one slot's face array along `d` (`[0; 3]` for an inactive direction).
     pub fn face_dims(&self, d: usize) -> [usize; 3] {
+        if d >= self.ndim.min(3) {
+            return [0; 3];
+        }
         let mut m = self.n;
         m[d] += 1;
         m
@@ -342,11 +345,12 @@ impl FluxGeom {
                     return bad("is empty");
                 }
                 let last = if restrict && k != d && k < self.ndim {
-                    2 * desc.e[k] + 1
+                    desc.e[k].checked_mul(2).and_then(|x| x.checked_add(1))
                 } else {
-                    desc.e[k]
+                    Some(desc.e[k])
                 };
-                if last >= mk as u64 || (k == d && desc.s[k] != desc.e[k]) {
+                let outside = last.is_none_or(|l| l >= mk as u64);
+                if outside || (k == d && desc.s[k] != desc.e[k]) {
                     return bad("is not one face layer inside its array");
                 }
             }
@@ -482,6 +486,9 @@ mod tests {
         // Along x2 the coarse faces 0..=1 restrict fine faces up to 3 of 4: fine; 0..=2 not.
         g.check(&[face(1, [0, 2, 0], [1, 2, 0])], true, 2).unwrap();
         assert!(g.check(&[face(1, [0, 2, 0], [2, 2, 0])], true, 3).is_err());
+        // A box whose fine faces overflow the index arithmetic is refused, not wrapped.
+        let huge = face(1, [(1 << 63) - 1, 2, 0], [1 << 63, 2, 0]);
+        assert!(g.check(&[huge], true, 9).is_err());
         g.check(&[face(1, [0, 2, 0], [2, 2, 0])], false, 3).unwrap();
         // Two layers along the normal, a normal out of the mesh, or none.
         assert!(g.check(&[face(0, [3, 0, 0], [4, 0, 0])], false, 9).is_err());

@@ -11,9 +11,10 @@
 //! - [`Device`]: one GPU (device = node-local rank mod device count), its primary context and
 //!   the one stream all starhalo work on it goes to; kernels are compiled once per kernel set,
 //!   per device, per process, to machine code for the device (`sm_XX`, which loads on any
-//!   driver of the toolkit's major version; PTX only for a GPU this NVRTC does not know); [`Device::record`]/[`Device::wait`] order streams without a
-//!   device-wide synchronisation, and [`Device::synchronize`] is the one stream
-//!   synchronisation before a device buffer is handed to MPI.
+//!   driver of the toolkit's major version; PTX only for a GPU this NVRTC does not know);
+//!   [`Device::record`]/[`Device::wait`] order streams without a device-wide
+//!   synchronisation, and [`Device::synchronize`] is the one stream synchronisation before a
+//!   device buffer is handed to MPI.
 //! - [`Buffer`](crate::Buffer) in [`MemSpace::Cuda`](crate::MemSpace::Cuda): device memory
 //!   with upload, download and fill.
 //! - Star-forest kernels ([`Device::gather`], [`Device::scatter`]) over the device forms of the
@@ -24,15 +25,17 @@
 //!   threshold flags), [`Device::halo_unpack`], [`Device::restrict`], [`Device::prolongate`]
 //!   and [`Device::physical_fill`], one launch each, CUDA blocks over sub-halos and threads over
 //!   cells, x1 fastest; the flux correction's [`Device::flux_restrict`] and
-//!   [`Device::flux_set`] over flux faces ([`FluxGeom`]) likewise. Floating-point kernels are compiled with `--fmad=false` and written in
-//!   the host's expression order, so their results equal the host's bit for bit.
+//!   [`Device::flux_set`] over flux faces ([`FluxGeom`]) likewise. Floating-point kernels are
+//!   compiled with `--fmad=false` and written in the host's expression order, so their
+//!   results equal the host's bit for bit.
 //! - Advection kernels ([`Device::advect_flux`], [`Device::advect_update`]): the face fluxes
 //!   and the conservative update of the advection problem over every block in one launch each,
 //!   in the host's expression order too.
 //!
 //! The kernel sources ([`kernels`]) and the descriptor types ([`HaloDesc`], [`ReduceOp`],
-//! [`ProlongOp`], [`FieldDims`], [`RefineGeom`], [`FluxGeom`]) exist in every build, so host tests check the
-//! entry points, the parameter lists the host passes and the descriptor layout without a GPU.
+//! [`ProlongOp`], [`FieldDims`], [`RefineGeom`], [`FluxGeom`]) exist in every build, so host
+//! tests check the entry points, the parameter lists the host passes and the descriptor
+//! layout without a GPU.
 //!
 //! # Running the GPU checks
 //!
@@ -50,9 +53,9 @@
 //! The self-test needs no CUDA toolkit to build, only to run: build it on any machine with
 //! `make gpu-selftest-build` and copy `target/release/examples/gpu_selftest` to the GPU
 //! machine. `make gpu-check` runs the self-test, the device-against-host tests and the GPU
-//! benchmarks in one go. `STARHALO_CUDA_DEVICE=N` picks device `N`; otherwise the node-local rank (from the
-//! MPI launcher's environment) mod the device count is used. Without a driver the self-test
-//! prints the reason and exits 1.
+//! benchmarks in one go. `STARHALO_CUDA_DEVICE=N` picks device `N`; otherwise the node-local
+//! rank (from the MPI launcher's environment) mod the device count is used. Without a driver
+//! the self-test prints the reason and exits 1.
 
 // Without the feature the device items the docs link to do not exist.
 #![cfg_attr(not(feature = "cuda"), allow(rustdoc::broken_intra_doc_links))]

@@ -93,14 +93,18 @@ impl Gpu {
             nslots: geom.nvar,
             nblocks: geom.nblocks,
         };
-        let correction = comms.correction.as_ref().map(|c| c.borrow());
-        let fluxes = DeviceFluxes::new(dev, flux_geom, correction.as_deref())?;
+        let fluxes = match &comms.correction {
+            Some(c) => {
+                let c = c.borrow();
+                DeviceFluxes::new(dev, flux_geom, Some([c.send_faces(), c.recv_faces()]))?
+            }
+            None => DeviceFluxes::new(dev, flux_geom, None)?,
+        };
         let base = if a.integrator.stages() > 1 {
             Some(Buffer::zeroed_on(dev, geom.field_len())?)
         } else {
             None
         };
-        drop(correction);
         Ok(Self {
             geom,
             fluxes,
