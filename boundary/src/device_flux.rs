@@ -339,18 +339,14 @@ int main() {
     /// some receiving faces not applied. Skipped, saying so, where no `c++` is installed.
     #[test]
     fn flux_kernels_under_the_emulator_match_the_host() {
-        use starhalo_exec::cuda::emulate::{from_bytes, to_bytes, Emulator};
+        use starhalo_exec::cuda::emulate::{
+            desc_bytes, from_bytes, test_values, to_bytes, Emulator,
+        };
         let Some(emu) = Emulator::build(FLUX_DRIVER).unwrap() else {
             eprintln!("no host c++ compiler: flux kernels not emulated");
             return;
         };
-        let mut seed = 7u64;
-        let mut unit = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 33) % 2_000_003) as f64 / 1_000_001.5 - 1.0
-        };
+        let mut unit = test_values(7);
         for (nx, ndim) in [([6, 1, 1], 1), ([6, 4, 1], 2), ([4, 4, 4], 3)] {
             let shape = IndexShape::new(nx, 2, ndim).unwrap();
             let nb = one_refined(ndim);
@@ -416,16 +412,7 @@ int main() {
                     0,
                 ];
                 let mut input = to_bytes(&h.map(|v| v as f64));
-                for d in descs {
-                    let words = [
-                        d.block, d.var, d.s[0], d.s[1], d.s[2], d.e[0], d.e[1], d.e[2],
-                    ];
-                    for w in words.into_iter().chain([d.buf_offset]) {
-                        input.extend(w.to_ne_bytes());
-                    }
-                    input.extend(d.flags.to_ne_bytes());
-                    input.extend(d.pad.to_ne_bytes());
-                }
+                input.extend(desc_bytes(descs));
                 for a in arrays(fd) {
                     input.extend(to_bytes(&a));
                 }

@@ -1265,22 +1265,6 @@ int main() {
         flags: Vec<u32>,
     }
 
-    /// `descs` as the bytes of the CUDA struct array.
-    fn desc_bytes(descs: &[BndInfo]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for d in descs.iter().map(halo_desc) {
-            let words = [
-                d.block, d.var, d.s[0], d.s[1], d.s[2], d.e[0], d.e[1], d.e[2],
-            ];
-            for w in words.into_iter().chain([d.buf_offset]) {
-                out.extend(w.to_ne_bytes());
-            }
-            out.extend(d.flags.to_ne_bytes());
-            out.extend(d.pad.to_ne_bytes());
-        }
-        out
-    }
-
     /// The boundary kernels (pack with threshold flags, unpack with the sparse fill,
     /// restriction, the three prolongations, the physical fill of block arrays and coarse
     /// buffers), run serially on the host by the emulator, leave the storage bit for bit as
@@ -1290,19 +1274,15 @@ int main() {
     #[test]
     fn halo_kernels_under_the_emulator_match_the_host() {
         use crate::bounds::{coarse_interior, physical_boxes};
-        use starhalo_exec::cuda::emulate::{from_bytes, to_bytes, Emulator};
+        use starhalo_exec::cuda::emulate::{
+            desc_bytes, from_bytes, test_values, to_bytes, Emulator,
+        };
         use starhalo_mesh::BoundaryCondition as Bc;
         let Some(emu) = Emulator::build(HALO_DRIVER).unwrap() else {
             eprintln!("no host c++ compiler: boundary kernels not emulated");
             return;
         };
-        let mut seed = 99u64;
-        let mut unit = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 33) % 2_000_003) as f64 / 1_000_001.5 - 1.0
-        };
+        let mut unit = test_values(99);
         for (nx, ndim) in [([6, 4, 1], 2), ([4, 4, 4], 3)] {
             let shape = IndexShape::new(nx, 2, ndim).unwrap();
             let cs = shape.coarse().unwrap();
@@ -1388,7 +1368,8 @@ int main() {
                     st.buf.len() as f64,
                 ]);
                 let mut input = to_bytes(&h);
-                input.extend(desc_bytes(descs));
+                let descs: Vec<HaloDesc> = descs.iter().map(halo_desc).collect();
+                input.extend(desc_bytes(&descs));
                 input.extend(to_bytes(&st.fine));
                 input.extend(to_bytes(&st.coarse));
                 input.extend(to_bytes(&st.buf));

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::desc::HaloDesc;
 use super::kernels::{ADVECT_SRC, HALO_SRC, SF_SRC};
 
 /// The emulation prelude: CUDA built-ins for a host compiler, and `sh_read`/`sh_write` to move
@@ -110,4 +111,31 @@ pub fn from_bytes(bytes: &[u8]) -> Vec<f64> {
         .chunks_exact(8)
         .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
         .collect()
+}
+
+/// `descs` as the bytes of the `sh_bnd_info` array the kernels read.
+pub fn desc_bytes(descs: &[HaloDesc]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(std::mem::size_of_val(descs));
+    for d in descs {
+        let words = [
+            d.block, d.var, d.s[0], d.s[1], d.s[2], d.e[0], d.e[1], d.e[2],
+        ];
+        for w in words.into_iter().chain([d.buf_offset]) {
+            out.extend(w.to_ne_bytes());
+        }
+        out.extend(d.flags.to_ne_bytes());
+        out.extend(d.pad.to_ne_bytes());
+    }
+    out
+}
+
+/// Reproducible test values in (-1, 1) from `seed`, not multiples of a power of two (so
+/// that a sum in another order rounds differently).
+pub fn test_values(mut seed: u64) -> impl FnMut() -> f64 {
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 33) % 2_000_003) as f64 / 1_000_001.5 - 1.0
+    }
 }
