@@ -36,14 +36,13 @@ pub fn flux_descs(
             return Err(BoundaryError::Geometry(format!("empty flux face {f:?}")));
         }
         let on = apply.is_none_or(|a| a[i]);
-        let per = f.per_slot();
         for (k, slot) in f.slots.clone().enumerate() {
             out.push(HaloDesc {
                 block: f.block as u64,
                 var: slot as u64,
                 s: f.faces.clone().map(|r| r.start as u64),
                 e: f.faces.clone().map(|r| (r.end - 1) as u64),
-                buf_offset: (f.buf.start + k * per) as u64,
+                buf_offset: f.slot_values(k).start as u64,
                 flags: (FLAG_NORMAL0 << f.dir) | if on { FLAG_ALLOCATED } else { 0 },
                 pad: 0,
             });
@@ -67,10 +66,6 @@ mod device {
     use crate::error::BoundaryError;
     use crate::flux_correction::{check_apply, FluxFace, FluxSpace};
 
-    fn device_error(e: impl std::fmt::Display) -> BoundaryError {
-        BoundaryError::Device(e.to_string())
-    }
-
     /// One side of the correction on the device: its faces, their descriptors, and the
     /// device copy of its message buffer (staged path).
     #[derive(Debug)]
@@ -92,8 +87,8 @@ mod device {
             Ok(Self {
                 faces: faces.to_vec(),
                 halos: DeviceHalos::for_flux(dev, &descs, geom, restrict, len)
-                    .map_err(device_error)?,
-                stage: Buffer::zeroed_on(dev, len).map_err(device_error)?,
+                    .map_err(BoundaryError::device)?,
+                stage: Buffer::zeroed_on(dev, len).map_err(BoundaryError::device)?,
             })
         }
 
@@ -149,7 +144,7 @@ mod device {
             let flux = (0..geom.ndim.min(3))
                 .map(|d| Buffer::zeroed_on(dev, geom.len(d)))
                 .collect::<Result<_, _>>()
-                .map_err(device_error)?;
+                .map_err(BoundaryError::device)?;
             let sides = match faces {
                 Some([send, recv]) => Some([
                     Side::new(dev, send, geom, true)?,
@@ -196,11 +191,7 @@ mod device {
         }
 
         fn face_dims(&self, d: usize) -> [usize; 3] {
-            if d < self.geom.ndim {
-                self.geom.face_dims(d)
-            } else {
-                [0; 3]
-            }
+            self.geom.face_dims(d)
         }
 
         fn restrict(
@@ -217,15 +208,19 @@ mod device {
                 // GPU-aware: straight into the message buffer MPI reads in place.
                 ValuesMut::Space(b) if b.host().is_none() => dev
                     .flux_restrict(&side.halos, flux, b)
-                    .map_err(device_error),
+                    .map_err(BoundaryError::device),
                 // Staged: into the device copy, then down to host memory (the download waits
                 // for the stream: the one synchronisation before MPI).
                 other => {
-                    let h = other.host().ok_or_else(|| device_error("no host values"))?;
+                    let h = other
+                        .host()
+                        .ok_or_else(|| BoundaryError::device("no host values"))?;
                     let n = side.len(h.len())?;
                     dev.flux_restrict(&side.halos, flux, &mut side.stage)
-                        .map_err(device_error)?;
-                    side.stage.download(&mut h[..n]).map_err(device_error)
+                        .map_err(BoundaryError::device)?;
+                    side.stage
+                        .download(&mut h[..n])
+                        .map_err(BoundaryError::device)
                 }
             }
         }
@@ -255,20 +250,25 @@ mod device {
                 .all(|(d, a)| (d.flags & FLAG_ALLOCATED != 0) == a);
             if !same {
                 let descs = flux_descs(faces, Some(apply))?;
-                side.halos = side.halos.with_descs(dev, &descs).map_err(device_error)?;
+                side.halos = side
+                    .halos
+                    .with_descs(dev, &descs)
+                    .map_err(BoundaryError::device)?;
             }
             match buf {
                 // GPU-aware: straight from the message buffer MPI wrote in place.
-                Values::Space(b) if b.host().is_none() => {
-                    dev.flux_set(&side.halos, b, flux).map_err(device_error)
-                }
+                Values::Space(b) if b.host().is_none() => dev
+                    .flux_set(&side.halos, b, flux)
+                    .map_err(BoundaryError::device),
                 // Staged: up from host memory into the device copy, then set from it.
                 other => {
-                    let h = other.host().ok_or_else(|| device_error("no host values"))?;
+                    let h = other
+                        .host()
+                        .ok_or_else(|| BoundaryError::device("no host values"))?;
                     let n = side.len(h.len())?;
-                    side.stage.upload(&h[..n]).map_err(device_error)?;
+                    side.stage.upload(&h[..n]).map_err(BoundaryError::device)?;
                     dev.flux_set(&side.halos, &side.stage, flux)
-                        .map_err(device_error)
+                        .map_err(BoundaryError::device)
                 }
             }
         }

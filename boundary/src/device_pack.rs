@@ -628,10 +628,6 @@ mod device {
         parts: Vec<DevicePart>,
     }
 
-    fn device_error(e: impl std::fmt::Display) -> BoundaryError {
-        BoundaryError::Device(e.to_string())
-    }
-
     impl DeviceFields {
         /// Uploads `data` and the plan of `ex`, which was built for `data`
         /// ([`SpacePlan::new`] says what it refuses).
@@ -641,7 +637,7 @@ mod device {
             data: &BlockData,
         ) -> Result<Self, BoundaryError> {
             let plan = SpacePlan::new(ex, data)?;
-            Self::upload(dev, ex, data, plan).map_err(device_error)
+            Self::upload(dev, ex, data, plan).map_err(BoundaryError::device)
         }
 
         fn upload(
@@ -757,9 +753,9 @@ mod device {
         /// Copies the device values (block arrays and coarse buffers) into `data`'s storage
         /// (outputs, error norms, checks).
         pub fn download(&self, data: &mut BlockData) -> Result<(), BoundaryError> {
-            let fine = self.fine.to_vec().map_err(device_error)?;
+            let fine = self.fine.to_vec().map_err(BoundaryError::device)?;
             let coarse = match &self.coarse {
-                Some(c) => c.to_vec().map_err(device_error)?,
+                Some(c) => c.to_vec().map_err(BoundaryError::device)?,
                 None => Vec::new(),
             };
             self.plan.merge(&fine, &coarse, data.data_mut());
@@ -788,7 +784,7 @@ mod device {
             } = self;
             let r = routes.get(route).ok_or_else(|| no_route(route))?;
             match (&r.restrict, coarse) {
-                (Some(r), Some(c)) => r.restrict(dev, fine, c).map_err(device_error),
+                (Some(r), Some(c)) => r.restrict(dev, fine, c).map_err(BoundaryError::device),
                 _ => Ok(()),
             }
         }
@@ -819,7 +815,7 @@ mod device {
                 // GPU-aware: straight into the message buffer MPI reads in place.
                 ValuesMut::Space(b) => d
                     .pack(dev, fine, coarse.as_ref(), b, flags)
-                    .map_err(device_error)?,
+                    .map_err(BoundaryError::device)?,
                 // Staged: into the device copy, then down to the host message buffer (the
                 // download waits for the stream: the one synchronisation before MPI).
                 ValuesMut::Host(h) => {
@@ -830,12 +826,12 @@ mod device {
                         got,
                     })?;
                     d.pack(dev, fine, coarse.as_ref(), dbuf, flags)
-                        .map_err(device_error)?;
-                    dbuf.download(out).map_err(device_error)?;
+                        .map_err(BoundaryError::device)?;
+                    dbuf.download(out).map_err(BoundaryError::device)?;
                 }
             }
             match over {
-                Some(o) => r.over.download(o).map_err(device_error),
+                Some(o) => r.over.download(o).map_err(BoundaryError::device),
                 None => Ok(()),
             }
         }
@@ -859,7 +855,7 @@ mod device {
             } = self;
             let r = routes.get_mut(route).ok_or_else(|| no_route(route))?;
             let [_, (d, dbuf)] = &mut r.sides;
-            d.refresh(dev, cache).map_err(device_error)?;
+            d.refresh(dev, cache).map_err(BoundaryError::device)?;
             let from = match buf {
                 // GPU-aware: straight from the message buffer MPI wrote in place.
                 Values::Space(b) => b,
@@ -870,12 +866,12 @@ mod device {
                         expected: n,
                         got,
                     })?;
-                    dbuf.upload(h).map_err(device_error)?;
+                    dbuf.upload(h).map_err(BoundaryError::device)?;
                     dbuf
                 }
             };
             d.unpack(dev, from, fine, coarse.as_mut(), plan.fill)
-                .map_err(device_error)
+                .map_err(BoundaryError::device)
         }
 
         fn finish(
@@ -899,17 +895,18 @@ mod device {
             })?;
             if let Some(c) = coarse {
                 if let Some(r) = &p.restrict {
-                    r.restrict(dev, fine, c).map_err(device_error)?;
+                    r.restrict(dev, fine, c).map_err(BoundaryError::device)?;
                 }
                 if let Some(h) = &p.coarse_physical {
-                    dev.physical_fill(h, c).map_err(device_error)?;
+                    dev.physical_fill(h, c).map_err(BoundaryError::device)?;
                 }
                 for (op, r) in &p.prolong {
-                    r.prolongate(dev, *op, c, fine).map_err(device_error)?;
+                    r.prolongate(dev, *op, c, fine)
+                        .map_err(BoundaryError::device)?;
                 }
             }
             if let Some(h) = &p.physical {
-                dev.physical_fill(h, fine).map_err(device_error)?;
+                dev.physical_fill(h, fine).map_err(BoundaryError::device)?;
             }
             Ok(())
         }

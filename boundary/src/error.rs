@@ -84,4 +84,10 @@ impl BoundaryError {
             })
         }
     }
+
+    /// A [`Device`](Self::Device) error saying what the device (or its memory) reported.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn device(e: impl std::fmt::Display) -> Self {
+        Self::Device(e.to_string())
+    }
 }

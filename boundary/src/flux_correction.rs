@@ -228,6 +228,13 @@ impl FluxFace {
     pub fn per_slot(&self) -> usize {
         self.faces.iter().map(ExactSizeIterator::len).product()
     }
+
+    /// Where the `k`-th of its slots lies in the message buffer.
+    pub fn slot_values(&self, k: usize) -> Range<usize> {
+        let per = self.per_slot();
+        let start = self.buf.start + k * per;
+        start..start + per
+    }
 }
 
 /// Where face fluxes live, as a [`FluxCorrection`] reads and writes them: [`FluxData`] on the
@@ -280,7 +287,7 @@ impl FluxSpace for FluxData {
         let buf = buf.host().ok_or_else(not_host_fluxes)?;
         let got = buf.len();
         for f in faces {
-            let (per, dims) = (f.per_slot(), FluxData::face_dims(self, f.dir));
+            let dims = FluxData::face_dims(self, f.dir);
             // A sending face restricts its whole face (what the device kernel reads too).
             let whole = (0..self.ndim).all(|e| e == f.dir || f.faces[e] == (0..dims[e] / 2));
             if !whole {
@@ -289,14 +296,11 @@ impl FluxSpace for FluxData {
                 )));
             }
             for (k, s) in f.slots.clone().enumerate() {
-                let out = buf
-                    .get_mut(f.buf.start + k * per..)
-                    .and_then(|b| b.get_mut(..per))
-                    .ok_or(BoundaryError::Size {
-                        what: "flux correction buffer",
-                        expected: f.buf.end,
-                        got,
-                    })?;
+                let out = buf.get_mut(f.slot_values(k)).ok_or(BoundaryError::Size {
+                    what: "flux correction buffer",
+                    expected: f.buf.end,
+                    got,
+                })?;
                 let face = f.faces[f.dir].start;
                 restrict_face(
                     self.flux(f.block, s, f.dir),
@@ -320,17 +324,14 @@ impl FluxSpace for FluxData {
         let buf = buf.host().ok_or_else(not_host_fluxes)?;
         check_apply(faces, apply)?;
         for (f, _) in faces.iter().zip(apply).filter(|(_, &a)| a) {
-            let (per, dims) = (f.per_slot(), FluxData::face_dims(self, f.dir));
+            let dims = FluxData::face_dims(self, f.dir);
             let at = |p: [usize; 3]| (p[2] * dims[1] + p[1]) * dims[0] + p[0];
             for (k, s) in f.slots.clone().enumerate() {
-                let src = buf
-                    .get(f.buf.start + k * per..)
-                    .and_then(|b| b.get(..per))
-                    .ok_or(BoundaryError::Size {
-                        what: "flux correction buffer",
-                        expected: f.buf.end,
-                        got: buf.len(),
-                    })?;
+                let src = buf.get(f.slot_values(k)).ok_or(BoundaryError::Size {
+                    what: "flux correction buffer",
+                    expected: f.buf.end,
+                    got: buf.len(),
+                })?;
                 let dst = self.flux_mut(f.block, s, f.dir);
                 for (x, p) in src.iter().zip(points(f.faces.clone())) {
                     dst[at(p)] = *x;

@@ -954,21 +954,17 @@ impl Advection {
 struct Comms {
     exchange: RefCell<Exchange>,
     correction: Option<RefCell<FluxCorrection>>,
+    /// The host's face fluxes (none where a GPU holds them).
     flux: RefCell<FluxData>,
     /// This rank's mesh-data partitions as ranges of local block indices.
     parts: Vec<Range<usize>>,
 }
 
 impl Comms {
-    /// Built for `mesh`; message buffers come from `pool` (the previous exchange's, after a
-    /// remesh, so buffers whose size did not change are reused).
-    fn new(
-        ctx: &RunContext,
-        mesh: &Mesh,
-        data: &BlockData,
-        coalesced: bool,
-        pool: &BufferPool,
-    ) -> Result<Self> {
+    /// Built for `a`'s mesh and block data; message buffers come from `pool` (the previous
+    /// exchange's, after a remesh, so buffers whose size did not change are reused).
+    fn new(ctx: &RunContext, a: &Advection, pool: &BufferPool) -> Result<Self> {
+        let (mesh, data, coalesced) = (&a.mesh, &*a.data.borrow(), a.coalesced);
         let opts = ExchangeOptions {
             coalesced,
             ..ExchangeOptions::default()
@@ -994,7 +990,10 @@ impl Comms {
         Ok(Comms {
             exchange: RefCell::new(exchange),
             correction,
-            flux: RefCell::new(FluxData::new(data)),
+            flux: RefCell::new(match a.space {
+                MemSpace::Host => FluxData::new(data),
+                MemSpace::Cuda => FluxData::with_shape(data.shape(), 0, 0),
+            }),
             parts,
         })
     }
@@ -1006,7 +1005,7 @@ impl Problem for Advection {
         let comm = CommTimer::default();
         let mut comms = comm.time(|| {
             let pool = BufferPool::new();
-            Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced, &pool)
+            Comms::new(ctx, self, &pool)
         })?;
         let resume = self.resume.take();
         if resume.is_none() {

@@ -577,6 +577,8 @@ fn physical_args(
     a
 }
 
+/// `sh_flux_restrict(info, nface, x0, x1, x2, buf, n0, n1, n2, nslot, ndim)`, or with
+/// `restrict` false `sh_flux_set(info, nface, buf, x0, x1, x2, n0, n1, n2, nslot)`.
 fn flux_args(
     descs: u64,
     nface: usize,
@@ -607,7 +609,7 @@ fn flux_args(
 fn flux_use(
     h: &DeviceHalos,
     restrict: bool,
-    arrays: &[usize],
+    arrays: &[Buffer<f64>],
     buf_len: usize,
 ) -> Result<FluxGeom, CudaError> {
     let Use::Flux {
@@ -623,8 +625,14 @@ fn flux_use(
         return invalid(format!("flux faces were checked for {what}"));
     }
     need("face flux arrays", geom.ndim, arrays.len())?;
-    for (d, &len) in arrays.iter().enumerate() {
-        need(&format!("face fluxes along x{}", d + 1), geom.len(d), len)?;
+    for (d, a) in arrays.iter().enumerate() {
+        if a.len() != geom.len(d) {
+            need(
+                &format!("face fluxes along x{}", d + 1),
+                geom.len(d),
+                a.len(),
+            )?;
+        }
     }
     if buf_len < want {
         return invalid(format!(
@@ -844,8 +852,7 @@ impl Device {
         flux: &[Buffer<f64>],
         buf: &mut Buffer<f64>,
     ) -> Result<(), CudaError> {
-        let lens: Vec<usize> = flux.iter().map(Buffer::len).collect();
-        let g = flux_use(h, true, &lens, buf.len())?;
+        let g = flux_use(h, true, flux, buf.len())?;
         if h.is_empty() {
             return Ok(());
         }
@@ -874,8 +881,7 @@ impl Device {
         buf: &Buffer<f64>,
         flux: &mut [Buffer<f64>],
     ) -> Result<(), CudaError> {
-        let lens: Vec<usize> = flux.iter().map(Buffer::len).collect();
-        let g = flux_use(h, false, &lens, buf.len())?;
+        let g = flux_use(h, false, flux, buf.len())?;
         if h.is_empty() {
             return Ok(());
         }

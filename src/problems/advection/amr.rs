@@ -305,7 +305,7 @@ impl Advection {
         *c = comm
             .time(|| {
                 let pool = c.exchange.borrow().pool().clone();
-                Comms::new(ctx, &self.mesh, &self.data.borrow(), self.coalesced, &pool)
+                Comms::new(ctx, self, &pool)
             })
             .context("after a remesh")?;
         let n = self.mesh.forest().len();

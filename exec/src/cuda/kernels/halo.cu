@@ -42,6 +42,14 @@ __device__ __forceinline__ u64 sh_at(u64 block, u64 var, u64 nvar, u64 d0, u64 d
     return (((block * nvar + var) * d2 + k) * d1 + j) * d0 + i;
 }
 
+// Point c of box b (x1 fastest, n0 x n1 points across its first two directions).
+__device__ __forceinline__ void sh_point(const sh_bnd_info &b, u64 c, u64 n0, u64 n1, u64 p[3]) {
+    u64 r = c / n0;
+    p[0] = b.s[0] + c % n0;
+    p[1] = b.s[1] + r % n1;
+    p[2] = b.s[2] + r / n1;
+}
+
 // The array a sub-halo lives in: the coarse buffers (dims c) when it has SH_FLAG_COARSE, else
 // the block data (dims d). Both hold nvar variables per block.
 struct sh_arr {
@@ -68,8 +76,9 @@ extern "C" __global__ void sh_halo_pack(const sh_bnd_info *info, u64 nhalo, cons
         int hit = 0;
         const double t = over != 0 ? threshold[b.var] : 0.0;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
-            u64 i = c % n0, r = c / n0, j = r % n1, k = r / n1;
-            double v = src[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, b.s[0] + i, b.s[1] + j, b.s[2] + k)];
+            u64 p[3];
+            sh_point(b, c, n0, n1, p);
+            double v = src[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, p[0], p[1], p[2])];
             buf[b.buf_offset + c] = v;
             hit |= fabs(v) > t;
         }
@@ -89,8 +98,9 @@ extern "C" __global__ void sh_halo_unpack(const sh_bnd_info *info, u64 nhalo, co
         u64 n = n0 * n1 * n2;
         bool on = (b.flags & SH_FLAG_ALLOCATED) != 0;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
-            u64 i = c % n0, r = c / n0, j = r % n1, k = r / n1;
-            dst[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, b.s[0] + i, b.s[1] + j, b.s[2] + k)] = on ? buf[b.buf_offset + c] : fill;
+            u64 p[3];
+            sh_point(b, c, n0, n1, p);
+            dst[sh_at(b.block, b.var, nvar, a.n0, a.n1, a.n2, p[0], p[1], p[2])] = on ? buf[b.buf_offset + c] : fill;
         }
     }
 }
@@ -110,7 +120,9 @@ extern "C" __global__ void sh_restrict(const sh_bnd_info *info, u64 nhalo, const
         u64 n0 = sh_extent(b, 0), n1 = sh_extent(b, 1), n2 = sh_extent(b, 2);
         u64 n = n0 * n1 * n2;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
-            u64 i = b.s[0] + c % n0, r = c / n0, j = b.s[1] + r % n1, k = b.s[2] + r / n1;
+            u64 p[3];
+            sh_point(b, c, n0, n1, p);
+            u64 i = p[0], j = p[1], k = p[2];
             u64 fi = sh_child(0, i, ndim, g, cg), fj = sh_child(1, j, ndim, g, cg), fk = sh_child(2, k, ndim, g, cg);
             double sum = -0.0;
             for (u64 qk = 0; qk < m2; ++qk)
@@ -137,10 +149,7 @@ extern "C" __global__ void sh_prolongate(const sh_bnd_info *info, u64 nhalo, con
         u64 n = n0 * n1 * n2;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 p[3];
-            p[0] = b.s[0] + c % n0;
-            u64 r = c / n0;
-            p[1] = b.s[1] + r % n1;
-            p[2] = b.s[2] + r / n1;
+            sh_point(b, c, n0, n1, p);
             double u = coarse[sh_at(b.block, b.var, nvar, c0, c1, c2, p[0], p[1], p[2])];
             double slope[3] = {0.0, 0.0, 0.0};
             if (op != SH_PROLONG_CONSTANT) {
@@ -187,10 +196,7 @@ extern "C" __global__ void sh_physical(const sh_bnd_info *info, u64 nhalo, doubl
         }
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 p[3];
-            p[0] = b.s[0] + c % n0;
-            u64 r = c / n0;
-            p[1] = b.s[1] + r % n1;
-            p[2] = b.s[2] + r / n1;
+            sh_point(b, c, n0, n1, p);
             u64 q[3];
             for (int d = 0; d < 3; ++d) {
                 if (below[d]) q[d] = mirror[d] ? 2 * lo[d] - 1 - p[d] : lo[d];
@@ -232,10 +238,7 @@ extern "C" __global__ void sh_flux_restrict(const sh_bnd_info *info, u64 nface, 
         u64 n = e0 * e1 * e2;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
             u64 q[3];
-            q[0] = b.s[0] + c % e0;
-            u64 r = c / e0;
-            q[1] = b.s[1] + r % e1;
-            q[2] = b.s[2] + r / e1;
+            sh_point(b, c, e0, e1, q);
             double sum = 0.0;
             for (u64 k = 0; k < kids; ++k) {
                 u64 p[3] = {q[0], q[1], q[2]};
@@ -261,8 +264,9 @@ extern "C" __global__ void sh_flux_set(const sh_bnd_info *info, u64 nface, const
         u64 e0 = sh_extent(b, 0), e1 = sh_extent(b, 1), e2 = sh_extent(b, 2);
         u64 n = e0 * e1 * e2;
         for (u64 c = threadIdx.x; c < n; c += blockDim.x) {
-            u64 i = b.s[0] + c % e0, r = c / e0, j = b.s[1] + r % e1, k = b.s[2] + r / e1;
-            dst[sh_at(b.block, b.var, nslot, m[0], m[1], m[2], i, j, k)] = buf[b.buf_offset + c];
+            u64 p[3];
+            sh_point(b, c, e0, e1, p);
+            dst[sh_at(b.block, b.var, nslot, m[0], m[1], m[2], p[0], p[1], p[2])] = buf[b.buf_offset + c];
         }
     }
 }
