@@ -10,7 +10,8 @@
 //! kernels for every pack-plan kind, element type and operation (atomics for lists with
 //! duplicates), pack-in-one with the sparse-threshold flags and unpack-in-one on the channels
 //! of real meshes, restriction, the three prolongations, physical fill, the flux
-//! correction's restriction and setting of face fluxes on a refined mesh, and event ordering.
+//! correction's restriction and setting of face fluxes on a refined mesh, the refinement
+//! criterion's first-derivative measure, and event ordering.
 //! Everything but floating-point sums and products through atomics must match bit for bit.
 
 use std::process::ExitCode;
@@ -54,7 +55,7 @@ mod selftest {
     use starhalo_boundary::flux_correction::flux_channels;
     use starhalo_boundary::prolong_restrict::{prolongate, restrict, Prolongation};
     use starhalo_boundary::{FluxData, FluxFace, FluxSpace};
-    use starhalo_exec::cuda::{CudaError, Device, FluxGeom};
+    use starhalo_exec::cuda::{AdvectGeom, CudaError, Device, FluxGeom};
     use starhalo_exec::{Buffer, Element, Policy};
     use starhalo_mesh::field::{IndexRange, IndexShape};
     use starhalo_mesh::{find_neighbors, Forest, RootGrid};
@@ -600,6 +601,68 @@ mod selftest {
         Ok(())
     }
 
+    /// The first-derivative refinement measure, written out on the host as the advection's
+    /// criterion computes it.
+    fn measure_ref(u: &[f64], g: &AdvectGeom, vars: &[usize], tiny: f64) -> Vec<f64> {
+        let npts: usize = g.dims.iter().product();
+        let stride = [1, g.dims[0], g.dims[0] * g.dims[1]];
+        let mut out = Vec::new();
+        for b in 0..g.nblocks {
+            for &v in vars {
+                let a = &u[(b * g.nvar + v) * npts..][..npts];
+                let mut m = 0.0f64;
+                for k in 0..g.n[2] {
+                    for j in 0..g.n[1] {
+                        for i in 0..g.n[0] {
+                            let c = ((k + g.ghosts[2]) * g.dims[1] + j + g.ghosts[1]) * g.dims[0]
+                                + i
+                                + g.ghosts[0];
+                            let scale = 2.0 * a[c].abs() + tiny;
+                            for s in &stride[..g.ndim] {
+                                m = m.max((a[c + s] - a[c - s]).abs() / scale);
+                            }
+                        }
+                    }
+                }
+                out.push(m);
+            }
+        }
+        out
+    }
+
+    /// The refinement measure's block reduction: blocks of fewer and of more cells than a
+    /// thread block has threads, and more (block, criterion) pairs than the grid has blocks.
+    fn measure_checks(dev: &Arc<Device>, rep: &mut Report, r: &mut Rng) -> Res<()> {
+        let geom = |nblocks, ndim, n: [usize; 3]| {
+            let ghosts = [0, 1, 2].map(|d| if d < ndim { 2 } else { 0 });
+            AdvectGeom {
+                nblocks,
+                nvar: 2,
+                dims: [0, 1, 2].map(|d| n[d] + 2 * ghosts[d]),
+                ghosts,
+                n,
+                ndim,
+            }
+        };
+        let cases = [
+            ("2-D 4x4", geom(7, 2, [4, 4, 1]), vec![1, 0]),
+            ("3-D 8x8x8", geom(5, 3, [8, 8, 8]), vec![0, 1, 1]),
+            ("1-D, 70000 blocks", geom(70_000, 1, [3, 1, 1]), vec![1]),
+        ];
+        for (name, g, vars) in cases {
+            let u: Vec<f64> = (0..g.field_len())
+                .map(|_| if r.below(9) == 0 { 0.0 } else { r.unit() - 0.5 })
+                .collect();
+            let got = dev.first_derivative(&g, &Buffer::from_host_to(dev, &u)?, &vars, 1e-20)?;
+            rep.exact(
+                &format!("first-derivative measure {name}"),
+                &got,
+                &measure_ref(&u, &g, &vars, 1e-20),
+            );
+        }
+        Ok(())
+    }
+
     /// Events order work without a device-wide synchronisation.
     fn event_checks(dev: &Arc<Device>, rep: &mut Report) -> Res<()> {
         let mut b = Buffer::<f64>::zeroed_on(dev, 1 << 20)?;
@@ -641,6 +704,7 @@ mod selftest {
         refine_checks(&dev, &mut rep, &mut r)?;
         physical_checks(&dev, &mut rep, &mut r)?;
         flux_checks(&dev, &mut rep, &mut r)?;
+        measure_checks(&dev, &mut rep, &mut r)?;
         event_checks(&dev, &mut rep)?;
         Ok(rep.failed)
     }

@@ -1079,10 +1079,8 @@ impl Problem for Advection {
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
-            if let Some(g) = gpu.as_ref().filter(|_| self.adapts_after(cycle)) {
-                g.download(&mut self.data.borrow_mut())?;
-            }
-            if let (true, Some(d)) = (self.adapt(ctx, &comm, cycle, &mut comms)?, &dev) {
+            let remeshed = self.adapt(ctx, &comm, cycle, &mut comms, gpu.as_ref())?;
+            if let (true, Some(d)) = (remeshed, &dev) {
                 // New blocks, new exchange: the fields (filled on the host) go up again, after
                 // the old ones are freed.
                 drop(gpu.take());

@@ -1,15 +1,20 @@
 //! Launches of the finite-volume advection kernels ([`ADVECT_SRC`](super::kernels::ADVECT_SRC)):
 //! the face fluxes along one direction and the conservative update, each one launch over every
-//! (block, variable) array of a field storage.
+//! (block, variable) array of a field storage, and the first-derivative refinement measure of
+//! every block in one launch.
 
+use super::dbuf::DeviceBuffer;
 use super::device::{grid_for, Device};
 use super::error::CudaError;
 use super::ffi::Arg;
 use super::kernels::KernelSet;
 use super::ops::need;
 use crate::buffer::Buffer;
+use std::sync::Arc;
 
 const BLOCK: u32 = 256;
+/// Threads per block of the refinement measure: `SH_MEASURE_THREADS` of the source.
+const MEASURE_THREADS: u32 = 256;
 
 /// Slope limiters of the piecewise-linear reconstruction, with the codes of the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,18 +101,16 @@ impl Device {
         }
         need("field storage", g.field_len(), u.len())?;
         need("fluxes", g.flux_len(dir), flux.len())?;
-        let nbv = (g.nblocks * g.nvar) as u64;
-        let mut args = vec![
-            Arg::Ptr(u.on_device(self)?.address()),
-            Arg::Ptr(flux.on_device_mut(self)?.address()),
-            Arg::U64(nbv),
-        ];
-        args.extend(g.shape_args());
-        args.extend([
-            Arg::I32(dir as i32),
-            Arg::F64(vel),
-            Arg::I32(limiter as i32),
-        ]);
+        let args = flux_args(
+            [
+                u.on_device(self)?.address(),
+                flux.on_device_mut(self)?.address(),
+            ],
+            g,
+            dir,
+            vel,
+            limiter,
+        );
         let grid = grid_for(g.flux_len(dir), BLOCK);
         self.launch(KernelSet::Advect, "sh_adv_flux", grid, BLOCK, &args)
     }
@@ -140,28 +143,144 @@ impl Device {
             }
             None => 0,
         };
-        let nbv = (g.nblocks * g.nvar) as u64;
-        let mut args = vec![
-            Arg::Ptr(u.on_device_mut(self)?.address()),
-            Arg::Ptr(base),
-            Arg::Ptr(f[0]),
-            Arg::Ptr(f[1]),
-            Arg::Ptr(f[2]),
-            Arg::Ptr(dx.on_device(self)?.address()),
-            Arg::U64(g.nvar as u64),
-            Arg::U64(nbv),
-        ];
-        args.extend(g.shape_args());
-        args.extend([Arg::U64(g.ndim as u64), Arg::F64(dt)]);
+        let dx = dx.on_device(self)?.address();
+        let args = update_args([u.on_device_mut(self)?.address(), base, dx], f, g, dt);
         let cells = g.nblocks * g.nvar * g.n.iter().product::<usize>();
         let grid = grid_for(cells, BLOCK);
         self.launch(KernelSet::Advect, "sh_adv_update", grid, BLOCK, &args)
     }
+
+    /// Parthenon's first-derivative refinement measure of every block for each variable of
+    /// `vars` (one per criterion): the largest `|u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny)`
+    /// over the interior cells and active directions, as `[block][criterion]`. One launch,
+    /// then one copy of `nblocks * vars.len()` values to the host (a synchronisation).
+    pub fn first_derivative(
+        self: &Arc<Self>,
+        g: &AdvectGeom,
+        u: &Buffer<f64>,
+        vars: &[usize],
+        tiny: f64,
+    ) -> Result<Vec<f64>, CudaError> {
+        g.check()?;
+        need("field storage", g.field_len(), u.len())?;
+        if let Some(v) = vars.iter().find(|&&v| v >= g.nvar) {
+            return Err(CudaError::Invalid(format!(
+                "refinement measure of variable {v} of {}",
+                g.nvar
+            )));
+        }
+        let npairs = g.nblocks * vars.len();
+        if npairs == 0 {
+            return Ok(Vec::new());
+        }
+        let dvars: Vec<u64> = vars.iter().map(|&v| v as u64).collect();
+        let dvars = DeviceBuffer::from_host(self, &dvars)?;
+        let measure = DeviceBuffer::<f64>::zeroed(self, npairs)?;
+        let ptrs = [
+            u.on_device(self)?.address(),
+            dvars.address(),
+            measure.address(),
+        ];
+        let args = measure_args(ptrs, vars.len(), g, tiny);
+        let grid = npairs.min(1 << 16) as u32;
+        self.launch(
+            KernelSet::Advect,
+            "sh_adv_first_derivative",
+            grid,
+            MEASURE_THREADS,
+            &args,
+        )?;
+        let mut out = vec![0.0; npairs];
+        measure.download(&mut out)?;
+        Ok(out)
+    }
+}
+
+/// The arguments of `sh_adv_flux`: the field storage and flux addresses.
+fn flux_args(
+    [u, flux]: [u64; 2],
+    g: &AdvectGeom,
+    dir: usize,
+    vel: f64,
+    limiter: SlopeLimiter,
+) -> Vec<Arg> {
+    let mut args = vec![
+        Arg::Ptr(u),
+        Arg::Ptr(flux),
+        Arg::U64((g.nblocks * g.nvar) as u64),
+    ];
+    args.extend(g.shape_args());
+    args.extend([
+        Arg::I32(dir as i32),
+        Arg::F64(vel),
+        Arg::I32(limiter as i32),
+    ]);
+    args
+}
+
+/// The arguments of `sh_adv_update`: the field storage, stage base (0 for none) and cell
+/// width addresses, and the flux address of each direction (0 where inactive).
+fn update_args([u, base, dx]: [u64; 3], f: [u64; 3], g: &AdvectGeom, dt: f64) -> Vec<Arg> {
+    let mut args = vec![Arg::Ptr(u), Arg::Ptr(base)];
+    args.extend(f.map(Arg::Ptr));
+    args.extend([
+        Arg::Ptr(dx),
+        Arg::U64(g.nvar as u64),
+        Arg::U64((g.nblocks * g.nvar) as u64),
+    ]);
+    args.extend(g.shape_args());
+    args.extend([Arg::U64(g.ndim as u64), Arg::F64(dt)]);
+    args
+}
+
+/// The arguments of `sh_adv_first_derivative`: the field storage, criteria variable and
+/// measure addresses, for `ncrit` criteria.
+fn measure_args(ptrs: [u64; 3], ncrit: usize, g: &AdvectGeom, tiny: f64) -> Vec<Arg> {
+    let mut args: Vec<Arg> = ptrs.map(Arg::Ptr).to_vec();
+    args.extend([
+        Arg::U64((g.nblocks * ncrit) as u64),
+        Arg::U64(ncrit as u64),
+        Arg::U64(g.nvar as u64),
+    ]);
+    args.extend(g.shape_args());
+    args.extend([Arg::U64(g.ndim as u64), Arg::F64(tiny)]);
+    args
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::kernels::{define, signatures, ADVECT_SRC};
+
+    /// What the host passes equals what each advection kernel declares.
+    #[test]
+    fn host_arguments_match_the_advection_kernels() {
+        let sigs = signatures(ADVECT_SRC).unwrap();
+        let declared = |name: &str| sigs.iter().find(|(n, _)| n == name).unwrap().1.clone();
+        let kinds = |a: Vec<Arg>| a.iter().map(Arg::kind).collect::<Vec<_>>();
+        let g = AdvectGeom {
+            nblocks: 2,
+            nvar: 3,
+            dims: [8, 8, 1],
+            ghosts: [2, 2, 0],
+            n: [4, 4, 1],
+            ndim: 2,
+        };
+        let a = flux_args([1, 2], &g, 1, 0.5, SlopeLimiter::Mc);
+        assert_eq!(kinds(a), declared("sh_adv_flux"));
+        let a = update_args([1, 0, 2], [3, 4, 0], &g, 0.1);
+        assert_eq!(kinds(a), declared("sh_adv_update"));
+        let a = measure_args([1, 2, 3], 2, &g, 1e-20);
+        assert_eq!(kinds(a), declared("sh_adv_first_derivative"));
+    }
+
+    #[test]
+    fn the_measure_launches_the_reduction_size_of_the_source() {
+        assert_eq!(
+            define(ADVECT_SRC, "SH_MEASURE_THREADS"),
+            Some(u64::from(MEASURE_THREADS))
+        );
+    }
 
     #[test]
     fn geometry_check_refuses_arrays_a_stencil_would_leave() {

@@ -12,7 +12,8 @@ pub const SF_SRC: &str = include_str!("kernels/sf.cu");
 /// Boundary kernels in one: pack, unpack, restriction, prolongation, physical fill, and the
 /// flux correction's restriction and setting of face fluxes.
 pub const HALO_SRC: &str = include_str!("kernels/halo.cu");
-/// Finite-volume advection: face fluxes and the conservative update of every block.
+/// Finite-volume advection: face fluxes, the conservative update of every block, and the
+/// first-derivative refinement measure.
 pub const ADVECT_SRC: &str = include_str!("kernels/advect.cu");
 
 /// A set of kernels compiled together.
@@ -88,7 +89,7 @@ pub const HALO_KERNELS: [&str; 7] = [
 ];
 
 /// The advection kernels.
-pub const ADVECT_KERNELS: [&str; 2] = ["sh_adv_flux", "sh_adv_update"];
+pub const ADVECT_KERNELS: [&str; 3] = ["sh_adv_flux", "sh_adv_update", "sh_adv_first_derivative"];
 
 /// The kind of one kernel parameter, as the host passes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -307,5 +308,6 @@ mod tests {
         assert_eq!(define(HALO_SRC, "NOPE"), None);
         assert_eq!(define(ADVECT_SRC, "SH_LIMIT_NONE"), Some(0));
         assert_eq!(define(ADVECT_SRC, "SH_LIMIT_MC"), Some(2));
+        assert_eq!(define(ADVECT_SRC, "SH_MEASURE_THREADS"), Some(256));
     }
 }

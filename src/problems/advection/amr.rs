@@ -13,9 +13,11 @@
 //! `field`, `refine_tol` default 0.5, `derefine_tol` default 0.05, `max_level`) replace that
 //! criterion by theirs; a block refines if any criterion asks it to and merges only if all do.
 
+use super::gpu::Gpu;
 use super::{field_name, Advection, Comms, Geo, BLOCK, MESH};
 use crate::deck::Deck;
 use crate::exit::bad_input;
+use crate::run::collective::agree;
 use crate::run::stats::CommTimer;
 use crate::run::RunContext;
 use anyhow::{Context as _, Result};
@@ -26,7 +28,7 @@ use starhalo_mesh::refine::{BlockFate, BlockOrigin};
 use starhalo_mesh::{MeshConfig, RefinementFlag, RefinementKind};
 
 /// Parthenon's `TINY_NUMBER`: keeps the measure finite where the field is zero.
-const TINY: f64 = 1e-20;
+pub(super) const TINY: f64 = 1e-20;
 
 /// One refinement criterion on one field.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -189,17 +191,17 @@ impl Amr {
         }))
     }
 
-    /// The flag of a block at `level` whose field `n` is `field(n)`: refine if any criterion
-    /// says so, merge only if all do.
-    fn flag<'a>(
-        &self,
-        level: u32,
-        field: impl Fn(usize) -> &'a [f64],
-        geo: &Geo,
-    ) -> RefinementFlag {
+    /// The field (storage slot) of each criterion, in order.
+    pub(super) fn fields(&self) -> Vec<usize> {
+        self.criteria.iter().map(|c| c.field).collect()
+    }
+
+    /// The flag of a block at `level` whose criteria measured `measures` (one each, in
+    /// order): refine if any criterion says so, merge only if all do.
+    fn flag(&self, level: u32, measures: &[f64]) -> RefinementFlag {
         let mut all_derefine = true;
-        for c in &self.criteria {
-            match c.flag(first_derivative(field(c.field), geo), level) {
+        for (c, &m) in self.criteria.iter().zip(measures) {
+            match c.flag(m, level) {
                 RefinementFlag::Refine => return RefinementFlag::Refine,
                 RefinementFlag::Same => all_derefine = false,
                 RefinementFlag::Derefine => {}
@@ -213,8 +215,9 @@ impl Amr {
     }
 }
 
-/// The first-derivative measure of one block array (ghosts filled).
-fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
+/// The first-derivative measure of one block array (ghosts filled). The device computes the
+/// same, bit for bit (`Device::first_derivative`).
+pub(super) fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
     let strides = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
     let mut m = 0.0f64;
     for p in geo.interior() {
@@ -244,16 +247,40 @@ fn flag_of(c: i8) -> RefinementFlag {
 }
 
 impl Advection {
-    /// Every block's flag, in gid order, the same on every rank (collective). `refine_only`
-    /// turns merge requests into "same" (the initial refinement only ever adds levels).
-    fn gather_flags(&self, ctx: &RunContext, amr: &Amr, refine_only: bool) -> Vec<RefinementFlag> {
+    /// The measure of every criterion on every local block, `[block][criterion]`, from the
+    /// host's fields.
+    fn host_measures(&self, amr: &Amr) -> Vec<f64> {
         let data = self.data.borrow();
-        let local: Vec<i8> = (0..data.gids().len())
-            .map(|b| {
-                let gid = data.gids()[b];
-                let geo = Geo::new(&self.mesh, gid);
+        let mut out = Vec::with_capacity(data.gids().len() * amr.criteria.len());
+        for (b, &gid) in data.gids().iter().enumerate() {
+            let geo = Geo::new(&self.mesh, gid);
+            out.extend(
+                amr.criteria
+                    .iter()
+                    .map(|c| first_derivative(data.fine(b, c.field), &geo)),
+            );
+        }
+        out
+    }
+
+    /// Every block's flag, in gid order, the same on every rank (collective), from the
+    /// local blocks' `measures` (`[block][criterion]`). `refine_only` turns merge requests
+    /// into "same" (the initial refinement only ever adds levels).
+    fn gather_flags(
+        &self,
+        ctx: &RunContext,
+        amr: &Amr,
+        measures: &[f64],
+        refine_only: bool,
+    ) -> Vec<RefinementFlag> {
+        let gids = self.data.borrow().gids().to_vec();
+        let nc = amr.criteria.len();
+        let local: Vec<i8> = gids
+            .iter()
+            .enumerate()
+            .map(|(b, &gid)| {
                 let level = self.mesh.forest().loc(gid).map_or(0, |l| l.level());
-                let f = amr.flag(level, |s| data.fine(b, s), &geo);
+                let f = amr.flag(level, &measures[b * nc..(b + 1) * nc]);
                 if refine_only && f == RefinementFlag::Derefine {
                     0
                 } else {
@@ -276,15 +303,17 @@ impl Advection {
         all.into_iter().map(flag_of).collect()
     }
 
-    /// Applies `flags`: remesh, move the data, rebuild what depends on the mesh. Returns the
-    /// numbers of blocks refined and merged, or `None` (and changes nothing) if the flags
-    /// change no block.
+    /// Applies `flags`: remesh, move the data (first downloaded from `gpu`, where the fields
+    /// live there), rebuild what depends on the mesh. Returns the numbers of blocks refined
+    /// and merged, or `None` (and changes nothing but the merge counts) if the flags change no
+    /// block.
     fn remesh(
         &mut self,
         ctx: &RunContext,
         comm: &CommTimer,
         flags: &[RefinementFlag],
         c: &mut Comms,
+        gpu: Option<&Gpu>,
     ) -> Result<Option<(usize, usize)>> {
         let old_forest = self.mesh.forest().clone();
         let outcome = self
@@ -295,6 +324,10 @@ impl Advection {
             return Ok(None);
         }
         let world = ctx.world;
+        if let Some(g) = gpu {
+            agree(world, g.download(&mut self.data.borrow_mut()))
+                .context("downloading the fields to remesh")?;
+        }
         let data = comm
             .time(|| {
                 let old = self.data.borrow();
@@ -346,9 +379,9 @@ impl Advection {
         self.amr_stats.min_blocks = n;
         self.amr_stats.max_blocks = n;
         for _ in 0..self.mesh.config().numlevel {
-            let flags = self.gather_flags(ctx, &amr, true);
+            let flags = self.gather_flags(ctx, &amr, &self.host_measures(&amr), true);
             if !flags.contains(&RefinementFlag::Refine)
-                || self.remesh(ctx, comm, &flags, c)?.is_none()
+                || self.remesh(ctx, comm, &flags, c, None)?.is_none()
             {
                 break;
             }
@@ -364,33 +397,33 @@ impl Advection {
         Ok(())
     }
 
-    /// Whether [`adapt`](Self::adapt) checks the refinement criterion after cycle `cycle`
-    /// (so the fields must be on the host).
-    pub(super) fn adapts_after(&self, cycle: u64) -> bool {
-        self.amr
-            .as_ref()
-            .is_some_and(|a| cycle.is_multiple_of(a.interval))
-    }
-
     /// Between steps: check the refinement criterion (every `refine_interval` cycles) and
-    /// remesh if any block changes; says whether it did. Collective.
+    /// remesh if any block changes; says whether it did. With the fields on `gpu`, the device
+    /// measures the criteria (one value per block and criterion comes back) and the fields
+    /// are downloaded only for a remesh. Collective.
     pub(super) fn adapt(
         &mut self,
         ctx: &RunContext,
         comm: &CommTimer,
         cycle: u64,
         c: &mut Comms,
+        gpu: Option<&Gpu>,
     ) -> Result<bool> {
         let Some(amr) = self.amr.clone() else {
             return Ok(false);
         };
-        if !self.adapts_after(cycle) {
+        if !cycle.is_multiple_of(amr.interval) {
             return Ok(false);
         }
+        let measures = match gpu {
+            Some(g) => agree(ctx.world, g.refine_measures(&amr.fields()))
+                .context("measuring the refinement criteria on the GPU")?,
+            None => self.host_measures(&amr),
+        };
         // Flags of all "same" still go to the mesh: they restart the derefinement counts.
-        let flags = self.gather_flags(ctx, &amr, false);
+        let flags = self.gather_flags(ctx, &amr, &measures, false);
         let before = self.mesh.forest().len();
-        if let Some((r, m)) = self.remesh(ctx, comm, &flags, c)? {
+        if let Some((r, m)) = self.remesh(ctx, comm, &flags, c, gpu)? {
             comm.time(|| self.fill_ghosts(ctx, c))
                 .context("after a remesh")?;
             if ctx.is_root() {
@@ -475,7 +508,14 @@ mod tests {
             };
             [pick(a), pick(b)]
         };
-        let flag = |f: &[Vec<f64>; 2], level| amr.flag(level, |s| &f[s][..], &geo);
+        let flag = |f: &[Vec<f64>; 2], level| {
+            let m: Vec<f64> = amr
+                .criteria
+                .iter()
+                .map(|c| first_derivative(&f[c.field], &geo))
+                .collect();
+            amr.flag(level, &m)
+        };
         assert_eq!(flag(&fields("flat", "flat"), 0), RefinementFlag::Derefine);
         assert_eq!(flag(&fields("flat", "steep"), 0), RefinementFlag::Refine);
         assert_eq!(flag(&fields("flat", "mild"), 0), RefinementFlag::Same);

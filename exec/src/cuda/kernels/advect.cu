@@ -72,3 +72,36 @@ extern "C" __global__ void sh_adv_update(double *u, const double *u0, const doub
         u[c] = u0 == 0 ? q : 0.5 * (u0[c] + q);
     }
 }
+
+// Threads per block of sh_adv_first_derivative: a power of two, the size of its reduction.
+#define SH_MEASURE_THREADS 256
+
+// Parthenon's first-derivative refinement measure of each (block, criterion) pair: the largest
+// |u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny) over the interior cells c and active directions
+// d of the criterion's variable vars[criterion], into measure[block * ncrit + criterion]. One
+// thread block of SH_MEASURE_THREADS threads per pair. fmax is exact and, like the host's max,
+// ignores NaN, so any order of the reduction gives the host's value.
+extern "C" __global__ void sh_adv_first_derivative(const double *u, const u64 *vars, double *measure, u64 npairs, u64 ncrit, u64 nvar, u64 d0, u64 d1, u64 d2, u64 g0, u64 g1, u64 g2, u64 n0, u64 n1, u64 n2, u64 ndim, double tiny) {
+    __shared__ double part[SH_MEASURE_THREADS];
+    u64 ncells = n0 * n1 * n2, npts = d0 * d1 * d2;
+    u64 stride[3] = {1, d0, d0 * d1};
+    for (u64 pair = blockIdx.x; pair < npairs; pair += gridDim.x) {
+        const double *a = u + ((pair / ncrit) * nvar + vars[pair % ncrit]) * npts;
+        double m = 0.0;
+        for (u64 p = threadIdx.x; p < ncells; p += blockDim.x) {
+            u64 i = p % n0, r = p / n0, j = r % n1, k = r / n1;
+            u64 c = ((k + g2) * d1 + j + g1) * d0 + i + g0;
+            double scale = 2.0 * fabs(a[c]) + tiny;
+            for (u64 d = 0; d < ndim; ++d) m = fmax(m, fabs(a[c + stride[d]] - a[c - stride[d]]) / scale);
+        }
+        part[threadIdx.x] = m;
+        __syncthreads();
+        for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+            if (threadIdx.x < h) part[threadIdx.x] = fmax(part[threadIdx.x], part[threadIdx.x + h]);
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) measure[pair] = part[0];
+        // part is written again for the next pair only once thread 0 has read it.
+        __syncthreads();
+    }
+}

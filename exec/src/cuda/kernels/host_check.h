@@ -6,6 +6,8 @@
 #define __forceinline__ inline
 struct sh_dim3 { unsigned x, y, z; };
 static sh_dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __shared__ static
+void __syncthreads();
 int __syncthreads_or(int);
 unsigned int __float_as_uint(float);
 float __uint_as_float(unsigned int);

@@ -6,6 +6,8 @@
 #define __forceinline__ inline
 struct sh_dim3 { unsigned x, y, z; };
 static sh_dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __shared__ static
+static void __syncthreads() {}
 static int __syncthreads_or(int p) { return p; }
 static unsigned int __float_as_uint(float f) { unsigned u; __builtin_memcpy(&u, &f, 4); return u; }
 static float __uint_as_float(unsigned u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
