@@ -58,7 +58,7 @@ pub use device::DeviceFluxes;
 mod device {
     use std::sync::Arc;
 
-    use starhalo_exec::cuda::{Device, DeviceHalos, FluxGeom, FLAG_ALLOCATED};
+    use starhalo_exec::cuda::{Device, DeviceHalos, FluxGeom, Staging, FLAG_ALLOCATED};
     use starhalo_exec::Buffer;
     use starhalo_sf::p2p::{Values, ValuesMut};
 
@@ -72,7 +72,7 @@ mod device {
     struct Side {
         faces: Vec<FluxFace>,
         halos: DeviceHalos,
-        stage: Buffer<f64>,
+        stage: Staging<f64>,
     }
 
     impl Side {
@@ -88,7 +88,7 @@ mod device {
                 faces: faces.to_vec(),
                 halos: DeviceHalos::for_flux(dev, &descs, geom, restrict, len)
                     .map_err(BoundaryError::device)?,
-                stage: Buffer::zeroed_on(dev, len).map_err(BoundaryError::device)?,
+                stage: Staging::new(len),
             })
         }
 
@@ -216,11 +216,10 @@ mod device {
                         .host()
                         .ok_or_else(|| BoundaryError::device("no host values"))?;
                     let n = side.len(h.len())?;
-                    dev.flux_restrict(&side.halos, flux, &mut side.stage)
+                    let stage = side.stage.get(dev).map_err(BoundaryError::device)?;
+                    dev.flux_restrict(&side.halos, flux, stage)
                         .map_err(BoundaryError::device)?;
-                    side.stage
-                        .download(&mut h[..n])
-                        .map_err(BoundaryError::device)
+                    stage.download(&mut h[..n]).map_err(BoundaryError::device)
                 }
             }
         }
@@ -266,8 +265,9 @@ mod device {
                         .host()
                         .ok_or_else(|| BoundaryError::device("no host values"))?;
                     let n = side.len(h.len())?;
-                    side.stage.upload(&h[..n]).map_err(BoundaryError::device)?;
-                    dev.flux_set(&side.halos, &side.stage, flux)
+                    let stage = side.stage.get(dev).map_err(BoundaryError::device)?;
+                    stage.upload(&h[..n]).map_err(BoundaryError::device)?;
+                    dev.flux_set(&side.halos, stage, flux)
                         .map_err(BoundaryError::device)
                 }
             }

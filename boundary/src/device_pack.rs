@@ -500,7 +500,9 @@ pub use device::{DeviceBndCache, DeviceFields, DeviceRefine};
 mod device {
     use std::sync::Arc;
 
-    use starhalo_exec::cuda::{CudaError, Device, DeviceHalos, HaloDesc, ProlongOp, RefineGeom};
+    use starhalo_exec::cuda::{
+        CudaError, Device, DeviceHalos, HaloDesc, ProlongOp, RefineGeom, Staging,
+    };
     use starhalo_exec::Buffer;
     use starhalo_mesh::field::IndexShape;
 
@@ -590,12 +592,12 @@ mod device {
         }
     }
 
-    /// A route on the device: send and receive descriptors with their device buffers (the
-    /// staging copies of host message buffers), the send side's sparse flags, and the
-    /// restriction before packing.
+    /// A route on the device: send and receive descriptors with their device copies of host
+    /// message buffers (staged path), the send side's sparse flags, and the restriction
+    /// before packing.
     #[derive(Debug)]
     struct DeviceRoute {
-        sides: [(DeviceBndCache, Buffer<f64>); 2],
+        sides: [(DeviceBndCache, Staging<f64>); 2],
         over: Buffer<u32>,
         restrict: Option<DeviceRefine>,
     }
@@ -676,7 +678,7 @@ mod device {
             for ((send, recv), restrict) in ex.route_caches().zip(&plan.route_restrict) {
                 let side = |c: &BndCache| -> Result<_, CudaError> {
                     let d = DeviceBndCache::new(dev, c, plan.fine, plan.coarse, nb)?;
-                    Ok((d, Buffer::zeroed_on(dev, c.buffer_len())?))
+                    Ok((d, Staging::new(c.buffer_len())))
                 };
                 routes.push(DeviceRoute {
                     sides: [side(send)?, side(recv)?],
@@ -825,6 +827,7 @@ mod device {
                         expected: n,
                         got,
                     })?;
+                    let dbuf = dbuf.get(dev).map_err(BoundaryError::device)?;
                     d.pack(dev, fine, coarse.as_ref(), dbuf, flags)
                         .map_err(BoundaryError::device)?;
                     dbuf.download(out).map_err(BoundaryError::device)?;
@@ -866,6 +869,7 @@ mod device {
                         expected: n,
                         got,
                     })?;
+                    let dbuf = dbuf.get(dev).map_err(BoundaryError::device)?;
                     dbuf.upload(h).map_err(BoundaryError::device)?;
                     dbuf
                 }

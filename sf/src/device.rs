@@ -224,7 +224,11 @@ mod on_device {
                 roots: plans(dev, staged.root_segments())?,
                 leaves: plans(dev, staged.leaf_segments())?,
                 device: [Buffer::zeroed_on(dev, n[0])?, Buffer::zeroed_on(dev, n[1])?],
-                host: n.map(|n| vec![T::zeroed(); n]),
+                // Only the staged path copies through the host.
+                host: match mpi {
+                    GpuMpi::Staged => n.map(|n| vec![T::zeroed(); n]),
+                    _ => Default::default(),
+                },
                 staged,
                 mpi,
             })

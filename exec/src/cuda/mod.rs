@@ -75,6 +75,8 @@ mod device;
 mod ffi;
 #[cfg(feature = "cuda")]
 pub(crate) mod ops;
+#[cfg(feature = "cuda")]
+mod staging;
 
 pub use desc::{
     FieldDims, FluxGeom, HaloDesc, ProlongOp, ReduceOp, RefineGeom, FLAG_ALLOCATED, FLAG_COARSE,
@@ -88,6 +90,8 @@ pub use advect::{AdvectGeom, SlopeLimiter};
 pub use device::{local_rank_from_env, Device, Event};
 #[cfg(feature = "cuda")]
 pub use ops::{DeviceHalos, DeviceIndices, IndexList};
+#[cfg(feature = "cuda")]
+pub use staging::Staging;
 
 /// Whether this build has the CUDA backend (feature `cuda`).
 pub const BUILT: bool = cfg!(feature = "cuda");
