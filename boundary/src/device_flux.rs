@@ -160,6 +160,15 @@ mod device {
             })
         }
 
+        /// Allocates the device copies of the correction's messages now (the staged path
+        /// needs them; GPU-aware messages never do), so that the correction allocates nothing.
+        pub fn allocate_staging(&mut self) -> Result<(), BoundaryError> {
+            for s in self.sides.iter_mut().flatten() {
+                s.stage.allocate(&self.dev).map_err(BoundaryError::device)?;
+            }
+            Ok(())
+        }
+
         /// The face flux arrays, one per active direction.
         pub fn arrays(&self) -> &[Buffer<f64>] {
             &self.flux
@@ -285,10 +294,10 @@ mod tests {
     use starhalo_sf::p2p::{Values, ValuesMut};
 
     /// The kernels' test program: reads a geometry, descriptors, the face flux arrays and a
-    /// buffer; restricts (op 0) or sets (op 1); writes the arrays and the buffer.
+    /// buffer; restricts (op 0) or sets (op 1) as 3 blocks of 32 threads; writes the arrays
+    /// and the buffer.
     const FLUX_DRIVER: &str = r#"
 int main() {
-    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
     double h[10];
     sh_read(h, 10);
     int op = (int)h[0];
@@ -306,11 +315,12 @@ int main() {
     }
     double *buf = (double *)malloc(buflen * 8 + 8);
     sh_read(buf, buflen);
-    switch (op) {
-    case 0: sh_flux_restrict(info, nface, x[0], x[1], x[2], buf, n[0], n[1], n[2], nslot, ndim); break;
-    case 1: sh_flux_set(info, nface, buf, x[0], x[1], x[2], n[0], n[1], n[2], nslot); break;
-    default: printf("unknown operation %d\n", op); return 3;
-    }
+    if (op != 0 && op != 1) { printf("unknown operation %d\n", op); return 3; }
+    gridDim.x = 3; blockDim.x = 32;
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
+        if (op == 0) sh_flux_restrict(info, nface, x[0], x[1], x[2], buf, n[0], n[1], n[2], nslot, ndim);
+        else sh_flux_set(info, nface, buf, x[0], x[1], x[2], n[0], n[1], n[2], nslot);
+    });
     for (int d = 0; d < 3; ++d) sh_write(x[d], len[d]);
     sh_write(buf, buflen);
     return 0;
@@ -333,7 +343,7 @@ int main() {
         find_neighbors(&f, &vec![0; f.len()]).unwrap()
     }
 
-    /// The flux kernels, run serially on the host by the emulator over the descriptors of
+    /// The flux kernels, run on the host by the emulator over the descriptors of
     /// every fine–coarse face of a refined mesh (two variables, one of two slots), restrict
     /// and set as [`FluxData`] does, bit for bit: 1-D to 3-D, random non-dyadic fluxes,
     /// some receiving faces not applied. Skipped, saying so, where no `c++` is installed.

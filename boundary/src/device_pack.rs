@@ -731,6 +731,17 @@ mod device {
             self.plan.fine
         }
 
+        /// Allocates every route's device copies of its messages now (the staged path needs
+        /// them; GPU-aware messages never do), so that the exchange itself allocates nothing.
+        pub fn allocate_staging(&mut self) -> Result<(), BoundaryError> {
+            for r in &mut self.routes {
+                for (_, s) in &mut r.sides {
+                    s.allocate(&self.dev).map_err(BoundaryError::device)?;
+                }
+            }
+            Ok(())
+        }
+
         /// The block arrays on the device, `[block][variable][points]` (without a coarse
         /// level, the host storage's own layout).
         pub fn data(&self) -> &Buffer<f64> {
@@ -1217,11 +1228,12 @@ mod tests {
     }
 
     /// Reads an operation, its geometry, descriptors, the fine and coarse storage and a
-    /// buffer; launches one boundary kernel as `Device` does; writes the storage, the buffer
-    /// and the pack's threshold flags.
+    /// buffer; runs one boundary kernel with the arguments `Device` passes, as 3 blocks of 32
+    /// threads (each block takes several sub-halos, each thread several cells, and the pack's
+    /// flags are a real `__syncthreads_or`); writes the storage, the buffer and the pack's
+    /// threshold flags.
     const HALO_DRIVER: &str = r#"
 int main() {
-    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
     double h[23];
     sh_read(h, 23);
     int op = (int)h[0], pop = (int)h[20];
@@ -1239,15 +1251,18 @@ int main() {
     double *th = (double *)malloc(nvar * 8 + 8);
     for (u64 v = 0; v < nvar; ++v) th[v] = h[18] * (double)(v + 1);
     double *flags = (double *)malloc(nhalo * 8 + 8);
-    switch (op) {
-    case 0: sh_halo_pack(info, nhalo, fine, coarse, buf, f[0], f[1], f[2], c[0], c[1], c[2], nvar, th, over); break;
-    case 1: sh_halo_unpack(info, nhalo, buf, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, h[19]); break;
-    case 2: sh_restrict(info, nhalo, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg); break;
-    case 3: sh_prolongate(info, nhalo, coarse, fine, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg, pop); break;
-    case 4: sh_physical(info, nhalo, fine, f[0], f[1], f[2], nvar, lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]); break;
-    case 5: sh_physical(info, nhalo, coarse, c[0], c[1], c[2], nvar, lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]); break;
-    default: printf("unknown operation %d\n", op); return 3;
-    }
+    if (op < 0 || op > 5) { printf("unknown operation %d\n", op); return 3; }
+    gridDim.x = 3; blockDim.x = 32;
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
+        switch (op) {
+        case 0: sh_halo_pack(info, nhalo, fine, coarse, buf, f[0], f[1], f[2], c[0], c[1], c[2], nvar, th, over); break;
+        case 1: sh_halo_unpack(info, nhalo, buf, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, h[19]); break;
+        case 2: sh_restrict(info, nhalo, fine, coarse, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg); break;
+        case 3: sh_prolongate(info, nhalo, coarse, fine, f[0], f[1], f[2], c[0], c[1], c[2], nvar, ndim, g, cg, pop); break;
+        case 4: sh_physical(info, nhalo, fine, f[0], f[1], f[2], nvar, lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]); break;
+        case 5: sh_physical(info, nhalo, coarse, c[0], c[1], c[2], nvar, lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]); break;
+        }
+    });
     for (u64 i = 0; i < nhalo; ++i) flags[i] = op == 0 ? over[i] : 0;
     sh_write(fine, flen);
     sh_write(coarse, clen);
@@ -1268,7 +1283,7 @@ int main() {
 
     /// The boundary kernels (pack with threshold flags, unpack with the sparse fill,
     /// restriction, the three prolongations, the physical fill of block arrays and coarse
-    /// buffers), run serially on the host by the emulator, leave the storage bit for bit as
+    /// buffers), run on the host by the emulator, leave the storage bit for bit as
     /// the host code the exchange runs does: 2-D and 3-D, two blocks of two variables, random
     /// non-dyadic values, coarse ghost and interior boxes, outflow and reflecting faces.
     /// Skipped, saying so, where no `c++` is installed.

@@ -198,7 +198,8 @@ mod on_device {
         staged: Staged,
         roots: Vec<(DevicePlan, usize)>,
         leaves: Vec<(DevicePlan, usize)>,
-        /// Packed roots and leaves on the device and on the host (at least one unit each).
+        /// Packed roots and leaves on the device (at least one unit each), and their host
+        /// copies on the staged path (none GPU-aware).
         device: [Buffer<T>; 2],
         host: [Vec<T>; 2],
         mpi: GpuMpi,

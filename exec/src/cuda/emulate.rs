@@ -1,5 +1,6 @@
-//! The kernels run serially on the host, for tests where no GPU exists: every kernel source,
-//! with the CUDA built-ins emulated (one block of one thread), compiled by the host's C++
+//! The kernels run on the host, for tests where no GPU exists: every kernel source, with the
+//! CUDA built-ins emulated (blocks one after another, of one thread or, under `sh_run_block`,
+//! of many threads with `__syncthreads` a barrier), compiled by the host's C++
 //! compiler together with a test's own `main`. `-ffp-contract=off` keeps every
 //! floating-point expression rounding as NVRTC's `--fmad=false` does, so the kernels'
 //! arithmetic can be compared with the host code's bit for bit.
@@ -36,7 +37,8 @@ impl Emulator {
         let src = [PRELUDE, SF_SRC, HALO_SRC, ADVECT_SRC, main_src].join("\n");
         let child = Command::new("c++")
             .args([
-                "-std=c++17",
+                "-std=c++20",
+                "-pthread",
                 "-O1",
                 "-ffp-contract=off",
                 "-w",

@@ -38,6 +38,12 @@ impl<T: Element> Staging<T> {
         self.buf.is_some()
     }
 
+    /// Allocates it now, where an allocation failing later would leave other ranks waiting
+    /// on this one's messages.
+    pub fn allocate(&mut self, dev: &Arc<Device>) -> Result<(), CudaError> {
+        self.get(dev).map(|_| ())
+    }
+
     /// The buffer on `dev`, zeroed when first allocated.
     pub fn get(&mut self, dev: &Arc<Device>) -> Result<&mut Buffer<T>, CudaError> {
         match &mut self.buf {

@@ -2,9 +2,10 @@
 //! each stage is one flux launch per direction and one update launch over every block, and the
 //! ghost fill packs and unpacks each route in one launch, staging the buffers through the host
 //! for MPI, or (GPU-aware, `parthenon/exec/gpu_mpi`) packing into and unpacking from message
-//! buffers in device memory that MPI reads and writes in place. The host's block data keeps the metadata (sparse allocation included) and receives
-//! the fields only for outputs, error norms and refinement checks. Periodic, outflow and
-//! reflecting boundaries (`setup` refuses user ones).
+//! buffers in device memory that MPI reads and writes in place. The host's block data keeps
+//! the metadata (sparse allocation included) and receives the fields only for outputs, error
+//! norms and remeshes. Periodic, outflow and reflecting boundaries (`setup` refuses user
+//! ones).
 //!
 //! Multilevel meshes: the exchange's device fields restrict and prolongate on the device, and
 //! the face fluxes stay there for the flux correction ([`DeviceFluxes`]): one launch
@@ -56,7 +57,7 @@ impl Gpu {
     /// with a GPU-aware MPI path moves the exchange's messages to device memory.
     pub(super) fn new(dev: &Arc<Device>, a: &Advection, comms: &Comms) -> Result<Self> {
         let data = a.data.borrow();
-        let fields = DeviceFields::new(dev, &comms.exchange.borrow(), &data)?;
+        let mut fields = DeviceFields::new(dev, &comms.exchange.borrow(), &data)?;
         let mpi = a
             .gpu_mpi
             .resolve(starhalo_sf::mpi_cuda_support())
@@ -95,13 +96,19 @@ impl Gpu {
             nslots: geom.nvar,
             nblocks: geom.nblocks,
         };
-        let fluxes = match &comms.correction {
+        let mut fluxes = match &comms.correction {
             Some(c) => {
                 let c = c.borrow();
                 DeviceFluxes::new(dev, flux_geom, Some([c.send_faces(), c.recv_faces()]))?
             }
             None => DeviceFluxes::new(dev, flux_geom, None)?,
         };
+        // Staged messages need device copies: allocated here, where a failure stops every
+        // rank together, rather than in the first exchange.
+        if mpi == GpuMpi::Staged {
+            fields.allocate_staging()?;
+            fluxes.allocate_staging()?;
+        }
         let base = if a.integrator.stages() > 1 {
             Some(Buffer::zeroed_on(dev, geom.field_len())?)
         } else {
@@ -179,7 +186,15 @@ impl Gpu {
     /// one launch; only these values come to the host.
     pub(super) fn refine_measures(&self, fields: &[usize]) -> Result<Vec<f64>> {
         let dev = self.fields.device();
-        Ok(dev.first_derivative(&self.geom, self.fields.data(), fields, TINY)?)
+        let m = dev.first_derivative(&self.geom, self.fields.data(), fields, TINY)?;
+        anyhow::ensure!(
+            m.len() == self.geom.nblocks * fields.len(),
+            "{} refinement measures for {} blocks and {} criteria",
+            m.len(),
+            self.geom.nblocks,
+            fields.len()
+        );
+        Ok(m)
     }
 
     /// Copies the device fields into the host's block data.
@@ -198,12 +213,13 @@ mod tests {
     use starhalo_mesh::config::RefinementKind;
     use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
 
-    /// Reads a geometry, the fields, the cycle's start and the cell widths; launches the flux
-    /// kernel per active direction and the update kernel as `Device::advect_flux` and
-    /// `Device::advect_update` do; writes the fluxes and the updated fields.
+    /// Reads a geometry, the fields, the cycle's start and the cell widths; runs the flux
+    /// kernel per active direction and the update kernel with the arguments
+    /// `Device::advect_flux` and `Device::advect_update` pass, each as 3 blocks of 32 threads;
+    /// writes the fluxes and the updated fields.
     const DRIVER: &str = r#"
 int main() {
-    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
+    gridDim.x = 3; blockDim.x = 32;
     double h[18];
     sh_read(h, 18);
     u64 nb = h[0], nvar = h[1], d[3] = {(u64)h[2], (u64)h[3], (u64)h[4]};
@@ -221,20 +237,26 @@ int main() {
     for (u64 dir = 0; dir < ndim; ++dir) {
         flen[dir] = nb * nvar * (n[0] + (dir == 0)) * (n[1] + (dir == 1)) * (n[2] + (dir == 2));
         f[dir] = (double *)malloc(flen[dir] * 8);
-        sh_adv_flux(u, f[dir], nb * nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], (int)dir, h[13 + dir], limiter);
+        for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
+            sh_adv_flux(u, f[dir], nb * nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], (int)dir, h[13 + dir], limiter);
+        });
         sh_write(f[dir], flen[dir]);
     }
-    sh_adv_update(u, u0, f[0], f[1], f[2], dx, nvar, nb * nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], ndim, h[16]);
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
+        sh_adv_update(u, u0, f[0], f[1], f[2], dx, nvar, nb * nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], ndim, h[16]);
+    });
     sh_write(u, len);
     return 0;
 }
 "#;
 
-    /// Reads a geometry, the criteria's variables and the fields; launches the refinement
-    /// measure as `Device::first_derivative` does; writes the measures.
+    /// Reads a geometry, the criteria's variables and the fields; runs the refinement measure
+    /// as blocks of `SH_MEASURE_THREADS` threads (as `Device::first_derivative` launches it),
+    /// on a grid of 2 blocks (fewer than the pairs, so each block takes several); writes the
+    /// measures.
     const MEASURE_DRIVER: &str = r#"
 int main() {
-    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
+    gridDim.x = 2; blockDim.x = SH_MEASURE_THREADS;
     double h[14];
     sh_read(h, 14);
     u64 nb = h[0], nvar = h[1], d[3] = {(u64)h[2], (u64)h[3], (u64)h[4]};
@@ -247,14 +269,17 @@ int main() {
     sh_read(v, ncrit);
     for (u64 c = 0; c < ncrit; ++c) vars[c] = v[c];
     sh_read(u, len);
-    sh_adv_first_derivative(u, vars, m, nb * ncrit, ncrit, nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], ndim, h[13]);
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
+        sh_adv_first_derivative(u, vars, m, nb * ncrit, ncrit, nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], ndim, h[13]);
+    });
     sh_write(m, nb * ncrit);
     return 0;
 }
 "#;
 
-    /// The refinement measure kernel, run serially on the host by the emulator, gives the
-    /// host criterion's value bit for bit: 1-D to 3-D blocks of two levels, three criteria on
+    /// The refinement measure kernel, run on the host by the emulator with its block reduction
+    /// over 256 threads, gives the host criterion's value bit for bit: 1-D to 3-D blocks of
+    /// two levels (fewer and more cells than threads), three criteria on
     /// two variables (one twice), random non-dyadic values with zeros (where `TINY` keeps the
     /// ratio finite), a steep ghost the edge cells see, and a NaN (which both maxima ignore).
     /// Skipped, saying so, where no `c++` is installed.
@@ -266,10 +291,17 @@ int main() {
         };
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let vars = [1usize, 0, 1];
-        for ndim in [1, 2, 3] {
-            let mesh = two_level_mesh(ndim);
+        let meshes = [
+            two_level_mesh(1),
+            two_level_mesh(2),
+            two_level_mesh(3),
+            // 512 cells a block: each thread takes two.
+            two_level([64, 32, 1], [32, 16, 1]),
+        ];
+        for mesh in &meshes {
+            let ndim = mesh.config().ndim();
             let geos: Vec<Geo> = (0..mesh.forest().len())
-                .map(|gid| Geo::new(&mesh, gid))
+                .map(|gid| Geo::new(mesh, gid))
                 .collect();
             let (nb, nvar) = (geos.len(), 2);
             let npts: usize = geos[0].dims.iter().product();
@@ -320,11 +352,15 @@ int main() {
 
     /// A 2-level mesh (block 0 refined) of `ndim` dimensions: blocks of two cell widths.
     fn two_level_mesh(ndim: usize) -> Mesh {
-        let (nx, bnx) = match ndim {
-            1 => ([16, 1, 1], [4, 1, 1]),
-            2 => ([16, 8, 1], [4, 4, 1]),
-            _ => ([8, 8, 4], [4, 4, 2]),
-        };
+        match ndim {
+            1 => two_level([16, 1, 1], [4, 1, 1]),
+            2 => two_level([16, 8, 1], [4, 4, 1]),
+            _ => two_level([8, 8, 4], [4, 4, 2]),
+        }
+    }
+
+    /// A 2-level mesh (block 0 refined) of `nx` cells in blocks of `bnx`.
+    fn two_level(nx: [usize; 3], bnx: [usize; 3]) -> Mesh {
         let mut c = MeshConfig::new(nx, bnx);
         c.xmax = [1.0, 0.7, 0.3];
         c.refinement = RefinementKind::Adaptive;
@@ -337,7 +373,7 @@ int main() {
         mesh
     }
 
-    /// The flux and update kernels, run serially on the host by the emulator, give the host
+    /// The flux and update kernels, run on the host by the emulator, give the host
     /// advection's fluxes and updated fields bit for bit: 2-D and 3-D blocks of two levels
     /// (so each block reads its own cell widths), two variables, random non-dyadic values
     /// with sign changes (every limiter branch), velocities of both signs and zero, RK1 and

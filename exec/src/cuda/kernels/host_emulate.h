@@ -1,14 +1,44 @@
-// Serial host emulation of the CUDA built-ins (one block of one thread), so that a host
-// C++ compiler can run the kernels on small cases in tests where no GPU exists.
+// Host emulation of the CUDA built-ins, so that a host C++ compiler can run the kernels on
+// small cases in tests where no GPU exists: blocks one after another, each of one thread, or
+// of blockDim.x threads under sh_run_block (with __syncthreads a barrier among them).
 #include <math.h>
+#include <atomic>
+#include <barrier>
+#include <thread>
+#include <vector>
 #define __global__
 #define __device__
 #define __forceinline__ inline
-struct sh_dim3 { unsigned x, y, z; };
-static sh_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __shared__ static
-static void __syncthreads() {}
-static int __syncthreads_or(int p) { return p; }
+struct sh_dim3 { unsigned x, y, z; };
+static sh_dim3 blockIdx, blockDim, gridDim;
+static thread_local sh_dim3 threadIdx;
+// The running block's barrier under sh_run_block; none for a block of one thread.
+static std::barrier<> *sh_barrier = nullptr;
+static std::atomic<int> sh_any{0};
+static void __syncthreads() {
+    if (sh_barrier) sh_barrier->arrive_and_wait();
+}
+static int __syncthreads_or(int p) {
+    if (!sh_barrier) return p;
+    if (p) sh_any = 1;
+    sh_barrier->arrive_and_wait();
+    int any = sh_any;
+    sh_barrier->arrive_and_wait();
+    if (threadIdx.x == 0) sh_any = 0;
+    sh_barrier->arrive_and_wait();
+    return any;
+}
+// Runs `kernel` as block blockIdx.x of blockDim.x threads, one std::thread each.
+template <typename F> static void sh_run_block(F kernel) {
+    std::barrier<> bar(blockDim.x);
+    sh_barrier = &bar;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < blockDim.x; ++t)
+        threads.emplace_back([&kernel, t] { threadIdx = {t, 0, 0}; kernel(); });
+    for (auto &t : threads) t.join();
+    sh_barrier = nullptr;
+}
 static unsigned int __float_as_uint(float f) { unsigned u; __builtin_memcpy(&u, &f, 4); return u; }
 static float __uint_as_float(unsigned u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
 static long long __double_as_longlong(double d) { long long u; __builtin_memcpy(&u, &d, 8); return u; }
