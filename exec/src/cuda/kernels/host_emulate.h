@@ -29,13 +29,18 @@ static int __syncthreads_or(int p) {
     sh_barrier->arrive_and_wait();
     return any;
 }
-// Runs `kernel` as block blockIdx.x of blockDim.x threads, one std::thread each.
+// Runs `kernel` as block blockIdx.x of blockDim.x threads, one std::thread each, started
+// together (a barrier first) so that they overlap.
 template <typename F> static void sh_run_block(F kernel) {
     std::barrier<> bar(blockDim.x);
     sh_barrier = &bar;
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < blockDim.x; ++t)
-        threads.emplace_back([&kernel, t] { threadIdx = {t, 0, 0}; kernel(); });
+        threads.emplace_back([&kernel, &bar, t] {
+            threadIdx = {t, 0, 0};
+            bar.arrive_and_wait();
+            kernel();
+        });
     for (auto &t : threads) t.join();
     sh_barrier = nullptr;
 }
@@ -43,13 +48,20 @@ static unsigned int __float_as_uint(float f) { unsigned u; __builtin_memcpy(&u, 
 static float __uint_as_float(unsigned u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
 static long long __double_as_longlong(double d) { long long u; __builtin_memcpy(&u, &d, 8); return u; }
 static double __longlong_as_double(long long u) { double d; __builtin_memcpy(&d, &u, 8); return d; }
-template <typename T> static T atomicCAS(T *p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
-template <typename T> static T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
-template <typename T> static T atomicMin(T *p, T v) { T o = *p; *p = v < o ? v : o; return o; }
-template <typename T> static T atomicMax(T *p, T v) { T o = *p; *p = v > o ? v : o; return o; }
-template <typename T> static T atomicAnd(T *p, T v) { T o = *p; *p = o & v; return o; }
-template <typename T> static T atomicOr(T *p, T v) { T o = *p; *p = o | v; return o; }
-template <typename T> static T atomicXor(T *p, T v) { T o = *p; *p = o ^ v; return o; }
+// Atomics are atomic among the threads of sh_run_block too; each returns the old value.
+template <typename T> static T atomicCAS(T *p, T c, T v) { std::atomic_ref<T>(*p).compare_exchange_strong(c, v); return c; }
+template <typename T> static T atomicAdd(T *p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+template <typename T, typename F> static T sh_atomic_update(T *p, F f) {
+    std::atomic_ref<T> a(*p);
+    T o = a.load();
+    while (!a.compare_exchange_weak(o, f(o))) {}
+    return o;
+}
+template <typename T> static T atomicMin(T *p, T v) { return sh_atomic_update(p, [v](T o) { return v < o ? v : o; }); }
+template <typename T> static T atomicMax(T *p, T v) { return sh_atomic_update(p, [v](T o) { return v > o ? v : o; }); }
+template <typename T> static T atomicAnd(T *p, T v) { return std::atomic_ref<T>(*p).fetch_and(v); }
+template <typename T> static T atomicOr(T *p, T v) { return std::atomic_ref<T>(*p).fetch_or(v); }
+template <typename T> static T atomicXor(T *p, T v) { return std::atomic_ref<T>(*p).fetch_xor(v); }
 // Binary doubles through standard input and output (the test drivers' data).
 #include <stdio.h>
 #include <stdlib.h>

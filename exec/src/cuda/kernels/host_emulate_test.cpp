@@ -1,5 +1,5 @@
-// Runs the kernels serially on the host (see host_emulate.h) on small cases with known
-// answers; exits non-zero naming the first wrong result. Built after the prelude and the
+// Runs the kernels on the host (see host_emulate.h), serially but for one case of many
+// threads, on small cases with known answers; exits non-zero naming the first wrong result. Built after the prelude and the
 // kernel sources by starhalo_exec::cuda::emulate.
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +144,30 @@ int main() {
     double z[16] = {0};
     sh_adv_update(w, z, fx, 0, 0, dx, 2, 2, 8, 1, 1, 2, 0, 0, 4, 1, 1, 1, 0.25);
     expect("adv update rk2", w[3], 0.5 * (3 - 1.0 - 1.0));
+    // Duplicates under concurrency: 2 blocks of 64 threads scatter 4096 values onto 4 roots
+    // through atomicAdd (int sum) and compare-and-swap (double sum and product, on the host);
+    // every value lands, in whatever order, only if the atomics are atomic.
+    static double many[4096], sums[4] = {0, 0, 0, 0}, prods[4] = {1, 1, 1, 1};
+    static int imany[4096], isums[4] = {0, 0, 0, 0};
+    static u64 roots[4096];
+    for (int i = 0; i < 4096; ++i) {
+        many[i] = i % 64 == 0 ? 2.0 : 1.0;
+        imany[i] = i;
+        roots[i] = (u64)(i % 4);
+    }
+    gridDim.x = 2; blockDim.x = 64;
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
+        sh_scatter_list_atomic_f64(many, 0, sums, 4096, 1, SH_OP_SUM, roots);
+        sh_scatter_list_atomic_f64(many, 0, prods, 4096, 1, SH_OP_PROD, roots);
+        sh_scatter_list_atomic_i32(imany, 0, isums, 4096, 1, SH_OP_SUM, roots);
+    });
+    gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0;
+    for (int r = 0; r < 4; ++r) {
+        expect("threaded atomic sum", sums[r], r == 0 ? 1024 + 64 : 1024);
+        expect("threaded atomic prod (cas)", prods[r], r == 0 ? ldexp(1.0, 64) : 1.0);
+        // Roots r take i = r, r + 4, ...: 1024 r + 4 (0 + 1 + ... + 1023).
+        expect("threaded atomic int sum", isums[r], 1024.0 * r + 4.0 * 523776);
+    }
     if (failures == 0) printf("all kernel emulations passed\n");
     return failures == 0 ? 0 : 1;
 }
