@@ -258,14 +258,7 @@ mod tests {
         let sigs = signatures(ADVECT_SRC).unwrap();
         let declared = |name: &str| sigs.iter().find(|(n, _)| n == name).unwrap().1.clone();
         let kinds = |a: Vec<Arg>| a.iter().map(Arg::kind).collect::<Vec<_>>();
-        let g = AdvectGeom {
-            nblocks: 2,
-            nvar: 3,
-            dims: [8, 8, 1],
-            ghosts: [2, 2, 0],
-            n: [4, 4, 1],
-            ndim: 2,
-        };
+        let g = two_blocks_2d();
         let a = flux_args([1, 2], &g, 1, 0.5, SlopeLimiter::Mc);
         assert_eq!(kinds(a), declared("sh_adv_flux"));
         let a = update_args([1, 0, 2], [3, 4, 0], &g, 0.1);
@@ -282,16 +275,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn geometry_check_refuses_arrays_a_stencil_would_leave() {
-        let ok = AdvectGeom {
+    /// Two 2-D blocks of 8x8 cells and two ghost layers, one variable.
+    fn two_blocks_2d() -> AdvectGeom {
+        AdvectGeom {
             nblocks: 2,
             nvar: 1,
             dims: [12, 12, 1],
             ghosts: [2, 2, 0],
             n: [8, 8, 1],
             ndim: 2,
-        };
+        }
+    }
+
+    #[test]
+    fn geometry_check_refuses_arrays_a_stencil_would_leave() {
+        let ok = two_blocks_2d();
         assert!(ok.check().is_ok());
         let one_ghost = AdvectGeom {
             dims: [10, 10, 1],
