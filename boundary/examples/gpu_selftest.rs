@@ -55,7 +55,7 @@ mod selftest {
     use starhalo_boundary::flux_correction::flux_channels;
     use starhalo_boundary::prolong_restrict::{prolongate, restrict, Prolongation};
     use starhalo_boundary::{FluxData, FluxFace, FluxSpace};
-    use starhalo_exec::cuda::{AdvectGeom, CudaError, Device, FluxGeom};
+    use starhalo_exec::cuda::{AdvectGeom, CudaError, Device, FluxGeom, MeasureArrays};
     use starhalo_exec::{Buffer, Element, Policy};
     use starhalo_mesh::field::{IndexRange, IndexShape};
     use starhalo_mesh::{find_neighbors, Forest, RootGrid};
@@ -653,7 +653,9 @@ mod selftest {
             let u: Vec<f64> = (0..g.field_len())
                 .map(|_| if r.below(9) == 0 { 0.0 } else { r.unit() - 0.5 })
                 .collect();
-            let got = dev.first_derivative(&g, &Buffer::from_host_to(dev, &u)?, &vars, 1e-20)?;
+            let mut m = MeasureArrays::new(dev, &g, &vars)?;
+            let mut got = vec![0.0; m.len()];
+            dev.first_derivative(&g, &Buffer::from_host_to(dev, &u)?, &mut m, 1e-20, &mut got)?;
             rep.exact(
                 &format!("first-derivative measure {name}"),
                 &got,

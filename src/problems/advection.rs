@@ -1079,7 +1079,7 @@ impl Problem for Advection {
             }
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
-            let remeshed = self.adapt(ctx, &comm, cycle, &mut comms, gpu.as_ref())?;
+            let remeshed = self.adapt(ctx, &comm, cycle, &mut comms, gpu.as_mut())?;
             if let (true, Some(d)) = (remeshed, &dev) {
                 // New blocks, new exchange: the fields (filled on the host) go up again, after
                 // the old ones are freed.

@@ -3,7 +3,6 @@
 //! (block, variable) array of a field storage, and the first-derivative refinement measure of
 //! every block in one launch.
 
-use super::dbuf::DeviceBuffer;
 use super::device::{grid_for, Device};
 use super::error::CudaError;
 use super::ffi::Arg;
@@ -150,38 +149,37 @@ impl Device {
         self.launch(KernelSet::Advect, "sh_adv_update", grid, BLOCK, &args)
     }
 
-    /// Parthenon's first-derivative refinement measure of every block for each variable of
-    /// `vars` (one per criterion): the largest `|u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny)`
-    /// over the interior cells and active directions, as `[block][criterion]`. One launch,
-    /// then one copy of `nblocks * vars.len()` values to the host (a synchronisation).
+    /// Parthenon's first-derivative refinement measure of every block for each criterion of
+    /// `m`: the largest `|u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny)` over the interior
+    /// cells and active directions of its variable, into `out` as `[block][criterion]`. One
+    /// launch, then one copy of those values to the host (a synchronisation).
     pub fn first_derivative(
-        self: &Arc<Self>,
+        &self,
         g: &AdvectGeom,
         u: &Buffer<f64>,
-        vars: &[usize],
+        m: &mut MeasureArrays,
         tiny: f64,
-    ) -> Result<Vec<f64>, CudaError> {
+        out: &mut [f64],
+    ) -> Result<(), CudaError> {
         g.check()?;
         need("field storage", g.field_len(), u.len())?;
-        if let Some(v) = vars.iter().find(|&&v| v >= g.nvar) {
+        if (g.nblocks, g.nvar) != (m.nblocks, m.nvar) {
             return Err(CudaError::Invalid(format!(
-                "refinement measure of variable {v} of {}",
-                g.nvar
+                "measure arrays of {} blocks and {} variables for {} and {}",
+                m.nblocks, m.nvar, g.nblocks, g.nvar
             )));
         }
-        let npairs = g.nblocks * vars.len();
+        let npairs = m.measure.len();
+        need("refinement measures", npairs, out.len())?;
         if npairs == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let dvars: Vec<u64> = vars.iter().map(|&v| v as u64).collect();
-        let dvars = DeviceBuffer::from_host(self, &dvars)?;
-        let measure = DeviceBuffer::<f64>::zeroed(self, npairs)?;
         let ptrs = [
             u.on_device(self)?.address(),
-            dvars.address(),
-            measure.address(),
+            m.vars.on_device(self)?.address(),
+            m.measure.on_device_mut(self)?.address(),
         ];
-        let args = measure_args(ptrs, vars.len(), g, tiny);
+        let args = measure_args(ptrs, m.vars.len(), g, tiny);
         let grid = npairs.min(1 << 16) as u32;
         self.launch(
             KernelSet::Advect,
@@ -190,9 +188,46 @@ impl Device {
             MEASURE_THREADS,
             &args,
         )?;
-        let mut out = vec![0.0; npairs];
-        measure.download(&mut out)?;
-        Ok(out)
+        m.measure.on_device(self)?.download(out)
+    }
+}
+
+/// The device arrays of the refinement measure: the criteria's variables, uploaded once, and
+/// one measure per block and criterion, reused by every [`Device::first_derivative`].
+#[derive(Debug)]
+pub struct MeasureArrays {
+    nblocks: usize,
+    nvar: usize,
+    vars: Buffer<u64>,
+    measure: Buffer<f64>,
+}
+
+impl MeasureArrays {
+    /// The arrays on `dev` for the blocks of `g` and criteria on its variables `vars`.
+    pub fn new(dev: &Arc<Device>, g: &AdvectGeom, vars: &[usize]) -> Result<Self, CudaError> {
+        if let Some(v) = vars.iter().find(|&&v| v >= g.nvar) {
+            return Err(CudaError::Invalid(format!(
+                "refinement measure of variable {v} of {}",
+                g.nvar
+            )));
+        }
+        let v: Vec<u64> = vars.iter().map(|&v| v as u64).collect();
+        Ok(Self {
+            nblocks: g.nblocks,
+            nvar: g.nvar,
+            vars: Buffer::from_host_to(dev, &v)?,
+            measure: Buffer::zeroed_on(dev, g.nblocks * vars.len())?,
+        })
+    }
+
+    /// Measures per call: blocks times criteria.
+    pub fn len(&self) -> usize {
+        self.measure.len()
+    }
+
+    /// Whether there are no blocks or no criteria.
+    pub fn is_empty(&self) -> bool {
+        self.measure.is_empty()
     }
 }
 

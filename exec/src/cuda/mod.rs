@@ -85,7 +85,7 @@ pub use desc::{
 pub use error::CudaError;
 
 #[cfg(feature = "cuda")]
-pub use advect::{AdvectGeom, SlopeLimiter};
+pub use advect::{AdvectGeom, MeasureArrays, SlopeLimiter};
 #[cfg(feature = "cuda")]
 pub use device::{local_rank_from_env, Device, Event};
 #[cfg(feature = "cuda")]

@@ -407,7 +407,7 @@ impl Advection {
         comm: &CommTimer,
         cycle: u64,
         c: &mut Comms,
-        gpu: Option<&Gpu>,
+        mut gpu: Option<&mut Gpu>,
     ) -> Result<bool> {
         let Some(amr) = self.amr.clone() else {
             return Ok(false);
@@ -415,15 +415,15 @@ impl Advection {
         if !cycle.is_multiple_of(amr.interval) {
             return Ok(false);
         }
-        let measures = match gpu {
-            Some(g) => agree(ctx.world, g.refine_measures(&amr.fields()))
+        let measures = match gpu.as_deref_mut() {
+            Some(g) => agree(ctx.world, g.refine_measures())
                 .context("measuring the refinement criteria on the GPU")?,
             None => self.host_measures(&amr),
         };
         // Flags of all "same" still go to the mesh: they restart the derefinement counts.
         let flags = self.gather_flags(ctx, &amr, &measures, false);
         let before = self.mesh.forest().len();
-        if let Some((r, m)) = self.remesh(ctx, comm, &flags, c, gpu)? {
+        if let Some((r, m)) = self.remesh(ctx, comm, &flags, c, gpu.as_deref())? {
             comm.time(|| self.fill_ghosts(ctx, c))
                 .context("after a remesh")?;
             if ctx.is_root() {

@@ -29,7 +29,7 @@ use anyhow::{Context as _, Result};
 use starhalo_boundary::device_flux::DeviceFluxes;
 use starhalo_boundary::device_pack::DeviceFields;
 use starhalo_boundary::{BlockData, BoundaryType};
-use starhalo_exec::cuda::{AdvectGeom, Device, FluxGeom, SlopeLimiter};
+use starhalo_exec::cuda::{AdvectGeom, Device, FluxGeom, MeasureArrays, SlopeLimiter};
 use starhalo_exec::Buffer;
 use starhalo_sf::device::GpuMpi;
 use std::sync::Arc;
@@ -49,6 +49,8 @@ pub(super) struct Gpu {
     dx: Buffer<f64>,
     /// The fields at the start of the cycle, for the stages after the first (RK2 only).
     base: Option<Buffer<f64>>,
+    /// The refinement criteria's device arrays (adaptive runs).
+    measure: Option<MeasureArrays>,
     limiter: SlopeLimiter,
 }
 
@@ -109,6 +111,10 @@ impl Gpu {
             fields.allocate_staging()?;
             fluxes.allocate_staging()?;
         }
+        let measure = match &a.amr {
+            Some(amr) => Some(MeasureArrays::new(dev, &geom, &amr.fields())?),
+            None => None,
+        };
         let base = if a.integrator.stages() > 1 {
             Some(Buffer::zeroed_on(dev, geom.field_len())?)
         } else {
@@ -119,6 +125,7 @@ impl Gpu {
             fluxes,
             dx: Buffer::from_host_to(dev, &dx)?,
             base,
+            measure,
             limiter: match a.limiter {
                 Limiter::None => SlopeLimiter::None,
                 Limiter::Minmod => SlopeLimiter::Minmod,
@@ -182,19 +189,17 @@ impl Gpu {
         Ok(())
     }
 
-    /// The first-derivative measure of each of `fields` on every block, `[block][field]`, in
-    /// one launch; only these values come to the host.
-    pub(super) fn refine_measures(&self, fields: &[usize]) -> Result<Vec<f64>> {
+    /// The first-derivative measure of each refinement criterion on every block,
+    /// `[block][criterion]`, in one launch; only these values come to the host.
+    pub(super) fn refine_measures(&mut self) -> Result<Vec<f64>> {
+        let m = self
+            .measure
+            .as_mut()
+            .context("no refinement criteria on the device")?;
+        let mut out = vec![0.0; m.len()];
         let dev = self.fields.device();
-        let m = dev.first_derivative(&self.geom, self.fields.data(), fields, TINY)?;
-        anyhow::ensure!(
-            m.len() == self.geom.nblocks * fields.len(),
-            "{} refinement measures for {} blocks and {} criteria",
-            m.len(),
-            self.geom.nblocks,
-            fields.len()
-        );
-        Ok(m)
+        dev.first_derivative(&self.geom, self.fields.data(), m, TINY, &mut out)?;
+        Ok(out)
     }
 
     /// Copies the device fields into the host's block data.
