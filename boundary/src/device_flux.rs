@@ -104,9 +104,13 @@ mod device {
             }
         }
 
-        /// The values of this side's message buffer, checked to fit in a host buffer of
-        /// `got` values.
-        fn len(&self, got: usize) -> Result<usize, BoundaryError> {
+        /// The descriptors, the staging copy on `dev`, and its length, checked to fit in a
+        /// host message buffer of `got` values.
+        fn staging(
+            &mut self,
+            dev: &Arc<Device>,
+            got: usize,
+        ) -> Result<(&DeviceHalos, &mut Buffer<f64>, usize), BoundaryError> {
             let n = self.stage.len();
             if got < n {
                 return Err(BoundaryError::Size {
@@ -115,7 +119,8 @@ mod device {
                     got,
                 });
             }
-            Ok(n)
+            let stage = self.stage.get(dev).map_err(BoundaryError::device)?;
+            Ok((&self.halos, stage, n))
         }
     }
 
@@ -224,9 +229,8 @@ mod device {
                     let h = other
                         .host()
                         .ok_or_else(|| BoundaryError::device("no host values"))?;
-                    let n = side.len(h.len())?;
-                    let stage = side.stage.get(dev).map_err(BoundaryError::device)?;
-                    dev.flux_restrict(&side.halos, flux, stage)
+                    let (halos, stage, n) = side.staging(dev, h.len())?;
+                    dev.flux_restrict(halos, flux, stage)
                         .map_err(BoundaryError::device)?;
                     stage.download(&mut h[..n]).map_err(BoundaryError::device)
                 }
@@ -273,10 +277,9 @@ mod device {
                     let h = other
                         .host()
                         .ok_or_else(|| BoundaryError::device("no host values"))?;
-                    let n = side.len(h.len())?;
-                    let stage = side.stage.get(dev).map_err(BoundaryError::device)?;
+                    let (halos, stage, n) = side.staging(dev, h.len())?;
                     stage.upload(&h[..n]).map_err(BoundaryError::device)?;
-                    dev.flux_set(&side.halos, stage, flux)
+                    dev.flux_set(halos, stage, flux)
                         .map_err(BoundaryError::device)
                 }
             }
