@@ -273,9 +273,10 @@ impl Advection {
         measures: &[f64],
         refine_only: bool,
     ) -> Vec<RefinementFlag> {
-        let gids = self.data.borrow().gids().to_vec();
+        let data = self.data.borrow();
         let nc = amr.criteria.len();
-        let local: Vec<i8> = gids
+        let local: Vec<i8> = data
+            .gids()
             .iter()
             .enumerate()
             .map(|(b, &gid)| {
