@@ -87,6 +87,15 @@ int main() {
     expect("atomic prod (cas)", di[0] * 100 + di[2], 900 + 9);
     sh_scatter_list_atomic_i32(vi, 0, di, 3, 1, SH_OP_LAND, idx);
     expect("atomic land (cas)", di[0] * 100 + di[2], 101);
+    // 64-bit integers go through the bit-typed add and the signed min.
+    i64 dl[3] = {5, 5, 5}, vl[3] = {-(1ll << 40), 9, -3};
+    sh_scatter_list_atomic_i64(vl, 0, dl, 3, 1, SH_OP_MIN, idx);
+    expect("atomic i64 min", (double)(dl[0] == -3 && dl[2] == -(1ll << 40)), 1);
+    sh_scatter_list_atomic_i64(vl, 0, dl, 3, 1, SH_OP_SUM, idx);
+    expect("atomic i64 sum", (double)(dl[0] == -6 && dl[2] == 9 - (1ll << 41)), 1);
+    u64 du[3] = {6, 6, 6}, vu[3] = {3, 5, 1};
+    sh_scatter_list_atomic_u64(vu, 0, du, 3, 1, SH_OP_BXOR, idx);
+    expect("atomic u64 xor", (double)(du[0] * 100 + du[2]), 700 + 0);
     float fv[2] = {-2.0f, 4.0f}, fd[4] = {1, 1, 1, 1};
     sh_scatter_box_f32(fv, 0, fd, 2, 1, SH_OP_MAX, 1, 1, 2, 2, 4);
     expect("scatter box max", fd[1] * 10 + fd[3], 14);

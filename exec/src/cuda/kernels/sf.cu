@@ -134,57 +134,31 @@ template <typename Ops> struct sh_atomic<double, Ops> {
         sh_atomic_cas<double, Ops>(p, s, op);
     }
 };
-template <typename Ops> struct sh_atomic<int, Ops> {
-    static __device__ __forceinline__ void apply(int *p, int s, int op) {
-        switch (op) {
-        case SH_OP_SUM: atomicAdd((u32 *)p, (u32)s); return;
-        case SH_OP_MIN: atomicMin(p, s); return;
-        case SH_OP_MAX: atomicMax(p, s); return;
-        case SH_OP_BAND: atomicAnd(p, s); return;
-        case SH_OP_BOR: atomicOr(p, s); return;
-        case SH_OP_BXOR: atomicXor(p, s); return;
-        default: sh_atomic_cas<int, Ops>(p, s, op);
-        }
+// Integers have native atomics for every built-in op: B is the type the bitwise and add
+// forms take (two's complement makes signed add the unsigned one), M the one min and max take.
+template <typename T, typename B, typename M, typename Ops>
+__device__ __forceinline__ void sh_atomic_int(T *p, T s, int op) {
+    switch (op) {
+    case SH_OP_SUM: atomicAdd((B *)p, (B)s); return;
+    case SH_OP_MIN: atomicMin((M *)p, (M)s); return;
+    case SH_OP_MAX: atomicMax((M *)p, (M)s); return;
+    case SH_OP_BAND: atomicAnd((B *)p, (B)s); return;
+    case SH_OP_BOR: atomicOr((B *)p, (B)s); return;
+    case SH_OP_BXOR: atomicXor((B *)p, (B)s); return;
+    default: sh_atomic_cas<T, Ops>(p, s, op);
     }
+}
+template <typename Ops> struct sh_atomic<int, Ops> {
+    static __device__ __forceinline__ void apply(int *p, int s, int op) { sh_atomic_int<int, u32, int, Ops>(p, s, op); }
 };
 template <typename Ops> struct sh_atomic<u32, Ops> {
-    static __device__ __forceinline__ void apply(u32 *p, u32 s, int op) {
-        switch (op) {
-        case SH_OP_SUM: atomicAdd(p, s); return;
-        case SH_OP_MIN: atomicMin(p, s); return;
-        case SH_OP_MAX: atomicMax(p, s); return;
-        case SH_OP_BAND: atomicAnd(p, s); return;
-        case SH_OP_BOR: atomicOr(p, s); return;
-        case SH_OP_BXOR: atomicXor(p, s); return;
-        default: sh_atomic_cas<u32, Ops>(p, s, op);
-        }
-    }
+    static __device__ __forceinline__ void apply(u32 *p, u32 s, int op) { sh_atomic_int<u32, u32, u32, Ops>(p, s, op); }
 };
 template <typename Ops> struct sh_atomic<u64, Ops> {
-    static __device__ __forceinline__ void apply(u64 *p, u64 s, int op) {
-        switch (op) {
-        case SH_OP_SUM: atomicAdd(p, s); return;
-        case SH_OP_MIN: atomicMin(p, s); return;
-        case SH_OP_MAX: atomicMax(p, s); return;
-        case SH_OP_BAND: atomicAnd(p, s); return;
-        case SH_OP_BOR: atomicOr(p, s); return;
-        case SH_OP_BXOR: atomicXor(p, s); return;
-        default: sh_atomic_cas<u64, Ops>(p, s, op);
-        }
-    }
+    static __device__ __forceinline__ void apply(u64 *p, u64 s, int op) { sh_atomic_int<u64, u64, u64, Ops>(p, s, op); }
 };
 template <typename Ops> struct sh_atomic<i64, Ops> {
-    static __device__ __forceinline__ void apply(i64 *p, i64 s, int op) {
-        switch (op) {
-        case SH_OP_SUM: atomicAdd((u64 *)p, (u64)s); return;
-        case SH_OP_MIN: atomicMin((long long *)p, (long long)s); return;
-        case SH_OP_MAX: atomicMax((long long *)p, (long long)s); return;
-        case SH_OP_BAND: atomicAnd((u64 *)p, (u64)s); return;
-        case SH_OP_BOR: atomicOr((u64 *)p, (u64)s); return;
-        case SH_OP_BXOR: atomicXor((u64 *)p, (u64)s); return;
-        default: sh_atomic_cas<i64, Ops>(p, s, op);
-        }
-    }
+    static __device__ __forceinline__ void apply(i64 *p, i64 s, int op) { sh_atomic_int<i64, u64, i64, Ops>(p, s, op); }
 };
 
 template <typename T>
