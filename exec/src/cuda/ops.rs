@@ -154,6 +154,17 @@ fn fits(what: &str, end_units: usize, lanes: usize, len: usize) -> Result<(), Cu
     }
 }
 
+/// Checks that `n` units of `lanes` values from `off` fit a buffer of `len` values; returns
+/// how many values they are.
+fn packed(what: &str, off: usize, n: usize, lanes: usize, len: usize) -> Result<usize, CudaError> {
+    match n.checked_mul(lanes).map(|c| (c, off.checked_add(c))) {
+        Some((c, Some(end))) if end <= len => Ok(c),
+        _ => invalid(format!(
+            "{what} of {n} units of {lanes} lanes at {off} past {len} values"
+        )),
+    }
+}
+
 fn box_args(i: &DeviceIndices<'_>) -> [Arg; 5] {
     let (start, dx, dy, sx, sy) = match *i {
         DeviceIndices::Box {
@@ -184,14 +195,8 @@ impl Device {
         let kind = scalar::<T>()?;
         let n = idx.len();
         fits("gather source", idx.end()?, lanes, src.len())?;
-        let dst_end = dst_off.checked_add(n * lanes);
-        if dst_end.is_none_or(|e| e > dst.len()) {
-            return invalid(format!(
-                "gather of {n} units at {dst_off} past {} values",
-                dst.len()
-            ));
-        }
-        if n * lanes == 0 {
+        let count = packed("gather", dst_off, n, lanes, dst.len())?;
+        if count == 0 {
             return Ok(());
         }
         let s = src.on_device(self)?;
@@ -206,13 +211,7 @@ impl Device {
         };
         let d = dst.on_device_mut(self)?;
         let (name, args) = gather_args(kind, s.address(), d.address(), dst_off, idx, lanes, list);
-        self.launch(
-            KernelSet::Sf,
-            &name,
-            grid_for(n * lanes, BLOCK),
-            BLOCK,
-            &args,
-        )
+        self.launch(KernelSet::Sf, &name, grid_for(count, BLOCK), BLOCK, &args)
     }
 
     /// Unpacks: `dst[idx(p) * lanes + l] = dst[..] op src[src_off + p * lanes + l]`. A range
@@ -234,14 +233,8 @@ impl Device {
         }
         let n = idx.len();
         fits("scatter destination", idx.end()?, lanes, dst.len())?;
-        let src_end = src_off.checked_add(n * lanes);
-        if src_end.is_none_or(|e| e > src.len()) {
-            return invalid(format!(
-                "scatter of {n} units from {src_off} past {} values",
-                src.len()
-            ));
-        }
-        if n * lanes == 0 {
+        let count = packed("scatter", src_off, n, lanes, src.len())?;
+        if count == 0 {
             return Ok(());
         }
         let s = src.on_device(self)?;
@@ -265,13 +258,7 @@ impl Device {
             op,
             list,
         );
-        self.launch(
-            KernelSet::Sf,
-            &name,
-            grid_for(n * lanes, BLOCK),
-            BLOCK,
-            &args,
-        )
+        self.launch(KernelSet::Sf, &name, grid_for(count, BLOCK), BLOCK, &args)
     }
 }
 
