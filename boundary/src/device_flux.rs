@@ -290,10 +290,10 @@ mod device {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flux_correction::tests::one_refined;
     use crate::flux_correction::{flux_channels, FluxData, FluxSpace};
     use starhalo_exec::cuda::FluxGeom;
     use starhalo_mesh::field::IndexShape;
-    use starhalo_mesh::{find_neighbors, Forest, RootGrid};
     use starhalo_sf::p2p::{Values, ValuesMut};
 
     /// The kernels' test program: reads a geometry, descriptors, the face flux arrays and a
@@ -330,22 +330,6 @@ int main() {
 }
 "#;
 
-    /// A periodic grid of 2^ndim root blocks with one refined once, on one rank (local block
-    /// index = gid).
-    fn one_refined(ndim: usize) -> Vec<starhalo_mesh::BlockNeighbors> {
-        let n = [
-            2,
-            if ndim > 1 { 2 } else { 1 },
-            if ndim > 2 { 2 } else { 1 },
-        ];
-        let grid = RootGrid::new(ndim, n, [true, ndim > 1, ndim > 2]).unwrap();
-        let roots = Forest::uniform(grid, 0);
-        let mut leaves = roots.leaves()[1..].to_vec();
-        leaves.extend(roots.leaves()[0].children(ndim));
-        let f = Forest::from_leaves(grid, leaves).unwrap();
-        find_neighbors(&f, &vec![0; f.len()]).unwrap()
-    }
-
     /// The flux kernels, run on the host by the emulator over the descriptors of
     /// every fine–coarse face of a refined mesh (two variables, one of two slots), restrict
     /// and set as [`FluxData`] does, bit for bit: 1-D to 3-D, random non-dyadic fluxes,
@@ -362,7 +346,7 @@ int main() {
         let mut unit = test_values(7);
         for (nx, ndim) in [([6, 1, 1], 1), ([6, 4, 1], 2), ([4, 4, 4], 3)] {
             let shape = IndexShape::new(nx, 2, ndim).unwrap();
-            let nb = one_refined(ndim);
+            let (_, nb) = one_refined(ndim, 1);
             let slots = [0..1, 1..3];
             let rc = flux_channels(&nb, &[0, 1], 0);
             let faces = |list: &[crate::channel::Channel], sending: bool| {

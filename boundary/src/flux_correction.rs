@@ -948,27 +948,23 @@ impl FluxCorrection {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use starhalo_mesh::{find_neighbors, Forest, LogicalLocation, RootGrid};
+    use starhalo_mesh::{find_neighbors, Forest, RootGrid};
 
     /// A periodic grid of 2^ndim root blocks with the first refined once, round robin on
     /// `nranks` ranks.
-    fn one_refined(ndim: usize, nranks: usize) -> (Forest, Vec<BlockNeighbors>) {
-        let n = [2, 2, if ndim == 3 { 2 } else { 1 }];
-        let g = RootGrid::new(ndim, n, [true, true, ndim == 3]).unwrap();
-        let mut leaves = Vec::new();
-        for k in 0..n[2] {
-            for j in 0..2 {
-                for i in 0..2 {
-                    if (i, j, k) != (0, 0, 0) {
-                        leaves.push(LogicalLocation::new(0, [i, j, k]));
-                    }
-                }
-            }
-        }
-        leaves.extend(LogicalLocation::new(0, [0, 0, 0]).children(ndim));
-        let f = Forest::from_leaves(g, leaves).unwrap();
+    pub(crate) fn one_refined(ndim: usize, nranks: usize) -> (Forest, Vec<BlockNeighbors>) {
+        let n = [
+            2,
+            if ndim > 1 { 2 } else { 1 },
+            if ndim > 2 { 2 } else { 1 },
+        ];
+        let grid = RootGrid::new(ndim, n, [true, ndim > 1, ndim > 2]).unwrap();
+        let roots = Forest::uniform(grid, 0);
+        let mut leaves = roots.leaves()[1..].to_vec();
+        leaves.extend(roots.leaves()[0].children(ndim));
+        let f = Forest::from_leaves(grid, leaves).unwrap();
         let ranks: Vec<usize> = (0..f.len()).map(|g| g % nranks).collect();
         let nb = find_neighbors(&f, &ranks).unwrap();
         (f, nb)
