@@ -3,10 +3,12 @@
 
 RANKS ?= 2
 CARGO ?= cargo
-# NVRTC fetched by scripts/setup: the CUDA-feature tests compile every kernel with it.
+# NVRTC 12 and 13 fetched by scripts/setup: the CUDA-feature tests compile every kernel with
+# the first, the kernel compilation test runs again with the second.
 # STARHALO_EMULATE=require: the tests that run the kernels on the host with g++ (which
 # scripts/setup installs) fail rather than skip where it is missing.
 NVRTC_LIB := $(CURDIR)/target/nvrtc/nvidia/cuda_nvrtc/lib
+NVRTC13_LIB := $(CURDIR)/target/nvrtc13/nvidia/cu13/lib
 
 .PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest gpu-check
 
@@ -26,6 +28,7 @@ test: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	STARHALO_EMULATE=require LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH $(CARGO) test -p starhalo-exec -p starhalo-sf -p starhalo-boundary --lib --features starhalo-boundary/cuda
+	LD_LIBRARY_PATH=$(NVRTC13_LIB):$$LD_LIBRARY_PATH $(CARGO) test -p starhalo-exec --lib --features cuda kernels_compile
 	$(CARGO) clippy -p starhalo-exec -p starhalo-sf -p starhalo-boundary --all-targets --features starhalo-boundary/cuda -- -D warnings
 
 # The CUDA self-test needs no toolkit to build; run it where a GPU, its driver and NVRTC are.

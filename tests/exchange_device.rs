@@ -361,7 +361,7 @@ fn child() {
             let mut ex = exchange(&data);
             let mut fields = DeviceFields::new(dev, &ex, &data).unwrap();
             if placed {
-                ex.place_messages(&Buffer::zeroed_on(dev, 1).unwrap())
+                ex.place_messages(&Buffer::zeroed_for_mpi(dev, 1).unwrap())
                     .unwrap();
             }
             for (round, want) in hosts.iter().enumerate() {

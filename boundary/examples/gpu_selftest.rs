@@ -274,6 +274,15 @@ mod selftest {
         let cl = b.try_clone()?;
         b.upload(&v)?;
         rep.exact("buffer clone is a copy", &cl.to_vec()?, &[-0.0; 1000]);
+        // Memory for MPI (cuMemAlloc): zeroed, written, grown alike and freed again.
+        for _ in 0..3 {
+            let mut m = Buffer::<f64>::zeroed_for_mpi(dev, 1000)?;
+            let zero = m.to_vec()? == vec![0.0; 1000];
+            m.upload(&v)?;
+            let grown = m.zeroed_like(2000)?;
+            let ok = zero && m.to_vec()? == v && grown.to_vec()? == vec![0.0; 2000];
+            rep.check("buffer for MPI: zeroed, written, grown", ok, 0.0);
+        }
         Ok(())
     }
 
@@ -689,8 +698,9 @@ mod selftest {
         );
         let t = std::time::Instant::now();
         dev.compile_all()?;
+        let (nv_major, nv_minor) = Device::nvrtc_version()?;
         println!(
-            "gpu_selftest: kernels compiled in {:.2} s",
+            "gpu_selftest: kernels compiled by NVRTC {nv_major}.{nv_minor} in {:.2} s",
             t.elapsed().as_secs_f64()
         );
         let mut rep = Report { failed: 0 };

@@ -803,8 +803,9 @@ impl Exchange {
         &self.pool
     }
 
-    /// Moves every message buffer into a new buffer in the memory space (and on the device)
-    /// of `like`, which MPI then reads and writes in place: the GPU-aware path, where the
+    /// Moves every message buffer into a new buffer made [like](Buffer::zeroed_like) `like`
+    /// (for device memory: `Buffer::zeroed_for_mpi`), which MPI then reads and writes in
+    /// place: the GPU-aware path, where the
     /// field space packs into and unpacks from device memory directly (for device memory,
     /// the MPI must support it: `starhalo_sf::mpi_cuda_support`). Only between exchanges.
     pub fn place_messages(&mut self, like: &Buffer<f64>) -> Result<(), BoundaryError> {

@@ -689,8 +689,9 @@ impl FluxCorrection {
         &self.recv_faces
     }
 
-    /// Moves every message buffer into a new buffer in the memory space (and on the device)
-    /// of `like`, which MPI then reads and writes in place: the GPU-aware path, where the
+    /// Moves every message buffer into a new buffer made [like](Buffer::zeroed_like) `like`
+    /// (for device memory: `Buffer::zeroed_for_mpi`), which MPI then reads and writes in
+    /// place: the GPU-aware path, where the
     /// flux space restricts into and sets from device memory directly (for device memory,
     /// the MPI must support it). Only between corrections.
     pub fn place_messages(&mut self, like: &Buffer<f64>) -> Result<(), BoundaryError> {

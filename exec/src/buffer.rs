@@ -6,7 +6,7 @@ use crate::element::Element;
 use crate::space::{MemSpace, SpaceError};
 
 #[cfg(feature = "cuda")]
-use crate::cuda::{dbuf::DeviceBuffer, CudaError, Device};
+use crate::cuda::{dbuf::DeviceBuffer, CudaError, Device, DeviceAlloc};
 #[cfg(feature = "cuda")]
 use std::sync::Arc;
 
@@ -190,7 +190,9 @@ impl<T: Element> Buffer<T> {
         match &self.repr {
             Repr::Host(_) => Self::zeroed(MemSpace::Host, len),
             #[cfg(feature = "cuda")]
-            Repr::Cuda(d) => Ok(Self::zeroed_on(d.device(), len)?),
+            Repr::Cuda(d) => Ok(Self {
+                repr: Repr::Cuda(DeviceBuffer::zeroed(d.device(), len, d.alloc())?),
+            }),
         }
     }
 
@@ -307,7 +309,17 @@ impl<T: Element> Buffer<T> {
     /// A buffer of `len` zero values on `dev`.
     pub fn zeroed_on(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
         Ok(Self {
-            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len)?),
+            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len, DeviceAlloc::Pool)?),
+        })
+    }
+
+    /// A buffer of `len` zero values on `dev` that a CUDA-aware MPI may read and write: its
+    /// memory is outside the device's stream-ordered pool, which such an MPI cannot share
+    /// with the other processes of a node. Buffers made [`like`](Self::zeroed_like) it, or
+    /// cloned from it, are of the same kind.
+    pub fn zeroed_for_mpi(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
+        Ok(Self {
+            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len, DeviceAlloc::Mpi)?),
         })
     }
 

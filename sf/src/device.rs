@@ -221,10 +221,15 @@ mod on_device {
                 .map_err(DeviceSfError::Unsupported)?;
             let staged = Staged::new(sf)?;
             let n = [staged.packed_roots().max(1), staged.packed_leaves().max(1)];
+            // The packed arrays are what a GPU-aware MPI reads and writes.
+            let packed = |n| match mpi {
+                GpuMpi::Aware => Buffer::zeroed_for_mpi(dev, n),
+                _ => Buffer::zeroed_on(dev, n),
+            };
             Ok(Self {
                 roots: plans(dev, staged.root_segments())?,
                 leaves: plans(dev, staged.leaf_segments())?,
-                device: [Buffer::zeroed_on(dev, n[0])?, Buffer::zeroed_on(dev, n[1])?],
+                device: [packed(n[0])?, packed(n[1])?],
                 // Only the staged path copies through the host.
                 host: match mpi {
                     GpuMpi::Staged => n.map(|n| vec![T::zeroed(); n]),

@@ -66,7 +66,7 @@ pub(super) fn run(
             .map_err(anyhow::Error::from)
             .and_then(|f| {
                 if placed {
-                    ex.place_messages(&Buffer::zeroed_on(dev, 1)?)?;
+                    ex.place_messages(&Buffer::zeroed_for_mpi(dev, 1)?)?;
                 }
                 Ok(f)
             })

@@ -3,11 +3,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
-
 use super::device::{driver, grid_for, Device};
 use super::error::CudaError;
-use super::ffi::{self, Arg};
+use super::ffi::{self, Arg, DeviceAlloc, DeviceMemory};
 use super::kernels::KernelSet;
 use crate::element::Element;
 
@@ -15,7 +13,7 @@ use crate::element::Element;
 /// run on that device's stream, in issue order. An empty buffer still holds one value of
 /// memory: the driver refuses to allocate zero bytes.
 pub(crate) struct DeviceBuffer<T> {
-    slice: CudaSlice<T>,
+    slice: DeviceMemory<T>,
     len: usize,
     dev: Arc<Device>,
 }
@@ -35,17 +33,26 @@ impl<T> DeviceBuffer<T> {
         &self.dev
     }
 
+    pub(crate) fn alloc(&self) -> DeviceAlloc {
+        self.slice.alloc()
+    }
+
     pub(crate) fn address(&self) -> u64 {
         ffi::address(&self.slice, self.dev.stream())
     }
 }
 
 impl<T: Element> DeviceBuffer<T> {
-    pub(crate) fn zeroed(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
-        let slice = dev
-            .stream()
-            .alloc_zeros(len.max(1))
-            .map_err(driver("cuMemAlloc"))?;
+    pub(crate) fn zeroed(
+        dev: &Arc<Device>,
+        len: usize,
+        alloc: DeviceAlloc,
+    ) -> Result<Self, CudaError> {
+        let mut slice =
+            DeviceMemory::uninit(dev.stream(), len, alloc).map_err(driver("cuMemAlloc"))?;
+        dev.stream()
+            .memset_zeros(&mut *slice)
+            .map_err(driver("cuMemsetD8"))?;
         Ok(Self {
             slice,
             len,
@@ -54,11 +61,11 @@ impl<T: Element> DeviceBuffer<T> {
     }
 
     pub(crate) fn from_host(dev: &Arc<Device>, values: &[T]) -> Result<Self, CudaError> {
-        let mut slice =
-            ffi::alloc_uninit(dev.stream(), values.len()).map_err(driver("cuMemAlloc"))?;
+        let mut slice = DeviceMemory::uninit(dev.stream(), values.len(), DeviceAlloc::Pool)
+            .map_err(driver("cuMemAlloc"))?;
         if !values.is_empty() {
             dev.stream()
-                .memcpy_htod(values, &mut slice)
+                .memcpy_htod(values, &mut *slice)
                 .map_err(driver("cuMemcpyHtoD"))?;
         }
         Ok(Self {
@@ -86,7 +93,7 @@ impl<T: Element> DeviceBuffer<T> {
         }
         self.dev
             .stream()
-            .memcpy_htod(src, &mut self.slice)
+            .memcpy_htod(src, &mut *self.slice)
             .map_err(driver("cuMemcpyHtoD"))
     }
 
@@ -97,7 +104,7 @@ impl<T: Element> DeviceBuffer<T> {
             return Ok(());
         }
         let s = self.dev.stream();
-        s.memcpy_dtoh(&self.slice, dst)
+        s.memcpy_dtoh(&*self.slice, dst)
             .map_err(driver("cuMemcpyDtoH"))?;
         // A pinned destination would make the copy asynchronous: wait for it either way.
         s.synchronize().map_err(driver("cuStreamSynchronize"))
@@ -202,7 +209,7 @@ impl<T: Element> DeviceBuffer<T> {
             let (lo, mut hi) = self.slice.split_at_mut(dst);
             s.memcpy_dtod(&lo.slice(range), &mut hi.slice_mut(..len))
         } else {
-            let mut tmp = Self::zeroed(&self.dev, len)?;
+            let mut tmp = Self::zeroed(&self.dev, len, DeviceAlloc::Pool)?;
             tmp.copy_from(0, self, range.start, len)?;
             return self.copy_from(dst, &tmp, 0, len);
         };
@@ -211,7 +218,7 @@ impl<T: Element> DeviceBuffer<T> {
 
     pub(crate) fn try_clone(&self) -> Result<Self, CudaError> {
         let mut out = Self {
-            slice: ffi::alloc_uninit(self.dev.stream(), self.len())
+            slice: DeviceMemory::uninit(self.dev.stream(), self.len(), self.alloc())
                 .map_err(driver("cuMemAlloc"))?,
             len: self.len,
             dev: self.dev.clone(),

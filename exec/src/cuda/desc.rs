@@ -163,6 +163,13 @@ impl FieldDims {
 
 /// Checks pack/unpack descriptors against the storage (`coarse` for descriptors with
 /// [`FLAG_COARSE`], `f` for the others) and a buffer of `buf_len` values.
+///
+/// Unlike [`check_physical`], it lets unpack boxes overlap: the boundary exchange's receive
+/// boxes image the same cells, at the same level, as their senders' interior boxes (a
+/// `bnd_info` test checks this on meshes of all three level cases), and each cell at a level
+/// has one source (the interior of the one block at that level that holds it, or the
+/// restriction of the one finer block that covers it), so two boxes that write one cell
+/// write the same value, in whichever order the GPU runs them.
 pub fn check_halos(
     descs: &[HaloDesc],
     f: &FieldDims,

@@ -214,6 +214,11 @@ impl Device {
         self.cc
     }
 
+    /// The (major, minor) version of the NVRTC library that compiles the kernels.
+    pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+        ffi::nvrtc_version()
+    }
+
     pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -261,7 +266,8 @@ impl Device {
     fn archs(&self) -> Vec<String> {
         let own = self.cc.0 * 10 + self.cc.1;
         let mut v = vec![own];
-        v.extend([90, 80, 70, 60].into_iter().filter(|&a| a < own));
+        // 75 is the oldest that CUDA 13's NVRTC still compiles for.
+        v.extend([90, 80, 75].into_iter().filter(|&a| a < own));
         v.into_iter().map(|a| format!("compute_{a}")).collect()
     }
 
@@ -437,8 +443,12 @@ mod tests {
             eprintln!("no NVRTC library: kernel compilation not checked ({e})");
             return;
         }
+        let (major, minor) = ffi::nvrtc_version().unwrap();
+        eprintln!("compiling with NVRTC {major}.{minor}");
+        assert!(major >= 12, "NVRTC {major}.{minor}");
         for set in KernelSet::ALL {
-            for sm in ["sm_70", "sm_80", "sm_90"] {
+            // Architectures both CUDA 12's and CUDA 13's NVRTC know (13 dropped sm_70).
+            for sm in ["sm_75", "sm_80", "sm_90"] {
                 let opts = [format!("--gpu-architecture={sm}"), "--fmad=false".into()];
                 let bin = ffi::compile_cubin(set.source(), "t.cu", &opts)
                     .unwrap_or_else(|(r, log)| panic!("{} for {sm}: {r:?}\n{log}", set.name()));

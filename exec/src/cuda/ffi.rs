@@ -1,9 +1,11 @@
 //! Every `unsafe` of the CUDA backend: loading the driver and NVRTC libraries, telling
 //! cudarc that this crate orders its streams itself, the plain-data marker of the
-//! descriptor, raw device addresses, and kernel launches.
+//! descriptor, device allocations, raw device addresses, and kernel launches.
 
 #![allow(unsafe_code)]
 
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -57,6 +59,17 @@ pub(crate) fn nvrtc_present() -> Result<(), CudaError> {
             tried: candidates("nvrtc"),
         })
     }
+}
+
+/// The (major, minor) version of the NVRTC library that is loaded.
+pub(crate) fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+    nvrtc_present()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present (checked above); both pointers are to live integers.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| CudaError::Invalid(format!("nvrtcVersion: {e:?}")))?;
+    Ok((major, minor))
 }
 
 /// Compiles `src` with NVRTC into a CUBIN for the real architecture `options` names
@@ -122,15 +135,93 @@ pub(crate) fn manual_stream_ordering(ctx: &CudaContext) {
     unsafe { ctx.disable_event_tracking() }
 }
 
-/// Uninitialised device memory for `len` values (one when `len` is 0: the driver refuses
-/// zero bytes), to be overwritten before it is read.
-pub(crate) fn alloc_uninit<T: DeviceRepr>(
-    stream: &Arc<CudaStream>,
-    len: usize,
-) -> Result<CudaSlice<T>, cudarc::driver::DriverError> {
-    // SAFETY: callers write every element of their `len` (copy from the host or from another
-    // buffer) on the same stream before any read is issued, and never read the spare one.
-    unsafe { stream.alloc(len.max(1)) }
+/// Where a device buffer's memory comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeviceAlloc {
+    /// The device's stream-ordered pool (`cuMemAllocAsync` where the device has one): cheap
+    /// to allocate and to free in stream order.
+    Pool,
+    /// `cuMemAlloc`, for memory a CUDA-aware MPI reads and writes: it maps buffers into the
+    /// other processes of a node by CUDA IPC, which pool memory does not support. Freeing it
+    /// waits for the device's stream.
+    Mpi,
+}
+
+/// Device memory for `len` values (one when `len` is 0: the driver refuses zero bytes),
+/// freed when dropped by the call matching how it was allocated.
+pub(crate) struct DeviceMemory<T> {
+    slice: ManuallyDrop<CudaSlice<T>>,
+    alloc: DeviceAlloc,
+}
+
+impl<T> DeviceMemory<T> {
+    pub(crate) fn alloc(&self) -> DeviceAlloc {
+        self.alloc
+    }
+}
+
+impl<T: DeviceRepr> DeviceMemory<T> {
+    /// Uninitialised memory, to be overwritten before it is read.
+    pub(crate) fn uninit(
+        stream: &Arc<CudaStream>,
+        len: usize,
+        alloc: DeviceAlloc,
+    ) -> Result<Self, cudarc::driver::DriverError> {
+        let n = len.max(1);
+        let slice = match alloc {
+            // SAFETY: callers write every element of their `len` (copy from the host or from
+            // another buffer, or zero it) on the same stream before any read is issued, and
+            // never read the spare one.
+            DeviceAlloc::Pool => unsafe { stream.alloc(n) }?,
+            DeviceAlloc::Mpi => {
+                stream.context().bind_to_thread()?;
+                let bytes = n * std::mem::size_of::<T>();
+                // SAFETY: the context is current on this thread; `Drop` frees the pointer
+                // with cuMemFree, never through the slice's own (stream-ordered) drop, and
+                // callers overwrite the values before reading them, as above.
+                unsafe {
+                    let ptr = cudarc::driver::result::malloc_sync(bytes)?;
+                    stream.upgrade_device_ptr(ptr, n)
+                }
+            }
+        };
+        Ok(Self {
+            slice: ManuallyDrop::new(slice),
+            alloc,
+        })
+    }
+}
+
+impl<T> Deref for DeviceMemory<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+}
+
+impl<T> DerefMut for DeviceMemory<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+impl<T> Drop for DeviceMemory<T> {
+    fn drop(&mut self) {
+        // SAFETY: the slice is taken once, here, and `self` is not used after.
+        let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
+        if self.alloc == DeviceAlloc::Pool {
+            return drop(slice);
+        }
+        let stream = slice.stream().clone();
+        let ptr = slice.leak();
+        // A failure here cannot be returned; it leaks the memory, as cudarc's own drop does.
+        let _ = stream.synchronize().and_then(|()| {
+            stream.context().bind_to_thread()?;
+            // SAFETY: `ptr` came from cuMemAlloc in `uninit` and is freed only here, after
+            // the stream (the only one that uses it) has finished all work on it.
+            unsafe { cudarc::driver::result::free_sync(ptr) }
+        });
+    }
 }
 
 /// The raw device address of `s`, to pass to a kernel.

@@ -39,8 +39,8 @@
 //!
 //! # Running the GPU checks
 //!
-//! On a machine with an NVIDIA GPU, its driver, and NVRTC (`libnvrtc.so.12` or `libnvrtc.so`
-//! from a CUDA 12 toolkit, on `LD_LIBRARY_PATH`):
+//! On a machine with an NVIDIA GPU, its driver, and NVRTC on `LD_LIBRARY_PATH` (the first
+//! found of `libnvrtc.so`, from a CUDA 12 or 13 toolkit, and `libnvrtc.so.12`):
 //!
 //! ```text
 //! # the unit tests of the backend (they use the GPU when one is there)
@@ -73,6 +73,8 @@ pub(crate) mod dbuf;
 mod device;
 #[cfg(feature = "cuda")]
 mod ffi;
+#[cfg(feature = "cuda")]
+pub(crate) use ffi::DeviceAlloc;
 #[cfg(feature = "cuda")]
 pub(crate) mod ops;
 #[cfg(feature = "cuda")]

@@ -66,7 +66,7 @@ impl Gpu {
             .map_err(anyhow::Error::msg)
             .context("parthenon/exec/gpu_mpi")?;
         if mpi == GpuMpi::Aware {
-            let like = Buffer::zeroed_on(dev, 1)?;
+            let like = Buffer::zeroed_for_mpi(dev, 1)?;
             comms.exchange.borrow_mut().place_messages(&like)?;
             if let Some(c) = &comms.correction {
                 c.borrow_mut().place_messages(&like)?;
