@@ -1,5 +1,5 @@
 # starhalo: `make run` sets up what is missing, builds and runs the main job;
-# `make test` sets up, then runs the whole suite, formatting and lint checks.
+# `make test` sets up, then runs the whole suite, formatting, lint and doc checks.
 
 RANKS ?= 2
 CARGO ?= cargo
@@ -27,9 +27,11 @@ test: setup
 	$(CARGO) test --workspace --doc
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
 	STARHALO_EMULATE=require LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH $(CARGO) test -p starhalo-exec -p starhalo-sf -p starhalo-boundary --lib --features starhalo-boundary/cuda
 	LD_LIBRARY_PATH=$(NVRTC13_LIB):$$LD_LIBRARY_PATH $(CARGO) test -p starhalo-exec --lib --features cuda kernels_compile
 	$(CARGO) clippy -p starhalo-exec -p starhalo-sf -p starhalo-boundary --all-targets --features starhalo-boundary/cuda -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p starhalo-exec -p starhalo-sf -p starhalo-boundary --features starhalo-boundary/cuda
 
 # The CUDA self-test needs no toolkit to build; run it where a GPU, its driver and NVRTC are.
 gpu-selftest-build:

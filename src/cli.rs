@@ -1,5 +1,8 @@
 //! Command-line options (clap).
 
+// The doc comments below are clap's `--help` text, written for the terminal, not rustdoc.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use clap::{Args, Parser, Subcommand};
 use starhalo_sf::device::GpuMpi;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Pack plans on a CUDA device (feature `cuda`): each [`Plan`] becomes the device index set
+//! Pack plans on a CUDA device (feature `cuda`): each [`Plan`](crate::plan::Plan) becomes the device index set
 //! the gather/scatter kernels of `starhalo_exec::cuda` walk. A contiguous plan is a plain
 //! device copy (or nothing, when MPI reads the array in place), a strided plan one 3-D box
 //! kernel, a list one kernel over indices uploaded once; unpacking a list with duplicates
