@@ -10,7 +10,7 @@ CARGO ?= cargo
 NVRTC_LIB := $(CURDIR)/target/nvrtc/nvidia/cuda_nvrtc/lib
 NVRTC13_LIB := $(CURDIR)/target/nvrtc13/nvidia/cu13/lib
 
-.PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest gpu-check
+.PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest gpu-check gpu-bundle
 
 setup:
 	@scripts/setup
@@ -40,15 +40,15 @@ gpu-selftest-build:
 gpu-selftest: gpu-selftest-build
 	$${CARGO_TARGET_DIR:-target}/release/examples/gpu_selftest
 
-# Every GPU check and figure, where a GPU, its driver, NVRTC and MPICH are: the kernel
-# self-test, the tests that compare device and host runs (they take their GPU branch), the
-# device exchange and ping-pong benchmarks, and advection throughput on the host and the GPU.
-gpu-check: gpu-selftest
-	$(CARGO) test --release --test exchange_device --test advection_gpu --test cli_bench_exchange --test cli_sf
-	mpiexec -n 4 target/release/starhalo bench exchange inputs/bench_exchange.yaml parthenon/exec/space=cuda
-	mpiexec -n 2 target/release/starhalo bench sf-pingpong --device
-	mpiexec -n 1 target/release/starhalo run inputs/advection_throughput.yaml -d out/throughput-host
-	mpiexec -n 1 target/release/starhalo run inputs/advection_throughput.yaml -d out/throughput-cuda parthenon/exec/space=cuda
+# Every GPU check and figure (scripts/gpu-check), where a GPU, its driver and NVRTC are: the
+# kernel self-test, the tests that compare device and host runs (they take their GPU branch),
+# the device exchange and ping-pong benchmarks, and advection throughput on the host and the
+# GPU. `make gpu-bundle` packs the same for a GPU machine without Rust or MPICH.
+gpu-check: gpu-bundle
+	target/gpu-bundle/check
+
+gpu-bundle: setup
+	scripts/gpu-bundle
 
 bench: build
 	mpiexec -n 2 target/release/starhalo bench sf-pingpong --json
