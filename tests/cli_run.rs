@@ -300,6 +300,35 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
 
 /// Runs on 3 ranks, each through a shell that records its own exit code, and checks that
 /// every rank exited 2, the message was printed once (rank 0) and contains `needle`.
+/// A receive timeout that some ranks see and others do not stops the whole job, saying why,
+/// rather than leaving the others waiting in a later collective: a tiny timeout on an
+/// adaptive run on 4 ranks, a few times (before the fix, about a third of such runs hung).
+#[test]
+fn a_receive_timeout_stops_every_rank() {
+    let deck = Path::new(env!("CARGO_MANIFEST_DIR")).join("inputs/advection_amr.yaml");
+    for attempt in 0..4 {
+        let dir = scratch(&format!("timeout{attempt}"));
+        let out = run(
+            4,
+            &[
+                deck.to_str().unwrap(),
+                "-d",
+                dir.to_str().unwrap(),
+                "parthenon/time/recv_bdry_buf_timeout_sec=1e-6",
+            ],
+        );
+        let code = out.status.code();
+        assert_ne!(code, Some(124), "attempt {attempt} hung:\n{}", stderr(&out));
+        if code != Some(0) {
+            assert!(
+                stderr(&out).contains("stayed incomplete for more than 0.000001 s"),
+                "attempt {attempt}: exit {code:?}\n{}",
+                stderr(&out)
+            );
+        }
+    }
+}
+
 fn assert_bad_input_everywhere(what: &str, args: &[&str], needle: &str) {
     let dir = scratch(&format!("codes-{}", what.replace(' ', "_")));
     let script = format!(

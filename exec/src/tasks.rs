@@ -37,7 +37,7 @@ pub enum TaskError {
     Cycle { list: String, tasks: Vec<String> },
     /// A task stayed incomplete past the timeout.
     #[error(
-        "task '{task}' stayed incomplete for more than {:.3} s (parthenon/time/recv_bdry_buf_timeout_sec); tasks still pending: {}",
+        "task '{task}' stayed incomplete for more than {} s (parthenon/time/recv_bdry_buf_timeout_sec); tasks still pending: {}",
         .timeout.as_secs_f64(), .pending.join(", ")
     )]
     Timeout {

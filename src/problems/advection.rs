@@ -773,7 +773,7 @@ impl Advection {
             );
             region.push(list);
         }
-        region.execute().context("ghost fill")?;
+        ctx.execute(&mut region).context("ghost fill")?;
         Ok(())
     }
 
@@ -809,14 +809,14 @@ impl Advection {
             });
             region.push(list);
         }
-        region.execute()?;
+        ctx.execute(&mut region)?;
 
         if let Some(correction) = &comms.correction {
             let mut list = TaskList::new("rank");
             add_flux_correction(&mut list, &[], correction, &comms.flux, &self.data);
             let mut region = TaskRegion::new(ctx.recv_timeout);
             region.push(list);
-            region.execute().context("flux correction")?;
+            ctx.execute(&mut region).context("flux correction")?;
         }
 
         let mut region = TaskRegion::new(ctx.recv_timeout);
@@ -838,7 +838,7 @@ impl Advection {
             );
             region.push(list);
         }
-        region.execute().context("ghost fill")?;
+        ctx.execute(&mut region).context("ghost fill")?;
         Ok(t0.elapsed().saturating_sub(compute.get()))
     }
 

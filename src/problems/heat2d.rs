@@ -282,7 +282,7 @@ impl Problem for Heat2d {
         let mut stop = Stop::CycleLimit;
         while iters < self.max_iters {
             change.set(0.0);
-            region.execute()?;
+            ctx.execute(&mut region)?;
             iters += 1;
             if iters % self.check_every == 0 || iters == self.max_iters {
                 // Residual and wall-time verdict in one reduction, so every rank stops together.

@@ -2,6 +2,8 @@
 
 use super::clock::Deadline;
 use mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_exec::tasks::{TaskError, TaskRegion};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +40,21 @@ impl RunContext<'_> {
                 self.deadline.elapsed().as_secs_f64()
             );
         }
+    }
+
+    /// Runs `region` to completion. A task that stays incomplete past `recv_timeout` aborts
+    /// the whole job after saying which: the ranks cannot agree on it, since the peers this
+    /// rank waits for may be stuck or already in a later collective, and unwinding would
+    /// wait on its sends in flight.
+    pub fn execute(&self, region: &mut TaskRegion<'_>) -> Result<(), TaskError> {
+        let done = region.execute();
+        if let Err(e @ TaskError::Timeout { .. }) = &done {
+            // One write, so that the line does not interleave with other ranks' lines.
+            let line = format!("[rank {}] error: {e}\n", self.world.rank());
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            self.world.abort(1);
+        }
+        done
     }
 
     /// `<out_dir>/<problem_id>-<suffix>`.
