@@ -30,15 +30,13 @@ fn main() -> ExitCode {
     };
     let world = universe.world();
     let result = match args.command {
-        cli::Command::Run(a) => return run::report(&world, run::main(&world, &a)),
+        cli::Command::Run(a) => run::main(&world, &a),
         cli::Command::Sf(cli::SfCommand::Run(a)) => sf_cmd::run(&world, &a),
         cli::Command::Sf(cli::SfCommand::View(a)) => sf_cmd::view(&world, &a),
         cli::Command::Bench(cli::BenchCommand::SfPingpong(a)) => {
-            return run::report(&world, bench::sf_pingpong::run(&world, &a))
+            bench::sf_pingpong::run(&world, &a)
         }
-        cli::Command::Bench(cli::BenchCommand::Exchange(a)) => {
-            return run::report(&world, bench::exchange::run(&world, &a))
-        }
+        cli::Command::Bench(cli::BenchCommand::Exchange(a)) => bench::exchange::run(&world, &a),
     };
-    exit::report(&world, result)
+    run::report(&world, result)
 }

@@ -115,9 +115,17 @@ fn data<U: CliUnit>(
     what: &str,
 ) -> Result<Vec<U>> {
     let values: Vec<f64> = match file {
-        None => (0..len)
-            .map(|i| sign * (100 * (rank + 1) + i) as f64)
-            .collect(),
+        None => {
+            // The graph sets `len`: a huge one is a clear error, not an allocation abort.
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).map_err(|_| {
+                anyhow::anyhow!(
+                    "the graph's {len} {what} values on rank {rank} do not fit in memory"
+                )
+            })?;
+            v.extend((0..len).map(|i| sign * (100 * (rank + 1) + i) as f64));
+            v
+        }
         Some(path) => {
             let mut all = read_data(path)?;
             if rank >= all.len() {
@@ -193,19 +201,28 @@ fn run_typed<U: CliUnit>(
         leafupdate,
     })?;
     let all = gather_bytes(world, &mine);
-    if rank == 0 {
-        let mut out = String::from("{\"ranks\":[");
-        for (r, bytes) in all.iter().enumerate() {
-            if r > 0 {
-                out.push(',');
-            }
-            out.push_str(std::str::from_utf8(bytes)?);
-        }
-        out.push_str("]}\n");
-        std::fs::write(&a.out, out).with_context(|| format!("cannot write {}", a.out.display()))?;
-    }
-    Ok(())
+    // Rank 0 writes; all agree on how that went, so every rank exits with its code.
+    let written = if rank == 0 {
+        write_result(&a.out, &all)
+    } else {
+        Ok(())
+    };
+    crate::run::collective::agree(world, written)
 }
+
+/// Writes the ranks' JSON results as one document `{"ranks": [...]}`.
+fn write_result(path: &Path, ranks: &[Vec<u8>]) -> Result<()> {
+    let mut out = String::from("{\"ranks\":[");
+    for (r, bytes) in ranks.iter().enumerate() {
+        if r > 0 {
+            out.push(',');
+        }
+        out.push_str(std::str::from_utf8(bytes)?);
+    }
+    out.push_str("]}\n");
+    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// `sf view`: each rank describes its part; rank 0 prints them in order.
 pub fn view(world: &SimpleCommunicator, a: &SfViewArgs) -> Result<()> {
     let (graph, sf) = setup(world, &a.setup)?;

@@ -163,6 +163,66 @@ fn invalid_graph_stops_every_rank() {
     assert_bad_input("malformed graph", &out, "line 2");
 }
 
+/// What one rank alone finds wrong stops every rank with one exit code: root data that only
+/// rank 2's part of the file gets wrong (2), a graph too large for memory (1, not an
+/// allocation abort), a result file rank 0 cannot write (1); an oversized ping-pong is bad
+/// input (2), not a panic.
+#[test]
+fn failures_on_one_rank_give_every_rank_one_code() {
+    let dir = scratch("onerank");
+    let data = dir.join("short.json");
+    std::fs::write(&data, r#"{"ranks":[[1,2],[1],[1,2]]}"#).unwrap();
+    let (out, _) = sf_run(
+        &dir,
+        3,
+        GRAPH,
+        &["--op", "bcast:sum", "--root-data", data.to_str().unwrap()],
+    );
+    assert_bad_input(
+        "short data",
+        &out,
+        "rank 2 has 2 root values but the graph needs 3",
+    );
+    let exits_1 = |what: &str, out: &std::process::Output, needle: &str| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: want exit 1\n{err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked"),
+            "{what}:\n{err}"
+        );
+    };
+    let huge = r#"{"ranks":[{"nroots":18446744073709551615},{"nroots":3}]}"#;
+    let (out, _) = sf_run(&scratch("huge"), 2, huge, &["--op", "reduce:sum"]);
+    exits_1("huge graph", &out, "do not fit in memory");
+    let dir = scratch("unwritable");
+    std::fs::create_dir_all(dir.join("o.json")).unwrap();
+    let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "bcast:sum"]);
+    exits_1("result into a folder", &out, "cannot write");
+    // mpiexec merges the ranks' codes: each rank's own, through a shell that prints it.
+    let g = dir.join("g.json");
+    let o = dir.join("o.json");
+    let script = r#""$0" "$@"; echo "rank exit $?" >&2"#;
+    let args = [
+        "-c",
+        script,
+        EXE,
+        "sf",
+        "run",
+        "--graph",
+        g.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--op",
+        "bcast:sum",
+    ];
+    let out = common::mpirun(3, 120, Path::new("/bin/sh"), &args, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("rank exit 1").count(), 3, "{err}");
+    let args = ["bench", "sf-pingpong", "--max-bytes", "99999999999999"];
+    let out = common::mpirun(2, 60, Path::new(EXE), &args, &[]);
+    assert_bad_input("huge ping-pong", &out, "above the largest message");
+}
+
 #[test]
 fn bad_ops_are_bad_input() {
     let dir = scratch("ops");

@@ -42,6 +42,9 @@ struct Report {
     rows: Vec<Row>,
 }
 
+/// The largest `--max-bytes`.
+const MAX_BYTES: usize = 1 << 30;
+
 pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     if world.size() != 2 {
         return Err(bad_input!(
@@ -52,6 +55,13 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     if a.min_bytes == 0 || a.min_bytes > a.max_bytes {
         return Err(bad_input!(
             "--min-bytes must be at least 1 and at most --max-bytes"
+        ));
+    }
+    // MPI counts are 32-bit, and each rank holds a few arrays of the largest size.
+    if a.max_bytes > MAX_BYTES {
+        return Err(bad_input!(
+            "--max-bytes {} is above the largest message this benchmark sends, {MAX_BYTES} (1 GiB)",
+            a.max_bytes
         ));
     }
     if a.device && !a.min_bytes.is_multiple_of(8) {

@@ -86,7 +86,7 @@ pub fn max_f64(world: &SimpleCommunicator, x: f64) -> f64 {
     out
 }
 
-/// Exit code and message for `starhalo run`: [`Quiet`] ranks exit silently with the agreed
+/// Exit code and message of every command: [`Quiet`] ranks exit silently with the agreed
 /// code; everything else is reported as by [`exit::report`], deck errors as bad input.
 pub fn report(world: &SimpleCommunicator, result: Result<()>) -> ExitCode {
     match result {
