@@ -1,6 +1,7 @@
 //! Exit codes and who speaks about errors.
 
 use mpi::topology::{Communicator, SimpleCommunicator};
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Bad input from the user (an option, a file, a graph): exit code 2.
@@ -14,6 +15,16 @@ macro_rules! bad_input {
 }
 pub(crate) use bad_input;
 
+/// Prints `error: {what}` on standard error, after `[rank N] ` in a job of several ranks, in
+/// one write so that it does not interleave with other ranks' lines.
+pub fn say_error(world: &SimpleCommunicator, what: std::fmt::Arguments<'_>) {
+    let line = match world.size() {
+        1 => format!("error: {what}\n"),
+        _ => format!("[rank {}] error: {what}\n", world.rank()),
+    };
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// Prints the error (rank 0 always, other ranks only when the error is their own) and maps it
 /// to the exit code.
 pub fn report(world: &SimpleCommunicator, result: anyhow::Result<()>) -> ExitCode {
@@ -23,14 +34,8 @@ pub fn report(world: &SimpleCommunicator, result: anyhow::Result<()>) -> ExitCod
     let peer_only = err
         .chain()
         .any(|e| matches!(e.downcast_ref(), Some(starhalo_sf::SfError::PeerInvalid(_))));
-    let rank = world.rank();
-    if rank == 0 || !peer_only {
-        let prefix = if world.size() > 1 {
-            format!("[rank {rank}] ")
-        } else {
-            String::new()
-        };
-        eprintln!("{prefix}error: {err:#}");
+    if world.rank() == 0 || !peer_only {
+        say_error(world, format_args!("{err:#}"));
     }
     let bad = err
         .chain()

@@ -190,9 +190,7 @@ impl<T: Element> Buffer<T> {
         match &self.repr {
             Repr::Host(_) => Self::zeroed(MemSpace::Host, len),
             #[cfg(feature = "cuda")]
-            Repr::Cuda(d) => Ok(Self {
-                repr: Repr::Cuda(DeviceBuffer::zeroed(d.device(), len, d.alloc())?),
-            }),
+            Repr::Cuda(d) => Ok(Self::zeroed_in(d.device(), len, d.alloc())?),
         }
     }
 
@@ -306,11 +304,15 @@ impl<T: Element> Buffer<T> {
 
 #[cfg(feature = "cuda")]
 impl<T: Element> Buffer<T> {
+    fn zeroed_in(dev: &Arc<Device>, len: usize, alloc: DeviceAlloc) -> Result<Self, CudaError> {
+        Ok(Self {
+            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len, alloc)?),
+        })
+    }
+
     /// A buffer of `len` zero values on `dev`.
     pub fn zeroed_on(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
-        Ok(Self {
-            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len, DeviceAlloc::Pool)?),
-        })
+        Self::zeroed_in(dev, len, DeviceAlloc::Pool)
     }
 
     /// A buffer of `len` zero values on `dev` that a CUDA-aware MPI may read and write: its
@@ -318,9 +320,7 @@ impl<T: Element> Buffer<T> {
     /// with the other processes of a node. Buffers made [`like`](Self::zeroed_like) it, or
     /// cloned from it, are of the same kind.
     pub fn zeroed_for_mpi(dev: &Arc<Device>, len: usize) -> Result<Self, CudaError> {
-        Ok(Self {
-            repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len, DeviceAlloc::Mpi)?),
-        })
+        Self::zeroed_in(dev, len, DeviceAlloc::Mpi)
     }
 
     /// A copy of `values` on `dev`.

@@ -3,7 +3,6 @@
 use super::clock::Deadline;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::tasks::{TaskError, TaskRegion};
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,9 +48,7 @@ impl RunContext<'_> {
     pub fn execute(&self, region: &mut TaskRegion<'_>) -> Result<(), TaskError> {
         let done = region.execute();
         if let Err(e @ TaskError::Timeout { .. }) = &done {
-            // One write, so that the line does not interleave with other ranks' lines.
-            let line = format!("[rank {}] error: {e}\n", self.world.rank());
-            let _ = std::io::stderr().write_all(line.as_bytes());
+            crate::exit::say_error(self.world, format_args!("{e}"));
             self.world.abort(1);
         }
         done
