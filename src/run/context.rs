@@ -49,6 +49,9 @@ impl RunContext<'_> {
         let done = region.execute();
         if let Err(e @ TaskError::Timeout { .. }) = &done {
             crate::exit::say_error(self.world, format_args!("{e}"));
+            // The launcher tears the job down at the abort and drops output it has not yet
+            // forwarded: give it a moment to pass the line on.
+            std::thread::sleep(Duration::from_millis(500));
             self.world.abort(1);
         }
         done
