@@ -494,3 +494,68 @@ fn bad_in_input_exits_2_on_every_rank() {
         &format!("parthenon/job/problem at {unknown}:3: unknown problem 'burgers'"),
     );
 }
+
+/// Mistakes that only the mesh or the problem's variables reveal are still found at set-up:
+/// exit 2 on every rank before any step, each message naming the key and where it was given.
+#[test]
+fn bad_advection_input_is_found_before_the_first_step() {
+    let dir = scratch("badadv");
+    let text = std::fs::read_to_string(format!(
+        "{}/inputs/advection.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let deck = write(&dir, "adv.yaml", &text);
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    let line = |needle: &str| 1 + text.lines().position(|l| l.contains(needle)).unwrap();
+    assert_bad_input_everywhere(
+        "unknown output variable",
+        &[&deck, "-d", out, "parthenon/output0/variables=advected,nosuch"],
+        &format!(
+            "block parthenon/output0 at {deck}:{}: parthenon/output0/variables: `nosuch`: no such variable",
+            line("parthenon/output0:")
+        ),
+    );
+    assert_bad_input_everywhere(
+        "fewer fields than the outputs name",
+        &[&deck, "-d", out, "advection/num_vars=1"],
+        "parthenon/output0/variables: `advected_1`: no such variable",
+    );
+    assert_bad_input_everywhere(
+        "png on a 1-D mesh",
+        &[
+            &deck,
+            "-d",
+            out,
+            "parthenon/mesh/nx2=1",
+            "parthenon/meshblock/nx2=1",
+        ],
+        "parthenon/output2/file_type: `png`: a png slice needs a 2-D or 3-D mesh",
+    );
+    let typo = write(&dir, "typo.yaml", &text.replace("  nx1: 64", "  nx1: 6x4"));
+    assert_bad_input_everywhere(
+        "mesh integer in file",
+        &[&typo, "-d", out],
+        &format!(
+            "parthenon/mesh/nx1 at {typo}:{}: `6x4`: expected a non-negative integer",
+            line("  nx1: 64")
+        ),
+    );
+    assert_bad_input_everywhere(
+        "blocks too small to refine",
+        &[
+            &deck,
+            "-d",
+            out,
+            "parthenon/mesh/refinement=adaptive",
+            "parthenon/mesh/numlevel=2",
+            "parthenon/meshblock/nx1=2",
+        ],
+        "parthenon/meshblock/nx1 at the command line: `2`: must be even and at least 4",
+    );
+    assert!(
+        !Path::new(out).exists(),
+        "bad input wrote into the output directory"
+    );
+}

@@ -134,10 +134,16 @@ where
     T::Err: std::fmt::Display,
 {
     match map.get(key) {
-        Some(v) => v
-            .trim()
-            .parse::<T>()
-            .map_err(|e| MeshError::invalid(key, v, e.to_string())),
+        Some(v) => v.trim().parse::<T>().map_err(|e| {
+            // Rust's own message ("invalid digit found in string") does not say what is wanted.
+            let want = match std::any::type_name::<T>() {
+                "usize" | "u32" | "u64" => "expected a non-negative integer: ",
+                "i64" | "i32" => "expected an integer: ",
+                "f64" => "expected a number: ",
+                _ => "",
+            };
+            MeshError::invalid(key, v, format!("{want}{e}"))
+        }),
         None => default.ok_or_else(|| MeshError::Missing { key: key.into() }),
     }
 }
@@ -358,11 +364,16 @@ impl MeshConfig {
                         format!("must be at least nghost = {}", self.nghost),
                     ));
                 }
-                if multilevel && b % 2 != 0 {
+                // Fine-coarse exchanges go through a coarse buffer of b/2 cells, which must
+                // hold the coarse ghosts (nghost/2 + 1) and serve nghost of them.
+                let least = 2 * self.nghost.max(self.nghost / 2 + 1);
+                if multilevel && (b % 2 != 0 || b < least) {
                     return Err(MeshError::invalid(
                         bkey,
                         b,
-                        "must be even on a multilevel mesh",
+                        format!(
+                            "must be even and at least {least} (2 × nghost) on a multilevel mesh"
+                        ),
                     ));
                 }
                 for (name, x) in [("min", self.xmin[d]), ("max", self.xmax[d])] {

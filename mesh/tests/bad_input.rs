@@ -52,6 +52,24 @@ fn degenerate_decks_are_errors_naming_the_key() {
         "parthenon/mesh/refinement",
     );
     rejected(&[("mesh/multigrid", "maybe")], "parthenon/mesh/multigrid");
+    // Blocks too small for the coarse buffers of a multilevel mesh (n/2 < nghost).
+    rejected(
+        &[
+            ("mesh/refinement", "adaptive"),
+            ("mesh/numlevel", "2"),
+            ("meshblock/nx1", "2"),
+        ],
+        "parthenon/meshblock/nx1",
+    );
+    rejected(
+        &[
+            ("mesh/refinement", "static"),
+            ("mesh/numlevel", "2"),
+            ("mesh/nghost", "3"),
+            ("meshblock/nx2", "4"),
+        ],
+        "parthenon/meshblock/nx2",
+    );
     // More levels than the block sizes allow.
     rejected(
         &[

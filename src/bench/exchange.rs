@@ -33,7 +33,7 @@ use starhalo_exec::alloc_count;
 use starhalo_exec::cuda::Device;
 use starhalo_exec::{MemSpace, Policy, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::{Mesh, MeshConfig};
+use starhalo_mesh::Mesh;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -211,8 +211,7 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
         .parse()
         .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
     deck.check_unread(|b| b == BLOCK, "bench exchange")?;
-    let config =
-        MeshConfig::from_map(&deck.flat_map()).map_err(|e| bad_input!("deck {file}: {e}"))?;
+    let config = deck.mesh_config()?;
     let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("deck {file}: {e}"))?;
     let mut fields = Fields::default();
     for v in 0..nvars {

@@ -21,6 +21,7 @@ pub mod yaml;
 pub use error::{DeckError, Origin, UnknownKey};
 pub use value::Value;
 
+use starhalo_mesh::{MeshConfig, MeshError};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -203,9 +204,30 @@ impl Deck {
         }
     }
 
+    /// The mesh configuration (`parthenon/mesh`, `parthenon/meshblock`,
+    /// `parthenon/static_refinementN`), read by `MeshConfig::from_map`; a key it rejects is
+    /// reported at its file and line like the getters' errors. Marks nothing as read.
+    pub fn mesh_config(&self) -> anyhow::Result<MeshConfig> {
+        MeshConfig::from_map(&self.flat_map()).map_err(|e| match e {
+            MeshError::Invalid { key, value, reason } => {
+                let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
+                DeckError::Invalid {
+                    origin: self.origin(block, k).cloned(),
+                    path: key.clone(),
+                    msg: format!("`{value}`: {reason}"),
+                }
+                .into()
+            }
+            MeshError::Missing { key } => {
+                let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
+                self.missing(block, k).into()
+            }
+            other => crate::exit::bad_input!("{}: {other}", self.file),
+        })
+    }
+
     /// Every key as `block/key -> text` (lists comma-separated), the form
     /// `starhalo_mesh::MeshConfig::from_map` takes. Marks nothing as read.
-    #[allow(dead_code)] // `MeshConfig::from_map` takes this form
     pub fn flat_map(&self) -> BTreeMap<String, String> {
         self.blocks
             .iter()

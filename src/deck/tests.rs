@@ -54,6 +54,13 @@ fn yaml_values_keep_their_types_and_lines() {
     assert_eq!(line("parthenon/mesh", "ix1_bc"), 3);
     assert_eq!(line("parthenon/time", "integrator"), 7);
     assert_eq!(line("advection", "vx"), 9);
+    // A block is at its header, also when its keys start on the next line.
+    let block_line = |b: &str| match &d.blocks().iter().find(|x| x.name == b).unwrap().origin {
+        Origin::File { line, .. } => *line,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(block_line("parthenon/time"), 4);
+    assert_eq!(block_line("parthenon/output0"), 8);
     let names: Vec<_> = d.blocks().iter().map(|b| b.name.as_str()).collect();
     assert_eq!(
         names,

@@ -121,7 +121,11 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
         Node::Null => Ok(deck),
         Node::Map(entries) => {
             for (k, v) in entries {
-                let line = at(&v).max(k.referenced.line() as usize);
+                // A block is where its name is written (its keys may start a line below).
+                let line = match k.referenced.line() as usize {
+                    0 => at(&v),
+                    l => l,
+                };
                 match v.value {
                     Node::Map(inner) => {
                         add_block(&mut deck, &k.value.0, inner, line, &file_arc)?;
@@ -190,7 +194,7 @@ fn add_block(
         match v.value {
             Node::Map(inner) => {
                 let sub = format!("{name}/{}", k.value.0);
-                add_block(deck, &sub, inner, line as usize, file)?;
+                add_block(deck, &sub, inner, k.referenced.line() as usize, file)?;
             }
             node => {
                 let value = to_value(node).map_err(|msg| DeckError::Syntax {

@@ -91,6 +91,22 @@ pub struct Snapshot<'a> {
     pub params: &'a [(String, ParamValue)],
 }
 
+/// Checks at set-up what `block` can only find out when it writes: that the variables it names
+/// exist and are cell-centred, and that a PNG slice fits the mesh. A run calls this before its
+/// first step so that a bad output block is bad input, not a failure at the first write.
+pub fn check_block(block: &OutputBlock, mesh: &Mesh, fields: &Fields) -> Result<(), OutputError> {
+    match block.file_type {
+        FileType::Hdf5 => select::select(
+            fields,
+            block.variables.as_deref(),
+            &format!("{}/variables", block.block),
+        )
+        .map(drop),
+        FileType::Png => png::slice_of(mesh, fields, block).map(drop),
+        FileType::Restart | FileType::History => Ok(()),
+    }
+}
+
 /// Writes what `block` asks for at output number `number` into `dir`, collectively, and
 /// returns the path of the main file written (the same on every rank).
 ///

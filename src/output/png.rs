@@ -13,6 +13,8 @@ use super::Snapshot;
 use mpi::topology::Communicator;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use starhalo_mesh::field::Fields;
+use starhalo_mesh::Mesh;
 use std::path::Path;
 
 /// Default image width in pixels.
@@ -32,19 +34,18 @@ fn find_component(vars: &[OutVar], name: &str) -> Option<(OutVar, usize)> {
     None
 }
 
-/// Writes the PNG slice `block` asks for, collectively.
-pub fn write_png<C: Communicator>(
-    comm: &C,
-    snap: &Snapshot,
+/// What a PNG output slices: the variable, its component and the x3 position of the cut (0 on
+/// a 2-D mesh). Errors name the output block's key; a run checks this at set-up.
+pub fn slice_of(
+    mesh: &Mesh,
+    fields: &Fields,
     block: &OutputBlock,
-    path: &Path,
-) -> Result<(), OutputError> {
+) -> Result<(OutVar, usize, f64), OutputError> {
     let invalid = |key: &str, value: &str, reason: &str| OutputError::Invalid {
         key: format!("{}/{key}", block.block),
         value: value.to_string(),
         reason: reason.to_string(),
     };
-    let mesh = snap.mesh;
     let cfg = mesh.config();
     let ndim = mesh.ndim();
     if ndim < 2 {
@@ -55,7 +56,7 @@ pub fn write_png<C: Communicator>(
         ));
     }
     let name = block.png_variable.as_deref().unwrap_or_default();
-    let (var, comp) = find_component(&cell_vars(snap.fields), name).ok_or_else(|| {
+    let (var, comp) = find_component(&cell_vars(fields), name).ok_or_else(|| {
         invalid(
             "variable",
             name,
@@ -80,6 +81,20 @@ pub fn write_png<C: Communicator>(
             ))
         }
     };
+    Ok((var, comp, x3))
+}
+
+/// Writes the PNG slice `block` asks for, collectively.
+pub fn write_png<C: Communicator>(
+    comm: &C,
+    snap: &Snapshot,
+    block: &OutputBlock,
+    path: &Path,
+) -> Result<(), OutputError> {
+    let mesh = snap.mesh;
+    let cfg = mesh.config();
+    let ndim = mesh.ndim();
+    let (var, comp, x3) = slice_of(mesh, snap.fields, block)?;
     let [n1, n2, n3] = cfg.block_nx;
     let nvars = snap.fields.iter().count();
     let g = snap.nghost;

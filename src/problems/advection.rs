@@ -67,7 +67,7 @@ use starhalo_boundary::{
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_exec::{MemSpace, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
+use starhalo_mesh::{BoundaryCondition, Mesh};
 use starhalo_sf::device::GpuMpi;
 use std::cell::{Cell, RefCell};
 use std::io::Write as _;
@@ -242,7 +242,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             deck.mark_read(&b.name, &keys);
         }
     }
-    let config = MeshConfig::from_map(&map).map_err(|e| bad_input!("{e}"))?;
+    let config = deck.mesh_config()?;
     if config.nghost < 2 {
         return Err(deck
             .invalid(
@@ -440,6 +440,13 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             (mesh, data, None)
         }
     };
+    for o in &outputs {
+        crate::output::check_block(o, &mesh, &fields).map_err(|e| {
+            let at = deck.blocks().iter().find(|b| b.name == o.block);
+            let at = at.map_or(String::new(), |b| format!(" at {}", b.origin));
+            bad_input!("block {}{at}: {e}", o.block)
+        })?;
+    }
     Ok(Box::new(Advection {
         mesh,
         fields,
