@@ -559,3 +559,33 @@ fn bad_advection_input_is_found_before_the_first_step() {
         "bad input wrote into the output directory"
     );
 }
+
+/// A write that fails (here the final name is taken by a directory, as a full disk would fail
+/// it) is a run-time error on every rank and leaves no partial `.tmp` file behind.
+#[test]
+fn a_failed_output_write_leaves_no_partial_file() {
+    let dir = scratch("failedwrite");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let taken = dir.join("advection.out0.00000.phdf");
+    std::fs::create_dir_all(taken.join("occupied")).unwrap();
+    let o = run(
+        2,
+        &[
+            &deck,
+            "-d",
+            dir.to_str().unwrap(),
+            "parthenon/time/nlim=1",
+            "parthenon/output1/dt=-1",
+            "parthenon/output2/dt=-1",
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("advection.out0.00000.phdf"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "partial files left: {left:?}");
+}

@@ -72,15 +72,23 @@ pub fn write_file(
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let h = |e: hdf5::Error| OutputError::hdf5(path, e);
-    {
-        let file = hdf5::File::create(&tmp).map_err(|e| OutputError::hdf5(&tmp, e))?;
-        write_contents(&file, snap, g, vars, ext, single).map_err(h)?;
-        file.close().map_err(h)?;
+    let written = hdf5::File::create(&tmp)
+        .map_err(|e| OutputError::hdf5(&tmp, e))
+        .and_then(|file| {
+            write_contents(&file, snap, g, vars, ext, single).map_err(h)?;
+            file.close().map_err(h)
+        })
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).map_err(|source| OutputError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        });
+    if written.is_err() {
+        // A full disk or a failed rename must not leave the partial file behind.
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path).map_err(|source| OutputError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    written
 }
 
 /// Parthenon's root level: the tree levels above the root grid (`2^RootLevel` covers the
