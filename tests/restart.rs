@@ -338,6 +338,17 @@ fn bad_restarts(base: &Path, deck: &str) {
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated copy");
     expect_bad(deck, &dir, &truncated, &[], "not a usable restart file");
 
+    // One bit flipped inside the stored values of a variable: the chunk's checksum catches it.
+    let flipped = base.join("flipped.rhdf");
+    let mut bytes = std::fs::read(&rst).expect("restart file");
+    let chunk = hdf5::File::open(&rst)
+        .and_then(|f| f.dataset("advected"))
+        .map(|ds| ds.chunk_info(0).expect("advected is chunked"))
+        .expect("chunk of advected");
+    bytes[(chunk.addr + chunk.size / 2) as usize] ^= 0x10;
+    std::fs::write(&flipped, &bytes).expect("flipped copy");
+    expect_bad(deck, &dir, &flipped, &[], "not a usable restart file");
+
     // The same file, as if another problem had written it.
     let other = base.join("other.rhdf");
     std::fs::copy(&rst, &other).expect("copy");

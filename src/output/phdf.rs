@@ -258,14 +258,30 @@ fn write_contents(
     Ok(())
 }
 
-/// A dataset of `shape` holding `data` in row-major order.
+/// Bytes per chunk the datasets aim at: large enough that the chunk index stays small, small
+/// enough that a rank reading its own blocks of a restart reads little beyond them.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// A dataset of `shape` holding `data` in row-major order, stored in chunks of whole rows of
+/// its first index (blocks, for the variables) with HDF5's Fletcher-32 checksum, so a reader
+/// (HDF5 itself, for every tool) rejects corrupted values instead of returning them.
 pub fn dataset<T: H5Type>(
     at: &hdf5::Group,
     name: &str,
     shape: &[usize],
     data: &[T],
 ) -> hdf5::Result<hdf5::Dataset> {
-    let ds = at.new_dataset::<T>().shape(shape.to_vec()).create(name)?;
+    let builder = at.new_dataset::<T>().shape(shape.to_vec());
+    let ds = match shape.split_first() {
+        // Chunks need a positive extent in every dimension.
+        Some((&rows, rest)) if rows > 0 && rest.iter().all(|&n| n > 0) => {
+            let row_bytes = rest.iter().product::<usize>() * size_of::<T>();
+            let mut chunk = shape.to_vec();
+            chunk[0] = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, rows);
+            builder.chunk(chunk).fletcher32().create(name)?
+        }
+        _ => builder.create(name)?,
+    };
     ds.write_raw(data)?;
     Ok(ds)
 }
