@@ -13,14 +13,23 @@ use std::path::Path;
 
 /// A unit type the command line can name: read from JSON numbers, written back as JSON.
 trait CliUnit: Unit + Serialize + Default {
-    /// The value of a JSON number; integers wrap like a C cast, non-integers are refused.
+    /// The value of a JSON number from a data file, if the unit can hold it exactly in range
+    /// (integers must be whole numbers the type holds; an f32 must not overflow).
     fn from_json(v: f64) -> Option<Self>;
+    /// A generated default value; integers wrap like a C cast (-101 is 155 as u8).
+    fn wrapping(v: f64) -> Self;
 }
 
 macro_rules! cli_int {
     ($($t:ty),*) => {$(impl CliUnit for $t {
         fn from_json(v: f64) -> Option<Self> {
-            (v.is_finite() && v.fract() == 0.0).then(|| v as i64 as $t)
+            // `as i128` saturates, so a huge value fails the conversion instead of wrapping.
+            (v.is_finite() && v.fract() == 0.0)
+                .then(|| <$t>::try_from(v as i128).ok())
+                .flatten()
+        }
+        fn wrapping(v: f64) -> Self {
+            v as i64 as $t
         }
     })*};
 }
@@ -29,10 +38,16 @@ impl CliUnit for f64 {
     fn from_json(v: f64) -> Option<Self> {
         Some(v)
     }
+    fn wrapping(v: f64) -> Self {
+        v
+    }
 }
 impl CliUnit for f32 {
     fn from_json(v: f64) -> Option<Self> {
-        Some(v as f32)
+        Some(v as f32).filter(|x| x.is_finite())
+    }
+    fn wrapping(v: f64) -> Self {
+        v as f32
     }
 }
 
@@ -114,44 +129,38 @@ fn data<U: CliUnit>(
     sign: f64,
     what: &str,
 ) -> Result<Vec<U>> {
-    let values: Vec<f64> = match file {
-        None => {
-            // The graph sets `len`: a huge one is a clear error, not an allocation abort.
-            let mut v = Vec::new();
-            v.try_reserve_exact(len).map_err(|_| {
-                anyhow::anyhow!(
-                    "the graph's {len} {what} values on rank {rank} do not fit in memory"
-                )
-            })?;
-            v.extend((0..len).map(|i| sign * (100 * (rank + 1) + i) as f64));
-            v
-        }
-        Some(path) => {
-            let mut all = read_data(path)?;
-            if rank >= all.len() {
-                return Err(bad_input!(
-                    "{}: has no {what} for rank {rank}",
-                    path.display()
-                ));
-            }
-            let v = all.swap_remove(rank);
-            if v.len() != len {
-                return Err(bad_input!(
-                    "{}: rank {rank} has {} {what} values but the graph needs {len}",
-                    path.display(),
-                    v.len()
-                ));
-            }
-            v
-        }
+    let Some(path) = file else {
+        // The graph sets `len`: a huge one is a clear error, not an allocation abort.
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            anyhow::anyhow!("the graph's {len} {what} values on rank {rank} do not fit in memory")
+        })?;
+        v.extend((0..len).map(|i| U::wrapping(sign * (100 * (rank + 1) + i) as f64)));
+        return Ok(v);
     };
+    let mut all = read_data(path)?;
+    if rank >= all.len() {
+        return Err(bad_input!(
+            "{}: has no {what} for rank {rank}",
+            path.display()
+        ));
+    }
+    let values = all.swap_remove(rank);
+    if values.len() != len {
+        return Err(bad_input!(
+            "{}: rank {rank} has {} {what} values but the graph needs {len}",
+            path.display(),
+            values.len()
+        ));
+    }
     values
         .iter()
         .enumerate()
         .map(|(i, &v)| {
             U::from_json(v).ok_or_else(|| {
                 bad_input!(
-                    "{what} value {v} (rank {rank}, index {i}) is not a valid {}",
+                    "{}: {what} value {v} (rank {rank}, index {i}) does not fit {}",
+                    path.display(),
                     std::any::type_name::<U>()
                 )
             })

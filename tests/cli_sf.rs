@@ -122,6 +122,33 @@ fn data_files_replace_the_defaults() {
     // Default leaves are negative; as u8 they wrap like a C cast (-101 -> 155).
     assert_eq!(field(&o, 0, "leafdata"), [3.0, 155.0, 2.0]);
     assert_eq!(field(&o, 1, "leafdata"), [1.0, 6.0, 54.0, 3.0]);
+
+    // Values given in a file must fit the unit: 300 is no u8, 2.5 no integer, 1e39 no f32.
+    for (unit, bad, shown) in [
+        ("u8", "300", "300"),
+        ("i32", "2.5", "2.5"),
+        ("f32", "1e39", "1000000000000000000000000000000000000000"),
+    ] {
+        std::fs::write(&root, format!(r#"{{"ranks":[[1,2],[3],[4,{bad},6]]}}"#)).unwrap();
+        let (out, _) = sf_run(
+            &dir,
+            3,
+            GRAPH,
+            &[
+                "--op",
+                "bcast:replace",
+                "--unit",
+                unit,
+                "--root-data",
+                root.to_str().unwrap(),
+            ],
+        );
+        assert_bad_input(
+            &format!("{bad} as {unit}"),
+            &out,
+            &format!("root value {shown} (rank 2, index 1) does not fit {unit}"),
+        );
+    }
 }
 
 fn assert_bad_input(what: &str, out: &std::process::Output, needle: &str) {
