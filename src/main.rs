@@ -17,6 +17,7 @@ mod run;
 mod sf_cmd;
 
 use clap::Parser;
+use mpi::topology::Communicator;
 use std::process::ExitCode;
 
 #[global_allocator]
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     };
     let world = universe.world();
+    run::init_logging(world.rank() == 0);
     let result = match args.command {
         cli::Command::Run(a) => run::main(&world, &a),
         cli::Command::Sf(cli::SfCommand::Run(a)) => sf_cmd::run(&world, &a),

@@ -176,6 +176,11 @@ fn bad_keys_exit_2_on_every_rank() {
         "exchange/nvars=0",
         "exchange/bogus=1",
         "exchange/ordering=sideways",
+        // The mesh blocks the bench reads are checked as strictly as its own.
+        "parthenon/mesh/nghosts=3",
+        "parthenon/meshblock/nx4=8",
+        "parthenon/mesh/refinment=static",
+        "parthenon/exec/spaces=cuda",
     ] {
         let out = bench(2, &["--cycles", "1", bad]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");

@@ -121,6 +121,44 @@ pub const MAX_ROOT_BLOCKS: u64 = 1 << 24;
 /// one block may have.
 pub const MAX_BLOCK_CELLS: u64 = 1 << 40;
 
+/// The keys [`MeshConfig::from_map`] reads from input block `block` (`parthenon/mesh`,
+/// `parthenon/meshblock`, `parthenon/static_refinementN`; none from any other block), so
+/// that a driver can report the other keys of those blocks as unknown.
+pub fn keys_read(block: &str) -> &'static [&'static str] {
+    const MESH: &[&str] = &[
+        "nx1",
+        "nx2",
+        "nx3",
+        "x1min",
+        "x1max",
+        "x2min",
+        "x2max",
+        "x3min",
+        "x3max",
+        "ix1_bc",
+        "ox1_bc",
+        "ix2_bc",
+        "ox2_bc",
+        "ix3_bc",
+        "ox3_bc",
+        "nghost",
+        "refinement",
+        "numlevel",
+        "derefine_count",
+        "pack_size",
+        "multigrid",
+    ];
+    const REGION: &[&str] = &[
+        "level", "x1min", "x1max", "x2min", "x2max", "x3min", "x3max",
+    ];
+    match block {
+        "parthenon/mesh" => MESH,
+        "parthenon/meshblock" => &["nx1", "nx2", "nx3"],
+        b if b.starts_with("parthenon/static_refinement") => REGION,
+        _ => &[],
+    }
+}
+
 fn mesh_key(k: &str) -> String {
     format!("parthenon/mesh/{k}")
 }

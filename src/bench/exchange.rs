@@ -210,8 +210,12 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
         .get_str_or("parthenon/exec", "space", "host")?
         .parse()
         .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
-    deck.check_unread(|b| b == BLOCK, "bench exchange")?;
     let config = deck.mesh_config()?;
+    let used = |b: &str| {
+        b == BLOCK || b == "parthenon/exec" || !starhalo_mesh::config::keys_read(b).is_empty()
+    };
+    deck.check_unread(used, "bench exchange")?;
+    deck.warn_unused_blocks(used, "bench exchange");
     let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("deck {file}: {e}"))?;
     let mut fields = Fields::default();
     for v in 0..nvars {

@@ -195,7 +195,6 @@ impl Deck {
     /// Marks keys as read by a reader that takes the deck another way (for instance
     /// [`Deck::flat_map`] handed to `MeshConfig::from_map`), so [`Deck::check_unread`]
     /// accepts them.
-    #[allow(dead_code)] // for readers that take a flat map (the mesh configuration)
     pub fn mark_read(&self, block: &str, keys: &[&str]) {
         if let Some(b) = self.block(block) {
             for e in b.entries.iter().filter(|e| keys.contains(&e.key.as_str())) {
@@ -206,8 +205,11 @@ impl Deck {
 
     /// The mesh configuration (`parthenon/mesh`, `parthenon/meshblock`,
     /// `parthenon/static_refinementN`), read by `MeshConfig::from_map`; a key it rejects is
-    /// reported at its file and line like the getters' errors. Marks nothing as read.
+    /// reported at its file and line like the getters' errors. Marks the keys it reads.
     pub fn mesh_config(&self) -> anyhow::Result<MeshConfig> {
+        for b in &self.blocks {
+            self.mark_read(&b.name, starhalo_mesh::config::keys_read(&b.name));
+        }
         MeshConfig::from_map(&self.flat_map()).map_err(|e| match e {
             MeshError::Invalid { key, value, reason } => {
                 let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
@@ -271,6 +273,14 @@ impl Deck {
             path: format!("{block}/{key}"),
             origin: self.origin(block, key).cloned(),
             msg: msg.into(),
+        }
+    }
+
+    /// Warns about each block that `used` does not select: decks may carry blocks for other
+    /// problems, as in Parthenon, but a misspelt block name shows here.
+    pub fn warn_unused_blocks(&self, used: impl Fn(&str) -> bool, reader: &str) {
+        for b in self.blocks.iter().filter(|b| !used(&b.name)) {
+            tracing::warn!("block {} (at {}) is not used by {reader}", b.name, b.origin);
         }
     }
 

@@ -88,31 +88,6 @@ pub const INFO: ProblemInfo = ProblemInfo {
     setup,
 };
 
-/// Keys `MeshConfig::from_map` reads from `parthenon/mesh`.
-const MESH_KEYS: &[&str] = &[
-    "nx1",
-    "nx2",
-    "nx3",
-    "x1min",
-    "x1max",
-    "x2min",
-    "x2max",
-    "x3min",
-    "x3max",
-    "ix1_bc",
-    "ox1_bc",
-    "ix2_bc",
-    "ox2_bc",
-    "ix3_bc",
-    "ox3_bc",
-    "nghost",
-    "refinement",
-    "numlevel",
-    "derefine_count",
-    "pack_size",
-    "multigrid",
-];
-
 /// Keys `OutputBlock::from_map` reads from `parthenon/outputN`.
 const OUTPUT_KEYS: &[&str] = &[
     "file_type",
@@ -232,16 +207,7 @@ fn field_name(n: usize) -> String {
 }
 
 fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
-    // The mesh: read through the flat form, its keys marked read.
     let map = deck.flat_map();
-    deck.mark_read(MESH, MESH_KEYS);
-    deck.mark_read("parthenon/meshblock", &["nx1", "nx2", "nx3"]);
-    for b in deck.blocks() {
-        if b.name.starts_with("parthenon/static_refinement") {
-            let keys: Vec<&str> = b.entries.iter().map(|e| e.key.as_str()).collect();
-            deck.mark_read(&b.name, &keys);
-        }
-    }
     let config = deck.mesh_config()?;
     if config.nghost < 2 {
         return Err(deck

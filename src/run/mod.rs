@@ -21,6 +21,7 @@ use crate::problems::{self, Problem};
 use anyhow::{Context as _, Result};
 use collective::{agree, broadcast_bytes};
 use mpi::topology::{Communicator, SimpleCommunicator};
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 /// The driver's own block for job settings.
@@ -31,7 +32,6 @@ const TIME: &str = "parthenon/time";
 /// Runs `starhalo run` on every rank.
 pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     let start = Instant::now();
-    init_logging(world.rank() == 0);
 
     let limit = agree(
         world,
@@ -71,8 +71,9 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Logs go to standard error; rank 0 reports progress and warnings, the others only errors.
-fn init_logging(speaker: bool) {
+/// Logs go to standard error, coloured only on a terminal; rank 0 reports progress and
+/// warnings, the others only errors.
+pub fn init_logging(speaker: bool) {
     let level = if speaker {
         tracing::Level::INFO
     } else {
@@ -82,6 +83,7 @@ fn init_logging(speaker: bool) {
         .with_writer(std::io::stderr)
         .with_max_level(level)
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .try_init();
 }
@@ -160,16 +162,10 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
         |b| b.starts_with("parthenon/") || b == info.block,
         &format!("the driver or problem {}", info.name),
     )?;
-    for b in deck.blocks() {
-        if !b.name.starts_with("parthenon/") && b.name != info.block && ctx.is_root() {
-            tracing::warn!(
-                "block {} (at {}) is not used by problem {}",
-                b.name,
-                b.origin,
-                info.name
-            );
-        }
-    }
+    deck.warn_unused_blocks(
+        |b| b.starts_with("parthenon/") || b == info.block,
+        &format!("problem {}", info.name),
+    );
     Ok((info.name, problem))
 }
 
