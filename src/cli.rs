@@ -43,7 +43,8 @@ pub struct RunArgs {
     /// Restart from this file (only for problems that support restarts).
     #[arg(short = 'r', long = "restart", value_name = "FILE")]
     pub restart: Option<PathBuf>,
-    /// Print the resolved deck (overrides applied) as YAML and run nothing.
+    /// Check the deck as a run would (every key, the mesh, the outputs), print it resolved
+    /// (overrides applied) as YAML, and run nothing.
     #[arg(short = 'n', long = "dry-run")]
     pub dry_run: bool,
     /// Wall-time limit HH:MM:SS: stop cleanly, with final output, once it is reached.

@@ -296,6 +296,33 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
         stdout(&o2).lines().skip(1).collect::<Vec<_>>(),
         s.lines().skip(1).collect::<Vec<_>>()
     );
+    // A dry run checks the deck as the run would: an unknown key or an impossible split is
+    // bad input, and nothing is printed or written.
+    for (bad, needle) in [
+        (
+            "heat2d/nxx=7",
+            "unknown key (not read by the driver or problem heat2d): heat2d/nxx",
+        ),
+        ("heat2d/ny=1", "rows cannot be split over 2 ranks"),
+    ] {
+        let out = dir.join("never");
+        let o = run(2, &[&deck, "-n", bad, "-d", out.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "-n {bad}
+{}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains(needle),
+            "-n {bad}
+{}",
+            stderr(&o)
+        );
+        assert!(stdout(&o).is_empty(), "-n {bad} printed a deck");
+        assert!(!out.exists(), "-n {bad} made the output directory");
+    }
 }
 
 /// Runs on 3 ranks, each through a shell that records its own exit code, and checks that

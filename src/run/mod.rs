@@ -44,12 +44,6 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     // Rank 0 checked that the file is UTF-8; the bytes arrive unchanged.
     let text = String::from_utf8_lossy(&broadcast_bytes(world, text.into_bytes())).into_owned();
     let deck = agree(world, parse(&text, a))?;
-    if a.dry_run {
-        if world.rank() == 0 {
-            print!("{}", deck.to_yaml());
-        }
-        return Ok(());
-    }
 
     let mut ctx = RunContext {
         world,
@@ -61,6 +55,13 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
         restart: a.restart.clone(),
     };
     let (name, mut problem) = agree(world, set_up(&deck, &mut ctx))?;
+    if a.dry_run {
+        // The deck has been checked as a run would check it; nothing runs or is written.
+        if world.rank() == 0 {
+            print!("{}", deck.to_yaml());
+        }
+        return Ok(());
+    }
     agree(world, make_out_dir(world, &ctx))?;
 
     let t0 = Instant::now();
