@@ -1,5 +1,6 @@
 //! The one place where the star forest calls MPI through `mpi::ffi`: persistent requests and the
-//! non-blocking calls of the scalable discovery, which rsmpi has no safe API for.
+//! non-blocking calls of the scalable discovery, which rsmpi has no safe API for. Counts go
+//! through MPI-4's large-count variants (MPICH 4 has them), so no message size is too large.
 //!
 //! Every function here takes plain Rust values; the pointer rules are kept by the callers'
 //! types (a [`Persistent`] request is only ever bound to memory that outlives its activity,
@@ -88,12 +89,12 @@ impl Persistent {
             return;
         }
         self.free_one(i);
-        let count = c_int::try_from(bytes).expect("message larger than 2 GiB");
+        let count = count(bytes);
         // SAFETY: the caller guarantees the buffer's validity while the request is active; the
         // request handle is written by MPI into our own vector slot.
         let code = unsafe {
             if self.send {
-                ffi::MPI_Send_init(
+                ffi::MPI_Send_init_c(
                     addr.cast(),
                     count,
                     byte_type(),
@@ -103,7 +104,7 @@ impl Persistent {
                     &mut self.reqs[i],
                 )
             } else {
-                ffi::MPI_Recv_init(
+                ffi::MPI_Recv_init_c(
                     addr.cast_mut().cast(),
                     count,
                     byte_type(),
@@ -114,7 +115,7 @@ impl Persistent {
                 )
             }
         };
-        check(code, "MPI_Send_init/MPI_Recv_init");
+        check(code, "MPI_Send_init_c/MPI_Recv_init_c");
         self.bound[i] = Some(want);
     }
 
@@ -193,11 +194,11 @@ impl SyncSend {
     ) -> Self {
         let mut req = null_request();
         let bytes = std::mem::size_of_val(data);
-        let count = c_int::try_from(bytes).expect("discovery message larger than 2 GiB");
+        let count = count(bytes);
         let isend = if sync {
-            ffi::MPI_Issend
+            ffi::MPI_Issend_c
         } else {
-            ffi::MPI_Isend
+            ffi::MPI_Isend_c
         };
         // SAFETY: the caller keeps `data` alive until completion; `req` is our own slot.
         let code = unsafe {
@@ -211,7 +212,7 @@ impl SyncSend {
                 &mut req,
             )
         };
-        check(code, "MPI_Issend/MPI_Isend");
+        check(code, "MPI_Issend_c/MPI_Isend_c");
         Self { req }
     }
 
@@ -255,10 +256,10 @@ pub(crate) fn probe(comm: RawComm, src: Option<i32>, tag: i32, block: bool) -> O
     }
     // SAFETY: MPI filled the status because a message was found.
     let status = unsafe { status.assume_init() };
-    let mut count: c_int = 0;
+    let mut count: ffi::MPI_Count = 0;
     // SAFETY: `status` is a valid status from the probe above.
-    let code = unsafe { ffi::MPI_Get_count(&status, byte_type(), &mut count) };
-    check(code, "MPI_Get_count");
+    let code = unsafe { ffi::MPI_Get_count_c(&status, byte_type(), &mut count) };
+    check(code, "MPI_Get_count_c");
     Some(Probed {
         source: status.MPI_SOURCE,
         bytes: count as usize,
@@ -268,10 +269,10 @@ pub(crate) fn probe(comm: RawComm, src: Option<i32>, tag: i32, block: bool) -> O
 /// Receives the probed message into a new vector.
 pub(crate) fn recv_u64s(comm: RawComm, msg: &Probed, tag: i32) -> Vec<u64> {
     let mut data = vec![0u64; msg.bytes / std::mem::size_of::<u64>()];
-    let count = std::mem::size_of_val(&data[..]) as c_int;
+    let count = count(std::mem::size_of_val(&data[..]));
     // SAFETY: `data` has exactly the probed size; MPI writes into it before returning.
     let code = unsafe {
-        ffi::MPI_Recv(
+        ffi::MPI_Recv_c(
             data.as_mut_ptr().cast(),
             count,
             byte_type(),
@@ -281,7 +282,7 @@ pub(crate) fn recv_u64s(comm: RawComm, msg: &Probed, tag: i32) -> Vec<u64> {
             ffi::RSMPI_STATUS_IGNORE,
         )
     };
-    check(code, "MPI_Recv");
+    check(code, "MPI_Recv_c");
     data
 }
 
@@ -337,7 +338,7 @@ impl Requests {
         let mut req = null_request();
         // SAFETY: the caller keeps the bytes alive until completion; `req` is our own slot.
         let code = unsafe {
-            ffi::MPI_Isend(
+            ffi::MPI_Isend_c(
                 addr.cast(),
                 count(bytes),
                 byte_type(),
@@ -347,7 +348,7 @@ impl Requests {
                 &mut req,
             )
         };
-        check(code, "MPI_Isend");
+        check(code, "MPI_Isend_c");
         self.reqs.push(req);
         self.recv.push(false);
     }
@@ -366,7 +367,7 @@ impl Requests {
         let mut req = null_request();
         // SAFETY: the caller keeps the bytes alive and unaliased until completion.
         let code = unsafe {
-            ffi::MPI_Irecv(
+            ffi::MPI_Irecv_c(
                 addr.cast(),
                 count(bytes),
                 byte_type(),
@@ -376,7 +377,7 @@ impl Requests {
                 &mut req,
             )
         };
-        check(code, "MPI_Irecv");
+        check(code, "MPI_Irecv_c");
         self.reqs.push(req);
         self.recv.push(true);
     }
@@ -422,9 +423,11 @@ impl Requests {
     }
 }
 
-/// A message's length in bytes as MPI counts it.
-fn count(bytes: usize) -> c_int {
-    c_int::try_from(bytes).expect("message larger than 2 GiB")
+/// A message's length in bytes as MPI-4's large-count calls (`MPI_Isend_c`, ...) take it, so
+/// messages of 2 GiB and more need no special path. Lossless: no buffer exceeds `isize::MAX`
+/// bytes.
+fn count(bytes: usize) -> ffi::MPI_Count {
+    bytes as ffi::MPI_Count
 }
 
 /// The communicator's `MPI_TAG_UB` attribute.
