@@ -190,8 +190,7 @@ fn read_on_root(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<Str
 }
 
 fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
-    let file = a.deck.display().to_string();
-    let mut deck = Deck::from_str_auto(text, &file)?;
+    let mut deck = Deck::from_str_auto(text, &a.deck.display().to_string())?;
     for o in &a.overrides {
         deck.apply_override(o)?;
     }
@@ -216,7 +215,7 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
     };
     deck.check_unread(used, "bench exchange")?;
     deck.warn_unused_blocks(used, "bench exchange");
-    let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("deck {file}: {e}"))?;
+    let mesh = Mesh::new(config, nranks).map_err(|e| deck.mesh_error(e))?;
     let mut fields = Fields::default();
     for v in 0..nvars {
         let mut m = Metadata::new(Centering::Cell).fill_ghost();

@@ -210,7 +210,13 @@ impl Deck {
         for b in &self.blocks {
             self.mark_read(&b.name, starhalo_mesh::config::keys_read(&b.name));
         }
-        MeshConfig::from_map(&self.flat_map()).map_err(|e| match e {
+        MeshConfig::from_map(&self.flat_map()).map_err(|e| self.mesh_error(e))
+    }
+
+    /// A mesh error as bad input: one that names a key is reported at the key's file and line
+    /// (or as missing from its block), any other names the deck.
+    pub fn mesh_error(&self, e: MeshError) -> anyhow::Error {
+        match e {
             MeshError::Invalid { key, value, reason } => {
                 let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
                 DeckError::Invalid {
@@ -225,7 +231,7 @@ impl Deck {
                 self.missing(block, k).into()
             }
             other => crate::exit::bad_input!("{}: {other}", self.file),
-        })
+        }
     }
 
     /// Every key as `block/key -> text` (lists comma-separated), the form

@@ -401,7 +401,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             (m, d, Some(r))
         }
         None => {
-            let mesh = Mesh::new(config, nranks).map_err(|e| bad_input!("{e}"))?;
+            let mesh = Mesh::new(config, nranks).map_err(|e| deck.mesh_error(e))?;
             let data = BlockData::new(&mesh, &fields, rank).map_err(|e| bad_input!("{e}"))?;
             (mesh, data, None)
         }
