@@ -147,7 +147,7 @@ pub struct PingpongArgs {
     pub device: bool,
     /// How the device arrays cross MPI with --device: staged (host copies, any MPI), aware
     /// (device pointers to an MPI with CUDA support; exit 1 if this MPI has none) or auto.
-    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<GpuMpi>())]
+    #[arg(long, default_value = "auto", requires = "device", value_parser = |s: &str| s.parse::<GpuMpi>())]
     pub gpu_mpi: GpuMpi,
     /// Print JSON instead of a table.
     #[arg(long)]

@@ -25,8 +25,8 @@ pub fn say_error(world: &SimpleCommunicator, what: std::fmt::Arguments<'_>) {
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
-/// Prints the error (rank 0 always, other ranks only when the error is their own) and maps it
-/// to the exit code.
+/// Prints the error (unless it only says that another rank failed, which that rank reports)
+/// and maps it to the exit code.
 pub fn report(world: &SimpleCommunicator, result: anyhow::Result<()>) -> ExitCode {
     let Err(err) = result else {
         return ExitCode::SUCCESS;
@@ -34,7 +34,7 @@ pub fn report(world: &SimpleCommunicator, result: anyhow::Result<()>) -> ExitCod
     let peer_only = err
         .chain()
         .any(|e| matches!(e.downcast_ref(), Some(starhalo_sf::SfError::PeerInvalid(_))));
-    if world.rank() == 0 || !peer_only {
+    if !peer_only {
         say_error(world, format_args!("{err:#}"));
     }
     let bad = err

@@ -24,12 +24,23 @@ use std::process::ExitCode;
 static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = cli::Cli::try_parse();
     let Some(universe) = mpi::initialize() else {
         eprintln!("error: MPI was already initialised");
         return ExitCode::from(1);
     };
     let world = universe.world();
+    // Every rank parses the same command line: rank 0 alone prints the verdict (an error, or
+    // the help text), and every rank exits with its code (2 for a bad option).
+    let args = match args {
+        Ok(args) => args,
+        Err(e) => {
+            if world.rank() == 0 {
+                let _ = e.print();
+            }
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
     run::init_logging(world.rank() == 0);
     let result = match args.command {
         cli::Command::Run(a) => run::main(&world, &a),

@@ -4,6 +4,7 @@ use crate::cli::{SfRunArgs, SfSetup, SfViewArgs};
 use crate::comm::gather_bytes;
 use crate::exit::bad_input;
 use crate::graph_file::{read_data, read_graph};
+use crate::run::collective::agree;
 use anyhow::{Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::Serialize;
@@ -75,9 +76,18 @@ fn parse_action(s: &str) -> Result<Action> {
     }
 }
 
-/// Reads the graph and sets up the forest: every rank reads the same file, so every rank
-/// reaches the same verdict on it.
+/// Reads the graph and sets up the forest. Every rank reads the same file and options, so
+/// every rank reaches the same verdict on them; agreed, so that one rank reports it. An
+/// invalid graph is found by the forest's set-up, which reports from the rank that sees it.
 fn setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, StarForest)> {
+    let (graph, opts) = agree(world, read_setup(world, s))?;
+    let sf = StarForest::new(world, &graph, opts)
+        .with_context(|| format!("invalid graph in {}", s.graph.display()))?;
+    Ok((graph, sf))
+}
+
+/// This rank's graph and the forest's options.
+fn read_setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, SfOptions)> {
     let opts = SfOptions {
         discovery: s
             .discovery
@@ -99,25 +109,28 @@ fn setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, StarForest)>
             graphs.len()
         ));
     }
-    let graph = graphs.swap_remove(world.rank() as usize);
-    let sf = StarForest::new(world, &graph, opts)
-        .with_context(|| format!("invalid graph in {}", s.graph.display()))?;
-    Ok((graph, sf))
+    Ok((graphs.swap_remove(world.rank() as usize), opts))
 }
 
 /// `sf run`: one operation, results gathered into a JSON file by rank 0.
 pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
-    let action = parse_action(&a.op)?;
+    let options = parse_action(&a.op).and_then(|action| {
+        match ["f64", "f32", "i64", "i32", "u8"].contains(&a.unit.as_str()) {
+            true => Ok(action),
+            false => Err(bad_input!(
+                "--unit `{}`: expected f64, f32, i64, i32 or u8",
+                a.unit
+            )),
+        }
+    });
+    let action = agree(world, options)?;
     let (_, sf) = setup(world, &a.setup)?;
     match a.unit.as_str() {
         "f64" => run_typed::<f64>(world, &sf, a, action),
         "f32" => run_typed::<f32>(world, &sf, a, action),
         "i64" => run_typed::<i64>(world, &sf, a, action),
         "i32" => run_typed::<i32>(world, &sf, a, action),
-        "u8" => run_typed::<u8>(world, &sf, a, action),
-        u => Err(bad_input!(
-            "--unit `{u}`: expected f64, f32, i64, i32 or u8"
-        )),
+        _ => run_typed::<u8>(world, &sf, a, action),
     }
 }
 
@@ -190,7 +203,7 @@ fn run_typed<U: CliUnit>(
             data::<U>(a.leaf_data.as_deref(), rank, sf.leaf_space(), -1.0, "leaf")?,
         ))
     });
-    let (mut root, mut leaf) = crate::run::collective::agree(world, loaded)?;
+    let (mut root, mut leaf) = agree(world, loaded)?;
     let mut leafupdate = None;
     let op_result = match action {
         Action::Bcast(op) => sf.bcast(&root, &mut leaf, op),
@@ -203,7 +216,10 @@ fn run_typed<U: CliUnit>(
         }
     };
     // Op validity is decided identically on every rank (same unit, same op), before any message.
-    op_result.map_err(|e| bad_input!("--op {} --unit {}: {e}", a.op, a.unit))?;
+    agree(
+        world,
+        op_result.map_err(|e| bad_input!("--op {} --unit {}: {e}", a.op, a.unit)),
+    )?;
     let mine = serde_json::to_vec(&RankResult {
         rootdata: root,
         leafdata: leaf,
@@ -216,7 +232,7 @@ fn run_typed<U: CliUnit>(
     } else {
         Ok(())
     };
-    crate::run::collective::agree(world, written)
+    agree(world, written)
 }
 
 /// Writes the ranks' JSON results as one document `{"ranks": [...]}`.

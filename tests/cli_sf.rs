@@ -159,6 +159,31 @@ fn assert_bad_input(what: &str, out: &std::process::Output, needle: &str) {
         "{what}: stderr lacks `{needle}`:\n{err}"
     );
     assert!(!err.contains("panicked"), "{what}: panicked\n{err}");
+    assert_eq!(
+        err.matches("error:").count(),
+        1,
+        "{what}: one rank speaks\n{err}"
+    );
+}
+
+#[test]
+fn option_errors_are_reported_once() {
+    let dir = scratch("options");
+    for (args, needle) in [
+        (
+            &["--op", "bcast:sum", "--bogus"][..],
+            "unexpected argument '--bogus'",
+        ),
+        (&["--op", "nope"][..], "--op `nope`"),
+        (&["--op", "bcast:sum", "--unit", "f16"][..], "--unit `f16`"),
+        (
+            &["--op", "bcast:sum", "--sf-type", "carrier-pigeon"][..],
+            "--sf-type",
+        ),
+    ] {
+        let (out, _) = sf_run(&dir, 3, GRAPH, args);
+        assert_bad_input(&format!("{args:?}"), &out, needle);
+    }
 }
 
 #[test]

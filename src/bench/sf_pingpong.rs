@@ -46,29 +46,8 @@ struct Report {
 const MAX_BYTES: usize = 1 << 30;
 
 pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
-    if world.size() != 2 {
-        return Err(bad_input!(
-            "bench sf-pingpong needs exactly 2 ranks (mpiexec -n 2), got {}",
-            world.size()
-        ));
-    }
-    if a.min_bytes == 0 || a.min_bytes > a.max_bytes {
-        return Err(bad_input!(
-            "--min-bytes must be at least 1 and at most --max-bytes"
-        ));
-    }
-    // MPI counts are 32-bit, and each rank holds a few arrays of the largest size.
-    if a.max_bytes > MAX_BYTES {
-        return Err(bad_input!(
-            "--max-bytes {} is above the largest message this benchmark sends, {MAX_BYTES} (1 GiB)",
-            a.max_bytes
-        ));
-    }
-    if a.device && !a.min_bytes.is_multiple_of(8) {
-        return Err(bad_input!(
-            "--device moves doubles: --min-bytes must be a multiple of 8"
-        ));
-    }
+    // The same verdict on every rank; agreed so that rank 0 alone reports it.
+    agree(world, check_args(a, world.size()))?;
     let dev = match a.device {
         true => {
             let dev =
@@ -300,4 +279,32 @@ fn sf_pingpong(sf: &StarForest, root: &mut [u8], leaf: &mut [u8], n: usize) -> R
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The options' own consistency, and the rank count.
+fn check_args(a: &PingpongArgs, nranks: i32) -> Result<()> {
+    if nranks != 2 {
+        return Err(bad_input!(
+            "bench sf-pingpong needs exactly 2 ranks (mpiexec -n 2), got {}",
+            nranks
+        ));
+    }
+    if a.min_bytes == 0 || a.min_bytes > a.max_bytes {
+        return Err(bad_input!(
+            "--min-bytes must be at least 1 and at most --max-bytes"
+        ));
+    }
+    // MPI counts are 32-bit, and each rank holds a few arrays of the largest size.
+    if a.max_bytes > MAX_BYTES {
+        return Err(bad_input!(
+            "--max-bytes {} is above the largest message this benchmark sends, {MAX_BYTES} (1 GiB)",
+            a.max_bytes
+        ));
+    }
+    if a.device && !a.min_bytes.is_multiple_of(8) {
+        return Err(bad_input!(
+            "--device moves doubles: --min-bytes must be a multiple of 8"
+        ));
+    }
+    Ok(())
 }
