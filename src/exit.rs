@@ -15,6 +15,15 @@ macro_rules! bad_input {
 }
 pub(crate) use bad_input;
 
+/// A failure to set up field storage: a mesh too large for memory is a run-time failure (exit
+/// 1, this machine cannot hold it), anything else the deck's fault (exit 2).
+pub fn storage_error(e: starhalo_boundary::BoundaryError) -> anyhow::Error {
+    match e {
+        starhalo_boundary::BoundaryError::OutOfMemory { .. } => e.into(),
+        e => bad_input!("{e}"),
+    }
+}
+
 /// Prints `error: {what}` on standard error, after `[rank N] ` in a job of several ranks, in
 /// one write so that it does not interleave with other ranks' lines.
 pub fn say_error(world: &SimpleCommunicator, what: std::fmt::Arguments<'_>) {

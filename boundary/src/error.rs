@@ -69,6 +69,14 @@ pub enum BoundaryError {
     /// A device (GPU) operation failed; the message says which and why.
     #[error("device: {0}")]
     Device(String),
+    /// Storage larger than this process can allocate.
+    #[error("{what}: {bytes} bytes do not fit in memory")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: String,
+        /// Its size.
+        bytes: u128,
+    },
 }
 
 impl BoundaryError {

@@ -94,7 +94,7 @@ impl BlockData {
         for v in &vars {
             slot_default[v.slots.clone()].fill(v.default);
         }
-        Ok(Self::zeroed(Self {
+        Self::zeroed(Self {
             data: Vec::new(),
             allocated: Vec::new(),
             gids,
@@ -103,12 +103,20 @@ impl BlockData {
             layout,
             vars,
             slot_default,
-        }))
+        })
     }
 
-    /// `s` with storage for its blocks: dense variables zero, sparse ones unallocated.
-    fn zeroed(mut s: Self) -> Self {
-        s.data = vec![0.0; s.gids.len() * s.layout.block_len()];
+    /// `s` with storage for its blocks: dense variables zero, sparse ones unallocated. Storage
+    /// too large for this process is an error, not an allocation abort.
+    fn zeroed(mut s: Self) -> Result<Self, BoundaryError> {
+        let len = s.gids.len() as u128 * s.layout.block_len() as u128;
+        let too_large = || BoundaryError::OutOfMemory {
+            what: format!("field storage of {} blocks", s.gids.len()),
+            bytes: len * 8,
+        };
+        let len = usize::try_from(len).map_err(|_| too_large())?;
+        s.data.try_reserve_exact(len).map_err(|_| too_large())?;
+        s.data.resize(len, 0.0);
         s.allocated = vec![true; s.gids.len() * s.vars.len()];
         for b in 0..s.gids.len() {
             for v in 0..s.vars.len() {
@@ -117,7 +125,7 @@ impl BlockData {
                 }
             }
         }
-        s
+        Ok(s)
     }
 
     /// Storage with the same variables for `rank`'s blocks of `mesh` (a remeshed mesh whose
@@ -138,7 +146,7 @@ impl BlockData {
                 "the remeshed mesh differs in having coarse buffers".into(),
             ));
         }
-        Ok(Self::zeroed(Self {
+        Self::zeroed(Self {
             data: Vec::new(),
             allocated: Vec::new(),
             gids: mesh.partition().blocks_of(rank).collect(),
@@ -147,7 +155,7 @@ impl BlockData {
             layout: self.layout,
             vars: self.vars.clone(),
             slot_default: self.slot_default.clone(),
-        }))
+        })
     }
 
     /// Global ids of the blocks, ascending; local block `b` is `gids()[b]`.

@@ -75,11 +75,11 @@ impl Graph {
                     need: self.iremote.len(),
                 });
             }
-            let mut seen = vec![false; self.leaf_space()];
-            for &i in l {
-                if std::mem::replace(&mut seen[i], true) {
-                    return Err(SfError::DuplicateLeaf(i));
-                }
+            // Sorted, not a bitmap of the leaf space: sparse leaf indices may be huge.
+            let mut sorted = l.clone();
+            sorted.sort_unstable();
+            if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                return Err(SfError::DuplicateLeaf(w[0]));
             }
         }
         for (i, r) in self.iremote.iter().enumerate() {

@@ -402,7 +402,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
         None => {
             let mesh = Mesh::new(config, nranks).map_err(|e| deck.mesh_error(e))?;
-            let data = BlockData::new(&mesh, &fields, rank).map_err(|e| bad_input!("{e}"))?;
+            let data = BlockData::new(&mesh, &fields, rank).map_err(crate::exit::storage_error)?;
             (mesh, data, None)
         }
     };

@@ -94,7 +94,7 @@ pub fn load(
     })?;
     let mesh = Mesh::restore(config, r.locations.clone(), nranks, &r.derefine_counts)
         .map_err(|e| bad_input!("-r {shown}: {e}"))?;
-    let mut data = BlockData::new(&mesh, fields, rank).map_err(|e| bad_input!("{e}"))?;
+    let mut data = BlockData::new(&mesh, fields, rank).map_err(crate::exit::storage_error)?;
     let (values, alloc) = r
         .block_data(fields, data.gids())
         .map_err(|e| bad_input!("-r: {e}"))?;
