@@ -206,13 +206,9 @@ fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
             "unknown memory space `gpu`",
         ),
         (
-            vec![
-                "parthenon/exec/space=cuda",
-                "parthenon/mesh/ix1_bc=user",
-                "parthenon/mesh/ox1_bc=user",
-            ],
-            "parthenon/exec/space",
-            "user boundaries",
+            vec!["parthenon/mesh/ix1_bc=user", "parthenon/mesh/ox1_bc=user"],
+            "parthenon/mesh/ix1_bc",
+            "advection defines no user boundary",
         ),
         (
             vec!["parthenon/exec/space=cuda", "parthenon/exec/gpu_mpi=eager"],

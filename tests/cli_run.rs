@@ -581,6 +581,22 @@ fn bad_advection_input_is_found_before_the_first_step() {
         ],
         "parthenon/meshblock/nx1 at the command line: `2`: must be even and at least 4",
     );
+    assert_bad_input_everywhere(
+        "user boundaries without a user boundary function",
+        &[
+            &deck,
+            "-d",
+            out,
+            "parthenon/mesh/ix2_bc=user",
+            "parthenon/mesh/ox2_bc=user",
+        ],
+        "parthenon/mesh/ix2_bc at the command line: advection defines no user boundary",
+    );
+    assert_bad_input_everywhere(
+        "an inverted x3 extent on a 2-D mesh",
+        &[&deck, "-d", out, "parthenon/mesh/x3min=2"],
+        "parthenon/mesh/x3max",
+    );
     assert!(
         !Path::new(out).exists(),
         "bad input wrote into the output directory"

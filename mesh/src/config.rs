@@ -311,6 +311,17 @@ impl MeshConfig {
             c.static_regions.push(r);
         }
         if !c.static_regions.is_empty() && c.refinement == RefinementKind::None {
+            // Static regions imply static refinement, unless the deck says otherwise.
+            if let Some(v) = map.get(&mesh_key("refinement")) {
+                return Err(MeshError::invalid(
+                    mesh_key("refinement"),
+                    v,
+                    format!(
+                        "contradicts parthenon/static_refinement{} (use static or adaptive)",
+                        c.static_regions[0].id
+                    ),
+                ));
+            }
             c.refinement = RefinementKind::Static;
         }
         c.validate()?;
@@ -394,6 +405,30 @@ impl MeshConfig {
                     format!("must divide parthenon/mesh/nx{dn} = {n}"),
                 ));
             }
+            // Inactive directions too: their extent is the cells' depth (volumes, fluxes).
+            for (name, x) in [("min", self.xmin[d]), ("max", self.xmax[d])] {
+                if !x.is_finite() {
+                    return Err(MeshError::invalid(
+                        mesh_key(&format!("x{dn}{name}")),
+                        x,
+                        "must be a finite number",
+                    ));
+                }
+            }
+            if !(self.xmax[d] - self.xmin[d]).is_finite() {
+                return Err(MeshError::invalid(
+                    mesh_key(&format!("x{dn}max")),
+                    self.xmax[d],
+                    format!("the extent from x{dn}min = {} is too large", self.xmin[d]),
+                ));
+            }
+            if self.xmin[d].partial_cmp(&self.xmax[d]) != Some(std::cmp::Ordering::Less) {
+                return Err(MeshError::invalid(
+                    mesh_key(&format!("x{dn}max")),
+                    self.xmax[d],
+                    format!("must exceed x{dn}min = {}", self.xmin[d]),
+                ));
+            }
             if d < ndim {
                 if b < self.nghost {
                     return Err(MeshError::invalid(
@@ -412,29 +447,6 @@ impl MeshConfig {
                         format!(
                             "must be even and at least {least} (2 × nghost) on a multilevel mesh"
                         ),
-                    ));
-                }
-                for (name, x) in [("min", self.xmin[d]), ("max", self.xmax[d])] {
-                    if !x.is_finite() {
-                        return Err(MeshError::invalid(
-                            mesh_key(&format!("x{dn}{name}")),
-                            x,
-                            "must be a finite number",
-                        ));
-                    }
-                }
-                if !(self.xmax[d] - self.xmin[d]).is_finite() {
-                    return Err(MeshError::invalid(
-                        mesh_key(&format!("x{dn}max")),
-                        self.xmax[d],
-                        format!("the extent from x{dn}min = {} is too large", self.xmin[d]),
-                    ));
-                }
-                if self.xmin[d].partial_cmp(&self.xmax[d]) != Some(std::cmp::Ordering::Less) {
-                    return Err(MeshError::invalid(
-                        mesh_key(&format!("x{dn}max")),
-                        self.xmax[d],
-                        format!("must exceed x{dn}min = {}", self.xmin[d]),
                     ));
                 }
                 let [inner, outer] = self.bc[d];

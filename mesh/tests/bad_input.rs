@@ -52,6 +52,17 @@ fn degenerate_decks_are_errors_naming_the_key() {
         "parthenon/mesh/refinement",
     );
     rejected(&[("mesh/multigrid", "maybe")], "parthenon/mesh/multigrid");
+    // The extent of an inactive direction is still the cells' depth.
+    rejected(&[("mesh/x3min", "2")], "parthenon/mesh/x3max");
+    // Static regions with refinement explicitly off.
+    rejected(
+        &[
+            ("mesh/refinement", "none"),
+            ("mesh/numlevel", "2"),
+            ("static_refinement0/level", "1"),
+        ],
+        "parthenon/mesh/refinement",
+    );
     // Blocks too small for the coarse buffers of a multilevel mesh (n/2 < nghost).
     rejected(
         &[
