@@ -538,16 +538,21 @@ fn bad_advection_input_is_found_before_the_first_step() {
     let line = |needle: &str| 1 + text.lines().position(|l| l.contains(needle)).unwrap();
     assert_bad_input_everywhere(
         "unknown output variable",
-        &[&deck, "-d", out, "parthenon/output0/variables=advected,nosuch"],
-        &format!(
-            "block parthenon/output0 at {deck}:{}: parthenon/output0/variables: `nosuch`: no such variable",
-            line("parthenon/output0:")
-        ),
+        &[
+            &deck,
+            "-d",
+            out,
+            "parthenon/output0/variables=advected,nosuch",
+        ],
+        "parthenon/output0/variables at the command line: `nosuch`: no such variable",
     );
     assert_bad_input_everywhere(
         "fewer fields than the outputs name",
         &[&deck, "-d", out, "advection/num_vars=1"],
-        "parthenon/output0/variables: `advected_1`: no such variable",
+        &format!(
+            "parthenon/output0/variables at {deck}:{}: `advected_1`: no such variable",
+            line("variables: [advected, advected_1]")
+        ),
     );
     assert_bad_input_everywhere(
         "png on a 1-D mesh",
@@ -558,7 +563,10 @@ fn bad_advection_input_is_found_before_the_first_step() {
             "parthenon/mesh/nx2=1",
             "parthenon/meshblock/nx2=1",
         ],
-        "parthenon/output2/file_type: `png`: a png slice needs a 2-D or 3-D mesh",
+        &format!(
+            "parthenon/output2/file_type at {deck}:{}: `png`: a png slice needs a 2-D or 3-D mesh",
+            line("file_type: png")
+        ),
     );
     let typo = write(&dir, "typo.yaml", &text.replace("  nx1: 64", "  nx1: 6x4"));
     assert_bad_input_everywhere(

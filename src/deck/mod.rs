@@ -218,19 +218,29 @@ impl Deck {
     pub fn mesh_error(&self, e: MeshError) -> anyhow::Error {
         match e {
             MeshError::Invalid { key, value, reason } => {
-                let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
-                DeckError::Invalid {
-                    origin: self.origin(block, k).cloned(),
-                    path: key.clone(),
-                    msg: format!("`{value}`: {reason}"),
-                }
-                .into()
+                self.key_error(&key, &value, &reason).into()
             }
             MeshError::Missing { key } => {
                 let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
                 self.missing(block, k).into()
             }
             other => crate::exit::bad_input!("{}: {other}", self.file),
+        }
+    }
+
+    /// `value` of `block/key` (a full path, as readers of [`Deck::flat_map`] name keys) is
+    /// refused for `reason`; the error names where the key was given, or says that it is
+    /// missing when it was not given and has no value.
+    pub fn key_error(&self, path: &str, value: &str, reason: &str) -> DeckError {
+        let (block, key) = path.rsplit_once('/').unwrap_or(("", path));
+        let origin = self.origin(block, key).cloned();
+        if origin.is_none() && value.is_empty() {
+            return self.missing(block, key);
+        }
+        DeckError::Invalid {
+            origin,
+            path: path.to_string(),
+            msg: format!("`{value}`: {reason}"),
         }
     }
 

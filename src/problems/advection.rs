@@ -51,7 +51,9 @@ mod gpu;
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
-use crate::output::{write_output, FileNumber, FileType, OutputBlock, Schedule, Snapshot};
+use crate::output::{
+    write_output, FileNumber, FileType, OutputBlock, OutputError, Schedule, Snapshot,
+};
 use crate::run::collective::{agree, max_f64};
 use crate::run::resume::{self, Resume};
 use crate::run::stats::{CommTimer, Stop, Summary};
@@ -356,8 +358,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             )
         })?;
         deck.mark_read(&b.name, OUTPUT_KEYS);
-        let o = OutputBlock::from_map(&map, n)
-            .map_err(|e| bad_input!("block {} at {}: {e}", b.name, b.origin))?;
+        let o = OutputBlock::from_map(&map, n).map_err(|e| output_error(deck, e))?;
         outputs.push(o);
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
@@ -412,11 +413,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     };
     for o in &outputs {
-        crate::output::check_block(o, &mesh, &fields).map_err(|e| {
-            let at = deck.blocks().iter().find(|b| b.name == o.block);
-            let at = at.map_or(String::new(), |b| format!(" at {}", b.origin));
-            bad_input!("block {}{at}: {e}", o.block)
-        })?;
+        crate::output::check_block(o, &mesh, &fields).map_err(|e| output_error(deck, e))?;
     }
     Ok(Box::new(Advection {
         mesh,
@@ -440,6 +437,14 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         space,
         gpu_mpi,
     }))
+}
+
+/// An output block's key refused at set-up, named where it was given.
+fn output_error(deck: &Deck, e: OutputError) -> anyhow::Error {
+    match e {
+        OutputError::Invalid { key, value, reason } => deck.key_error(&key, &value, &reason).into(),
+        e => bad_input!("{e}"),
+    }
 }
 
 /// The advected fields' sparse thresholds: `advection/sparse` asks for sparse fields, and
