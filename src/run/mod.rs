@@ -163,6 +163,16 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
         |b| b.starts_with("parthenon/") || b == info.block,
         &format!("the driver or problem {}", info.name),
     )?;
+    // A block nested in the problem's own (`nx: {a: 1}`) is a value written as a mapping.
+    let nested = format!("{}/", info.block);
+    if let Some(b) = deck.blocks().iter().find(|b| b.name.starts_with(&nested)) {
+        return Err(bad_input!(
+            "{} at {}: problem {} reads a value here, not a block of keys",
+            b.name,
+            b.origin,
+            info.name
+        ));
+    }
     deck.warn_unused_blocks(
         |b| b.starts_with("parthenon/") || b == info.block,
         &format!("problem {}", info.name),
