@@ -408,7 +408,11 @@ fn bad_yaml_input_exits_2_on_every_rank() {
         &[&wrong],
         &format!("heat2d/tol at {wrong}:6: expected a number, found 'small'"),
     );
-    let nested = write(&dir, "nested.yaml", &HEAT.replace("  nx: 12", "  nx: {a: 1}"));
+    let nested = write(
+        &dir,
+        "nested.yaml",
+        &HEAT.replace("  nx: 12", "  nx: {a: 1}"),
+    );
     assert_bad_input_everywhere(
         "mapping for a value",
         &[&nested],
