@@ -143,27 +143,12 @@ fn data_files_replace_the_defaults() {
                 root.to_str().unwrap(),
             ],
         );
-        assert_bad_input(
+        common::assert_bad_input(
             &format!("{bad} as {unit}"),
             &out,
             &format!("root value {shown} (rank 2, index 1) does not fit {unit}"),
         );
     }
-}
-
-fn assert_bad_input(what: &str, out: &std::process::Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{what}: want exit 2\n{err}");
-    assert!(
-        err.contains(needle),
-        "{what}: stderr lacks `{needle}`:\n{err}"
-    );
-    assert!(!err.contains("panicked"), "{what}: panicked\n{err}");
-    assert_eq!(
-        err.matches("error:").count(),
-        1,
-        "{what}: one rank speaks\n{err}"
-    );
 }
 
 #[test]
@@ -182,14 +167,14 @@ fn option_errors_are_reported_once() {
         ),
     ] {
         let (out, _) = sf_run(&dir, 3, GRAPH, args);
-        assert_bad_input(&format!("{args:?}"), &out, needle);
+        common::assert_bad_input(&format!("{args:?}"), &out, needle);
     }
 }
 
 #[test]
 fn wrong_rank_count_is_bad_input() {
     let (out, _) = sf_run(&scratch("ranks"), 2, GRAPH, &["--op", "bcast:sum"]);
-    assert_bad_input("2 ranks for a 3-rank graph", &out, "mpiexec -n 3");
+    common::assert_bad_input("2 ranks for a 3-rank graph", &out, "mpiexec -n 3");
 }
 
 #[test]
@@ -197,7 +182,7 @@ fn invalid_graph_stops_every_rank() {
     // Rank 0 reads root offset 5 of rank 2, which has 3 roots: only rank 2 can see it.
     let g = r#"{"ranks":[{"nroots":1,"leaves":[[0,2,5]]},{"nroots":1},{"nroots":3}]}"#;
     let (out, _) = sf_run(&scratch("invalid"), 3, g, &["--op", "bcast:sum"]);
-    assert_bad_input("offset beyond nroots", &out, "rank 2 has only 3 roots");
+    common::assert_bad_input("offset beyond nroots", &out, "rank 2 has only 3 roots");
     let g = r#"{"ranks":[{"nroots":1,"leaves":[[0,7,0]]},{"nroots":1}]}"#;
     let (out, _) = sf_run(
         &scratch("invalid2"),
@@ -205,14 +190,14 @@ fn invalid_graph_stops_every_rank() {
         g,
         &["--op", "bcast:sum", "--discovery", "nbx"],
     );
-    assert_bad_input("root rank out of range", &out, "names root rank 7");
+    common::assert_bad_input("root rank out of range", &out, "names root rank 7");
     let (out, _) = sf_run(
         &scratch("invalid3"),
         1,
         "{\"ranks\":[{\"nroots\":1,\n\"leaves\":[[0,0]]}]}",
         &["--op", "bcast:sum"],
     );
-    assert_bad_input("malformed graph", &out, "line 2");
+    common::assert_bad_input("malformed graph", &out, "line 2");
 }
 
 /// What one rank alone finds wrong stops every rank with one exit code: root data that only
@@ -230,7 +215,7 @@ fn failures_on_one_rank_give_every_rank_one_code() {
         GRAPH,
         &["--op", "bcast:sum", "--root-data", data.to_str().unwrap()],
     );
-    assert_bad_input(
+    common::assert_bad_input(
         "short data",
         &out,
         "rank 2 has 2 root values but the graph needs 3",
@@ -272,18 +257,18 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     assert_eq!(err.matches("rank exit 1").count(), 3, "{err}");
     let args = ["bench", "sf-pingpong", "--max-bytes", "99999999999999"];
     let out = common::mpirun(2, 60, Path::new(EXE), &args, &[]);
-    assert_bad_input("huge ping-pong", &out, "above the largest message");
+    common::assert_bad_input("huge ping-pong", &out, "above the largest message");
 }
 
 #[test]
 fn bad_ops_are_bad_input() {
     let dir = scratch("ops");
     let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "bcast:avg"]);
-    assert_bad_input("unknown op", &out, "unknown operation `avg`");
+    common::assert_bad_input("unknown op", &out, "unknown operation `avg`");
     let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "reduce:band"]);
-    assert_bad_input("bitwise op on f64", &out, "not defined for unit type f64");
+    common::assert_bad_input("bitwise op on f64", &out, "not defined for unit type f64");
     let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "fetch-and-op:max"]);
-    assert_bad_input("fetch-and-op max", &out, "sum only");
+    common::assert_bad_input("fetch-and-op max", &out, "sum only");
 }
 
 #[test]
@@ -352,7 +337,7 @@ fn pingpong_json_reports_each_size() {
         assert!(r["overhead_us"].as_f64().is_some_and(f64::is_finite), "{r}");
     }
     let out = common::mpirun(3, 60, Path::new(EXE), &["bench", "sf-pingpong"], &[]);
-    assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
+    common::assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
 }
 
 /// `--device`: with a GPU, every row also has the forest on device arrays (D-D), checked for
@@ -380,5 +365,5 @@ fn pingpong_device_rows_or_exit_1() {
     }
     let bad = ["bench", "sf-pingpong", "--device", "--min-bytes", "12"];
     let out = common::mpirun(2, 60, Path::new(EXE), &bad, &[]);
-    assert_bad_input("--device with 12 bytes", &out, "multiple of 8");
+    common::assert_bad_input("--device with 12 bytes", &out, "multiple of 8");
 }

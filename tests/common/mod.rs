@@ -59,6 +59,23 @@ pub fn assert_ok(what: &str, out: &Output) {
     );
 }
 
+/// Panics unless the job rejected its input as the CLI promises: exit 2, no panic, and one
+/// rank alone printing an error that contains `needle`.
+pub fn assert_bad_input(what: &str, out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{what}: want exit 2\n{err}");
+    assert!(
+        err.contains(needle),
+        "{what}: stderr lacks `{needle}`:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{what}: panicked\n{err}");
+    assert_eq!(
+        err.matches("error:").count(),
+        1,
+        "{what}: one rank speaks\n{err}"
+    );
+}
+
 /// An NVIDIA driver is loaded on this machine: GPU tests take their GPU branch.
 pub fn has_gpu() -> bool {
     Path::new("/proc/driver/nvidia/version").exists()
