@@ -114,24 +114,29 @@ fn read_setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, SfOptio
 
 /// `sf run`: one operation, results gathered into a JSON file by rank 0.
 pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
-    let options = parse_action(&a.op).and_then(|action| {
-        match ["f64", "f32", "i64", "i32", "u8"].contains(&a.unit.as_str()) {
-            true => Ok(action),
-            false => Err(bad_input!(
-                "--unit `{}`: expected f64, f32, i64, i32 or u8",
-                a.unit
-            )),
-        }
-    });
-    let action = agree(world, options)?;
+    let options = parse_action(&a.op).and_then(|action| Ok((action, runner(&a.unit)?)));
+    let (action, run) = agree(world, options)?;
     let (_, sf) = setup(world, &a.setup)?;
-    match a.unit.as_str() {
-        "f64" => run_typed::<f64>(world, &sf, a, action),
-        "f32" => run_typed::<f32>(world, &sf, a, action),
-        "i64" => run_typed::<i64>(world, &sf, a, action),
-        "i32" => run_typed::<i32>(world, &sf, a, action),
-        _ => run_typed::<u8>(world, &sf, a, action),
-    }
+    run(world, &sf, a, action)
+}
+
+/// `sf run` for one unit type.
+type Runner = fn(&SimpleCommunicator, &StarForest, &SfRunArgs, Action) -> Result<()>;
+
+/// The `sf run` of `--unit`.
+fn runner(unit: &str) -> Result<Runner> {
+    Ok(match unit {
+        "f64" => run_typed::<f64>,
+        "f32" => run_typed::<f32>,
+        "i64" => run_typed::<i64>,
+        "i32" => run_typed::<i32>,
+        "u8" => run_typed::<u8>,
+        u => {
+            return Err(bad_input!(
+                "--unit `{u}`: expected f64, f32, i64, i32 or u8"
+            ))
+        }
+    })
 }
 
 /// This rank's data: from the file, or the default `sign * (100*(rank+1) + i)`.
