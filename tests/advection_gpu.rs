@@ -164,6 +164,17 @@ fn staged_and_gpu_aware_messages_match_the_host() {
             continue;
         }
         check_cuda_run(2, &r, &out, &want);
+        // A dry run opens the device and resolves the MPI path as the run does.
+        let mut dry = extra.clone();
+        dry.push("-n");
+        let r = run(2, &deck, &out, &dry);
+        if common::has_gpu() && path == "staged" {
+            assert_ok("cuda dry run", &r);
+        } else if common::has_gpu() && r.status.code() == Some(1) {
+            common::assert_no_gpu_exit(&r, "GPU-aware MPI was asked for");
+        } else if !common::has_gpu() {
+            common::assert_no_gpu_exit(&r, "parthenon/exec/space is cuda, but no GPU can be used");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

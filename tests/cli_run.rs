@@ -264,6 +264,21 @@ fn spmv_transpose_of_a_nonsymmetric_file_matches_the_serial_product() {
         assert_eq!(d.sections[2], z_ref, "A^T x on {n} ranks");
         assert!(!d.keys.contains_key("cg_iterations"));
     }
+    // CG needs a symmetric matrix: asking for it on this one is bad input on every rank.
+    let o = run(
+        3,
+        &[
+            deck.to_str().unwrap(),
+            "-d",
+            dir.to_str().unwrap(),
+            "spmv/solver=cg",
+        ],
+    );
+    common::assert_bad_input(
+        "cg on a nonsymmetric matrix",
+        &o,
+        "spmv/solver: cg needs a symmetric matrix",
+    );
 }
 
 #[test]
@@ -303,7 +318,14 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
             "heat2d/nxx=7",
             "unknown key (not read by the driver or problem heat2d): heat2d/nxx",
         ),
-        ("heat2d/ny=1", "rows cannot be split over 2 ranks"),
+        (
+            "heat2d/ny=1",
+            "ny at the command line: 1 row cannot be split over 2 ranks",
+        ),
+        (
+            "heat2d/ny=100000000",
+            "heat2d/ny at the command line: nx * ny = 12 * 100000000 exceeds",
+        ),
     ] {
         let out = dir.join("never");
         let o = run(2, &[&deck, "-n", bad, "-d", out.to_str().unwrap()]);

@@ -329,6 +329,13 @@ fn bad_restarts(base: &Path, deck: &str) {
     expect_bad(
         deck,
         &dir,
+        &full,
+        &[],
+        "is a directory; name the restart file",
+    );
+    expect_bad(
+        deck,
+        &dir,
         &full.join("adv.out0.00000.phdf"),
         &[],
         "not a restart file of starhalo run",

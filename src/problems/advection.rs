@@ -415,6 +415,12 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     for o in &outputs {
         crate::output::check_block(o, &mesh, &fields).map_err(|e| output_error(deck, e))?;
     }
+    if space == MemSpace::Cuda {
+        // Last, after the bad-input checks: the device opens (a dry run checks it too) and
+        // the MPI path asked for exists. The run reuses the process's opened device.
+        gpu::open()?;
+        gpu::resolve_mpi(gpu_mpi)?;
+    }
     Ok(Box::new(Advection {
         mesh,
         fields,

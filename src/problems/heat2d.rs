@@ -87,13 +87,22 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .invalid(
                 BLOCK,
                 "ny",
-                format!("{ny} rows cannot be split over {ranks} ranks (each needs a row)"),
+                format!(
+                    "{ny} row{} cannot be split over {ranks} ranks (each needs a row)",
+                    if ny == 1 { "" } else { "s" }
+                ),
             )
             .into());
     }
     if nx.checked_mul(ny).is_none_or(|n| n > MAX_POINTS) {
+        // Blame the larger factor: that is the one a typo made too big.
+        let key = if ny > nx { "ny" } else { "nx" };
         return Err(deck
-            .invalid(BLOCK, "nx", format!("nx * ny exceeds {MAX_POINTS} points"))
+            .invalid(
+                BLOCK,
+                key,
+                format!("nx * ny = {nx} * {ny} exceeds {MAX_POINTS} points"),
+            )
             .into());
     }
     let tol = deck.get_nonneg_f64_or(BLOCK, "tol", 1e-8)?;

@@ -71,6 +71,11 @@ pub fn load(
     outputs: &[OutputBlock],
 ) -> Result<(Mesh, BlockData, Resume)> {
     let shown = path.display();
+    if path.is_dir() {
+        return Err(bad_input!(
+            "-r {shown}: is a directory; name the restart file (a .rhdf) inside it"
+        ));
+    }
     if !path.is_file() {
         return Err(bad_input!("-r {shown}: no such file"));
     }

@@ -40,6 +40,14 @@ pub(super) fn open() -> Result<Arc<Device>> {
         .context("parthenon/exec/space is cuda, but no GPU can be used")
 }
 
+/// The MPI path `asked` for on this MPI, or why it does not exist.
+pub(super) fn resolve_mpi(asked: GpuMpi) -> Result<GpuMpi> {
+    asked
+        .resolve(starhalo_sf::mpi_cuda_support())
+        .map_err(anyhow::Error::msg)
+        .context("parthenon/exec/gpu_mpi")
+}
+
 pub(super) struct Gpu {
     fields: DeviceFields,
     geom: AdvectGeom,
@@ -60,11 +68,7 @@ impl Gpu {
     pub(super) fn new(dev: &Arc<Device>, a: &Advection, comms: &Comms) -> Result<Self> {
         let data = a.data.borrow();
         let mut fields = DeviceFields::new(dev, &comms.exchange.borrow(), &data)?;
-        let mpi = a
-            .gpu_mpi
-            .resolve(starhalo_sf::mpi_cuda_support())
-            .map_err(anyhow::Error::msg)
-            .context("parthenon/exec/gpu_mpi")?;
+        let mpi = resolve_mpi(a.gpu_mpi)?;
         if mpi == GpuMpi::Aware {
             let like = Buffer::zeroed_for_mpi(dev, 1)?;
             comms.exchange.borrow_mut().place_messages(&like)?;

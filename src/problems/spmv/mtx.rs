@@ -21,8 +21,9 @@ enum Symmetry {
 }
 
 /// Parses a Matrix Market file's text into sorted triplets (duplicates summed in file
-/// order), mirroring the stored triangle of symmetric matrices.
-pub fn parse(text: &str, file: &str) -> Result<Triplets, MtxError> {
+/// order), mirroring the stored triangle of symmetric matrices. A size line announcing more
+/// than `max_rows` rows is an error before any entry is read.
+pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxError> {
     let err = |line: usize, msg: String| MtxError {
         file: file.to_string(),
         line,
@@ -103,6 +104,12 @@ pub fn parse(text: &str, file: &str) -> Result<Triplets, MtxError> {
             format!("the matrix is {rows} x {cols}; spmv needs a square, non-empty matrix"),
         ));
     }
+    if rows > max_rows {
+        return Err(err(
+            size_line,
+            format!("the matrix has {rows} rows, more than the {max_rows} accepted"),
+        ));
+    }
     let mut entries =
         Vec::with_capacity(nnz.min(1 << 24) * if sym == Symmetry::General { 1 } else { 2 });
     let mut count = 0;
@@ -167,6 +174,7 @@ mod tests {
         let t = parse(
             "%%MatrixMarket matrix coordinate real general\n% comment\n3 3 4\n1 1 2.5\n3 1 -1\n2 3 4\n1 1 0.5\n",
             "g.mtx",
+            3,
         )
         .unwrap();
         assert_eq!(t.n, 3);
@@ -175,12 +183,14 @@ mod tests {
         let t = parse(
             "%%MatrixMarket matrix coordinate integer symmetric\n2 2 2\n1 1 4\n2 1 -1\n",
             "s.mtx",
+            2,
         )
         .unwrap();
         assert_eq!(t.entries, [(0, 0, 4.0), (0, 1, -1.0), (1, 0, -1.0)]);
         let t = parse(
             "%%MatrixMarket matrix coordinate pattern skew-symmetric\n2 2 1\n2 1\n",
             "k.mtx",
+            2,
         )
         .unwrap();
         assert_eq!(t.entries, [(0, 1, -1.0), (1, 0, 1.0)]);
@@ -199,13 +209,14 @@ mod tests {
             ("2 2 1\n1 1\n", 3, "missing value"),
             ("2 2 1\n1 1 1 1\n", 3, "unexpected '1'"),
             ("2 2 1\n1 1 1\n2 2 1\n", 4, "more entries than the 1"),
+            ("4 4 1\n1 1 1\n", 2, "4 rows, more than the 3 accepted"),
             (
                 "2 2 3\n1 1 1\n",
                 3,
                 "announces 3 entries but the file has 1",
             ),
         ] {
-            let e = parse(&format!("{h}{body}"), "m.mtx").unwrap_err();
+            let e = parse(&format!("{h}{body}"), "m.mtx", 3).unwrap_err();
             assert_eq!(e.line, line, "{body:?}: {e}");
             assert!(e.to_string().starts_with(&format!("m.mtx:{line}: ")), "{e}");
             assert!(e.msg.contains(needle), "{body:?}: {e}");
@@ -217,7 +228,7 @@ mod tests {
             "%%MatrixMarket vector coordinate real general",
             "hello",
         ] {
-            let e = parse(&format!("{header}\n1 1 1\n1 1 1\n"), "m.mtx").unwrap_err();
+            let e = parse(&format!("{header}\n1 1 1\n1 1 1\n"), "m.mtx", 3).unwrap_err();
             assert_eq!(e.line, 1, "{e}");
         }
     }
