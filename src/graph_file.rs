@@ -23,7 +23,7 @@ struct RankGraph {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DataFile {
-    ranks: Vec<Vec<f64>>,
+    ranks: Vec<Vec<serde_json::Number>>,
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
@@ -56,7 +56,7 @@ pub fn read_graph(path: &Path) -> Result<Vec<Graph>> {
         .collect()
 }
 
-/// Reads a data file: one list of values per rank.
-pub fn read_data(path: &Path) -> Result<Vec<Vec<f64>>> {
+/// Reads a data file: one list of values per rank, as written (an integer stays exact).
+pub fn read_data(path: &Path) -> Result<Vec<Vec<serde_json::Number>>> {
     Ok(read_json::<DataFile>(path)?.ranks)
 }

@@ -8,6 +8,7 @@ use crate::run::collective::agree;
 use anyhow::{Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::Serialize;
+use serde_json::Number;
 use starhalo_sf::{Graph, Op, SfOptions, StarForest, Unit};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -16,18 +17,23 @@ use std::path::Path;
 trait CliUnit: Unit + Serialize + Default {
     /// The value of a JSON number from a data file, if the unit can hold it exactly in range
     /// (integers must be whole numbers the type holds; an f32 must not overflow).
-    fn from_json(v: f64) -> Option<Self>;
+    fn from_json(v: &Number) -> Option<Self>;
     /// A generated default value; integers wrap like a C cast (-101 is 155 as u8).
     fn wrapping(v: f64) -> Self;
 }
 
 macro_rules! cli_int {
     ($($t:ty),*) => {$(impl CliUnit for $t {
-        fn from_json(v: f64) -> Option<Self> {
-            // `as i128` saturates, so a huge value fails the conversion instead of wrapping.
-            (v.is_finite() && v.fract() == 0.0)
-                .then(|| <$t>::try_from(v as i128).ok())
-                .flatten()
+        fn from_json(v: &Number) -> Option<Self> {
+            // Integers as written (exact beyond 2^53); a float only if whole, where `as
+            // i128` saturates, so a huge value fails the conversion instead of wrapping.
+            let whole = match (v.as_i64(), v.as_u64(), v.as_f64()) {
+                (Some(i), _, _) => i128::from(i),
+                (_, Some(u), _) => i128::from(u),
+                (_, _, Some(f)) if f.is_finite() && f.fract() == 0.0 => f as i128,
+                _ => return None,
+            };
+            <$t>::try_from(whole).ok()
         }
         fn wrapping(v: f64) -> Self {
             v as i64 as $t
@@ -36,16 +42,16 @@ macro_rules! cli_int {
 }
 cli_int!(i64, i32, u8);
 impl CliUnit for f64 {
-    fn from_json(v: f64) -> Option<Self> {
-        Some(v)
+    fn from_json(v: &Number) -> Option<Self> {
+        v.as_f64()
     }
     fn wrapping(v: f64) -> Self {
         v
     }
 }
 impl CliUnit for f32 {
-    fn from_json(v: f64) -> Option<Self> {
-        Some(v as f32).filter(|x| x.is_finite())
+    fn from_json(v: &Number) -> Option<Self> {
+        v.as_f64().map(|x| x as f32).filter(|x| x.is_finite())
     }
     fn wrapping(v: f64) -> Self {
         v as f32
@@ -174,7 +180,7 @@ fn data<U: CliUnit>(
     values
         .iter()
         .enumerate()
-        .map(|(i, &v)| {
+        .map(|(i, v)| {
             U::from_json(v).ok_or_else(|| {
                 bad_input!(
                     "{}: {what} value {v} (rank {rank}, index {i}) does not fit {}",

@@ -123,11 +123,38 @@ fn data_files_replace_the_defaults() {
     assert_eq!(field(&o, 0, "leafdata"), [3.0, 155.0, 2.0]);
     assert_eq!(field(&o, 1, "leafdata"), [1.0, 6.0, 54.0, 3.0]);
 
+    // Integers are read as written: 2^53 + 1 and i64::MIN, which a double would round,
+    // arrive exactly.
+    std::fs::write(
+        &root,
+        r#"{"ranks":[[9007199254740993,2],[-9223372036854775808],[4,5,6]]}"#,
+    )
+    .unwrap();
+    let (out, path) = sf_run(
+        &dir,
+        3,
+        GRAPH,
+        &[
+            "--op",
+            "bcast:replace",
+            "--unit",
+            "i64",
+            "--root-data",
+            root.to_str().unwrap(),
+        ],
+    );
+    common::assert_ok("sf run --unit i64 with large integers", &out);
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let leaf = |k: usize| o["ranks"][1]["leafdata"][k].as_i64();
+    assert_eq!(leaf(0), Some(9_007_199_254_740_993));
+    assert_eq!(leaf(3), Some(i64::MIN));
+
     // Values given in a file must fit the unit: 300 is no u8, 2.5 no integer, 1e39 no f32.
     for (unit, bad, shown) in [
         ("u8", "300", "300"),
+        ("i64", "9223372036854775808", "9223372036854775808"),
         ("i32", "2.5", "2.5"),
-        ("f32", "1e39", "1000000000000000000000000000000000000000"),
+        ("f32", "1e39", "1e+39"),
     ] {
         std::fs::write(&root, format!(r#"{{"ranks":[[1,2],[3],[4,{bad},6]]}}"#)).unwrap();
         let (out, _) = sf_run(
