@@ -544,6 +544,31 @@ fn bad_in_input_exits_2_on_every_rank() {
     );
 }
 
+/// Turning the png block into a restart output leaves its png keys behind: they are ignored,
+/// as Parthenon ignores them, and rank 0 says so once, naming where each was given.
+#[test]
+fn keys_of_another_file_type_are_ignored_with_a_warning() {
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let o = run(
+        2,
+        &[
+            &deck,
+            "-n",
+            "parthenon/output2/file_type=rst",
+            "parthenon/output0/width=3",
+        ],
+    );
+    common::assert_ok("-n with keys of another file type", &o);
+    let err = stderr(&o);
+    for warning in [
+        "parthenon/output0/width (at the command line) does not apply to file_type hdf5; ignored",
+        "parthenon/output2/variable (at ",
+    ] {
+        assert_eq!(err.matches(warning).count(), 1, "{warning}\n{err}");
+    }
+    assert!(err.contains("does not apply to file_type rst"), "{err}");
+}
+
 /// Mistakes that only the mesh or the problem's variables reveal are still found at set-up:
 /// exit 2 on every rank before any step, each message naming the key and where it was given.
 #[test]

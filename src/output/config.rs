@@ -16,6 +16,52 @@ pub enum FileType {
     Png,
 }
 
+impl FileType {
+    /// Every type, in the order the deck's error messages list them.
+    pub const ALL: [FileType; 4] = [
+        FileType::Hdf5,
+        FileType::Restart,
+        FileType::History,
+        FileType::Png,
+    ];
+
+    /// The deck's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileType::Hdf5 => "hdf5",
+            FileType::Restart => "rst",
+            FileType::History => "hst",
+            FileType::Png => "png",
+        }
+    }
+
+    /// Whether outputs of this type read `key` (one of [`OutputBlock::keys`]); the others
+    /// are ignored, as Parthenon ignores them.
+    pub fn applies(self, key: &str) -> bool {
+        COMMON_KEYS.contains(&key) || self.own_keys().contains(&key)
+    }
+
+    /// The keys that only outputs of this type read.
+    fn own_keys(self) -> &'static [&'static str] {
+        match self {
+            FileType::Hdf5 => &["variables", "ghost_zones", "single_precision_output"],
+            FileType::Restart | FileType::History => &[],
+            FileType::Png => &[
+                "variable",
+                "x3",
+                "slice",
+                "width",
+                "height",
+                "range_min",
+                "range_max",
+            ],
+        }
+    }
+}
+
+/// The keys every output block may have.
+const COMMON_KEYS: [&str; 4] = ["file_type", "id", "dt", "dn"];
+
 /// The number part of a file name: the output count, or `final` for the last output of a run
 /// stopped by its wall-time limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,24 +139,34 @@ impl OutputBlock {
         }
     }
 
+    /// Every key [`from_map`](Self::from_map) reads, of any file type.
+    pub fn keys() -> impl Iterator<Item = &'static str> {
+        COMMON_KEYS.into_iter().chain(
+            FileType::ALL
+                .into_iter()
+                .flat_map(|t| t.own_keys().iter().copied()),
+        )
+    }
+
     /// Reads `parthenon/output<n>/*` from a deck flattened to `block/key` → value strings (the
     /// form `MeshConfig::from_map` takes). Lists may be written `a, b` or `[a, b]`.
     pub fn from_map(map: &BTreeMap<String, String>, n: usize) -> Result<Self, OutputError> {
         let prefix = format!("parthenon/output{n}/");
-        let get = |k: &str| map.get(&format!("{prefix}{k}")).map(|v| v.trim());
+        let given = |k: &str| map.get(&format!("{prefix}{k}")).map(|v| v.trim());
         let bad = |k: &str, v: &str, why: &str| OutputError::Invalid {
             key: format!("{prefix}{k}"),
             value: v.to_string(),
             reason: why.to_string(),
         };
-        let file_type = match get("file_type") {
+        let file_type = match given("file_type") {
             None => return Err(bad("file_type", "", "missing (hdf5, rst, hst or png)")),
-            Some("hdf5") => FileType::Hdf5,
-            Some("rst") => FileType::Restart,
-            Some("hst") => FileType::History,
-            Some("png") => FileType::Png,
-            Some(v) => return Err(bad("file_type", v, "expected hdf5, rst, hst or png")),
+            Some(v) => match FileType::ALL.into_iter().find(|t| t.name() == v) {
+                Some(t) => t,
+                None => return Err(bad("file_type", v, "expected hdf5, rst, hst or png")),
+            },
         };
+        // Keys of other file types are not read (nor checked).
+        let get = |k: &str| given(k).filter(|_| file_type.applies(k));
         let mut b = Self::new(n, file_type);
         if let Some(v) = get("id") {
             if v.is_empty() || v.contains(['/', '\\']) || v.chars().any(char::is_whitespace) {
@@ -242,6 +298,42 @@ mod tests {
         assert_eq!(
             file_name("blast", "chk", FileNumber::Final, "rhdf"),
             "blast.chk.final.rhdf"
+        );
+    }
+
+    #[test]
+    fn keys_apply_to_their_file_types() {
+        let all: Vec<_> = OutputBlock::keys().collect();
+        assert_eq!(all.len(), 14, "{all:?}");
+        for t in FileType::ALL {
+            for k in COMMON_KEYS {
+                assert!(t.applies(k), "{k} on {}", t.name());
+            }
+        }
+        assert!(FileType::Hdf5.applies("ghost_zones") && !FileType::Hdf5.applies("width"));
+        assert!(FileType::Png.applies("width") && !FileType::Png.applies("variables"));
+        for k in ["variables", "variable", "single_precision_output"] {
+            assert!(!FileType::History.applies(k) && !FileType::Restart.applies(k));
+        }
+    }
+
+    #[test]
+    fn keys_of_other_file_types_are_not_read() {
+        let b = OutputBlock::from_map(
+            &deck(&[
+                ("file_type", "rst"),
+                ("dn", "4"),
+                ("variable", "rho"),
+                ("width", "0"),
+                ("variables", "rho"),
+            ]),
+            3,
+        )
+        .unwrap();
+        assert_eq!(b.dn, Some(4));
+        assert_eq!(
+            (b.png_variable, b.png_size.0, b.variables),
+            (None, None, None)
         );
     }
 

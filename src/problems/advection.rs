@@ -90,24 +90,6 @@ pub const INFO: ProblemInfo = ProblemInfo {
     setup,
 };
 
-/// Keys `OutputBlock::from_map` reads from `parthenon/outputN`.
-const OUTPUT_KEYS: &[&str] = &[
-    "file_type",
-    "id",
-    "dt",
-    "dn",
-    "variables",
-    "ghost_zones",
-    "single_precision_output",
-    "variable",
-    "x3",
-    "slice",
-    "width",
-    "height",
-    "range_min",
-    "range_max",
-];
-
 /// Scale of the fixed-point L1 sum: each term is rounded to a multiple of 2^-80, and integer
 /// sums do not depend on their order.
 const L1_SCALE: f64 = (1u128 << 80) as f64;
@@ -357,8 +339,18 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 b.origin
             )
         })?;
-        deck.mark_read(&b.name, OUTPUT_KEYS);
+        deck.mark_read(&b.name, &OutputBlock::keys().collect::<Vec<_>>());
         let o = OutputBlock::from_map(&map, n).map_err(|e| output_error(deck, e))?;
+        // A key of another file type (left by an override of file_type, say) is ignored.
+        for k in OutputBlock::keys().filter(|k| !o.file_type.applies(k)) {
+            if let Some(at) = deck.origin(&b.name, k) {
+                let t = o.file_type.name();
+                tracing::warn!(
+                    "{}/{k} (at {at}) does not apply to file_type {t}; ignored",
+                    b.name
+                );
+            }
+        }
         outputs.push(o);
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
