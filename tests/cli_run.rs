@@ -544,6 +544,40 @@ fn bad_in_input_exits_2_on_every_rank() {
     );
 }
 
+/// The history ends with a line for the last step, on its schedule (`dn: 1`) or not
+/// (`dt` longer than the run), and never two for one cycle.
+#[test]
+fn the_history_ends_with_one_line_for_the_last_step() {
+    let dir = scratch("hst");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    for (schedule, want) in [
+        ("parthenon/output1/dn=1", vec!["0", "1", "2", "3", "4", "5"]),
+        ("parthenon/output1/dt=0.05", vec!["0", "5"]),
+    ] {
+        let out = dir.join(schedule.replace(['/', '='], "_"));
+        let o = run(
+            2,
+            &[
+                &deck,
+                "-d",
+                out.to_str().unwrap(),
+                "parthenon/time/nlim=5",
+                "parthenon/output0/dt=-1",
+                "parthenon/output2/dt=-1",
+                schedule,
+            ],
+        );
+        common::assert_ok(schedule, &o);
+        let text = std::fs::read_to_string(out.join("advection.out1.hst")).unwrap();
+        let cycles: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().nth(2).unwrap())
+            .collect();
+        assert_eq!(cycles, want, "{schedule}:\n{text}");
+    }
+}
+
 /// Turning the png block into a restart output leaves its png keys behind: they are ignored,
 /// as Parthenon ignores them, and rank 0 says so once, naming where each was given.
 #[test]

@@ -11,7 +11,8 @@
 //!   the same name (same file numbers) and holds the same datasets bit for bit, the same
 //!   cycle, time and time step; and it writes every file the other wrote after cycle 5, and
 //!   nothing for cycle 5 itself;
-//! - its history lines are the uninterrupted run's lines after cycle 5;
+//! - its history file, continued from the one beside the restart file, is the uninterrupted
+//!   run's byte for byte (also restarted in place, where the lines after cycle 5 are dropped);
 //! - the final restart file is the same on 1 and 2 ranks;
 //! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
 //!   restart), and that file continued with dense fields ends with the same values;
@@ -114,6 +115,20 @@ fn main() {
         let out = run(ranks, &args);
         common::assert_ok(&format!("restarted {tag} run on {ranks} ranks"), &out);
         check_continuation(&full, &resumed);
+        if tag == "dense" && ranks == 2 {
+            // Restarted in the run's own directory from its cycle-5 file: the history drops
+            // the lines after cycle 5 that the continuation writes again.
+            let again = base.join("again2");
+            std::fs::create_dir_all(&again).expect("again dir");
+            for e in std::fs::read_dir(&full).expect("full dir") {
+                let e = e.expect("entry");
+                std::fs::copy(e.path(), again.join(e.file_name())).expect("copy");
+            }
+            let rst = again.join("adv.out1.00001.rhdf");
+            let args = [deck, "-d", path_str(&again), "-r", path_str(&rst)];
+            common::assert_ok("restart in place", &run(ranks, &args[..]));
+            same_history(&full, &again);
+        }
         if tag == "dense" {
             finals.push(full.join("adv.out1.final.rhdf"));
         } else if tag == "amr" {
@@ -217,29 +232,25 @@ fn check_continuation(full: &Path, resumed: &Path) {
         }
         same_file(&a, &b);
     }
-    // The history: the same lines after the restart cycle (column 3 is the cycle).
-    let lines = |dir: &Path| -> Vec<String> {
+    same_history(full, resumed);
+}
+
+/// The history continues the one beside the restart file: the restarted run's file is the
+/// uninterrupted run's, byte for byte, one line per cycle 0 to 12 (column 3 is the cycle).
+fn same_history(full: &Path, resumed: &Path) {
+    let read = |dir: &Path| {
         let p = dir.join("adv.out2.hst");
-        std::fs::read_to_string(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(str::to_string)
-            .collect()
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     };
-    let after: Vec<String> = lines(full)
-        .into_iter()
-        .filter(|l| {
-            let cycle: i64 = l.split_whitespace().nth(2).unwrap().parse().unwrap();
-            cycle > RESTART_CYCLE
-        })
-        .collect();
-    let cycles: BTreeSet<&str> = after
-        .iter()
+    let want = read(full);
+    let cycles: Vec<&str> = want
+        .lines()
+        .filter(|l| !l.starts_with('#'))
         .map(|l| l.split_whitespace().nth(2).unwrap())
         .collect();
-    assert_eq!(cycles.len(), 7, "cycles 6 to 12: {after:?}");
-    assert_eq!(lines(resumed), after);
+    let expected: Vec<String> = (0..=12).map(|c| c.to_string()).collect();
+    assert_eq!(cycles, expected, "one history line per cycle:\n{want}");
+    assert_eq!(read(resumed), want, "{}", resumed.display());
 }
 
 fn field_bits(path: &Path, name: &str) -> Vec<u64> {

@@ -12,6 +12,50 @@ use mpi::topology::Communicator;
 use std::io::Write;
 use std::path::Path;
 
+/// The history file's name, `<problem_id>.<id>.hst`: one file per run, no number.
+pub fn file_name(problem_id: &str, id: &str) -> String {
+    format!("{problem_id}.{id}.hst")
+}
+
+/// Makes `to` the history of a run restarted at `cycle`, so that the continuation appends to
+/// the lines of the run it continues: the lines of `to` itself or, where it does not exist yet
+/// (a new output directory), of `from` (the history beside the restart file), up to `cycle`.
+/// Lines of later cycles belong to a continuation this one replaces and are dropped; with
+/// neither file there is nothing to continue. `to` is replaced whole (a temporary file
+/// renamed), so a failure leaves it as it was.
+pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), OutputError> {
+    let source = match (to.exists(), from.exists()) {
+        (true, _) => to,
+        (false, true) => from,
+        (false, false) => return Ok(()),
+    };
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OutputError::Io { path, source }
+    };
+    let text = std::fs::read_to_string(source).map_err(io(source))?;
+    // Column 3 is the cycle; a line that does not parse is kept, not silently lost.
+    let later = |l: &str| {
+        !l.starts_with('#')
+            && l.split_whitespace()
+                .nth(2)
+                .and_then(|c| c.parse::<u64>().ok())
+                .is_some_and(|c| c > cycle)
+    };
+    let kept: String = text
+        .lines()
+        .filter(|l| !later(l))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let tmp = to.with_extension("hst.tmp");
+    std::fs::write(&tmp, kept)
+        .and_then(|()| std::fs::rename(&tmp, to))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(to)(e)
+        })
+}
+
 /// Appends one line for `snap` to the history file at `path` (writing the header first when
 /// the file is new or empty), collectively.
 pub fn write_history<C: Communicator>(

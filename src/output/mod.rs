@@ -132,7 +132,7 @@ pub fn write_output<C: Communicator>(
             Ok(path)
         }
         FileType::History => {
-            let path = dir.join(format!("{problem_id}.{}.hst", block.id));
+            let path = dir.join(hst::file_name(problem_id, &block.id));
             hst::write_history(comm, snap, &path)?;
             Ok(path)
         }

@@ -13,6 +13,9 @@ pub struct Schedule {
     pub next_time: f64,
     /// The number of the next file.
     pub next_number: u32,
+    /// The cycle of the last output written, if known (restart files do not store it: a
+    /// restarted run starts at a cycle whose outputs its predecessor wrote).
+    pub last_cycle: Option<u64>,
 }
 
 impl Schedule {
@@ -21,6 +24,7 @@ impl Schedule {
         Self {
             next_time: start_time,
             next_number: 0,
+            last_cycle: None,
         }
     }
 
@@ -30,8 +34,9 @@ impl Schedule {
             || block.dn.is_some_and(|n| cycle.is_multiple_of(n))
     }
 
-    /// Records an output of `block` at `time` and returns its file number.
-    pub fn wrote(&mut self, block: &OutputBlock, time: f64) -> FileNumber {
+    /// Records an output of `block` at `time` and `cycle` and returns its file number.
+    pub fn wrote(&mut self, block: &OutputBlock, time: f64, cycle: u64) -> FileNumber {
+        self.last_cycle = Some(cycle);
         let n = self.next_number;
         self.next_number = self.next_number.saturating_add(1);
         if let Some(dt) = block.dt.filter(|&d| d > 0.0) {
@@ -54,10 +59,11 @@ mod tests {
         b.dt = Some(0.1);
         let mut s = Schedule::new(0.0);
         assert!(s.due(&b, 0.0, 0));
-        assert_eq!(s.wrote(&b, 0.0), FileNumber::Step(0));
+        assert_eq!(s.wrote(&b, 0.0, 0), FileNumber::Step(0));
         assert!(!s.due(&b, 0.05, 1));
         assert!(s.due(&b, 0.35, 2));
-        assert_eq!(s.wrote(&b, 0.35), FileNumber::Step(1));
+        assert_eq!(s.wrote(&b, 0.35, 2), FileNumber::Step(1));
+        assert_eq!(s.last_cycle, Some(2));
         assert!((s.next_time - 0.4).abs() < 1e-12);
         let mut c = OutputBlock::new(1, FileType::History);
         c.dn = Some(3);

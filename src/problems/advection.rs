@@ -52,7 +52,7 @@ use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
 use crate::output::{
-    write_output, FileNumber, FileType, OutputBlock, OutputError, Schedule, Snapshot,
+    hst, write_output, FileNumber, FileType, OutputBlock, OutputError, Schedule, Snapshot,
 };
 use crate::run::collective::{agree, max_f64};
 use crate::run::resume::{self, Resume};
@@ -74,6 +74,7 @@ use starhalo_sf::device::GpuMpi;
 use std::cell::{Cell, RefCell};
 use std::io::Write as _;
 use std::ops::Range;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const BLOCK: &str = "advection";
@@ -823,6 +824,22 @@ impl Advection {
         Ok(t0.elapsed().saturating_sub(compute.get()))
     }
 
+    /// Each history output of a run restarted from `file` at `cycle` continues the history
+    /// of the run it continues ([`hst::continue_history`]).
+    fn continue_histories(&self, ctx: &RunContext, file: &Path, cycle: u64) -> Result<()> {
+        let from_dir = file.parent().unwrap_or(Path::new("."));
+        for o in self
+            .outputs
+            .iter()
+            .filter(|o| o.file_type == FileType::History)
+        {
+            let name = hst::file_name(&ctx.problem_id, &o.id);
+            hst::continue_history(&from_dir.join(&name), &ctx.out_dir.join(&name), cycle)
+                .with_context(|| format!("{}: continuing the history", o.block))?;
+        }
+        Ok(())
+    }
+
     /// The snapshot of the present state.
     fn write_outputs(
         &self,
@@ -837,18 +854,15 @@ impl Advection {
         let mut due = Vec::new();
         for (i, (o, s)) in self.outputs.iter().zip(sched.iter_mut()).enumerate() {
             let number = if last {
-                if o.file_type == FileType::History {
-                    // The history has a line for this step already if it was due.
-                    if s.due(o, time, cycle) {
-                        s.wrote(o, time)
-                    } else {
-                        continue;
-                    }
-                } else {
-                    FileNumber::Final
+                // The final outputs of the last step; the history ends with a line for it,
+                // on its schedule or not, unless the step has one already.
+                if o.file_type == FileType::History && s.last_cycle == Some(cycle) {
+                    continue;
                 }
+                s.last_cycle = Some(cycle);
+                FileNumber::Final
             } else if s.due(o, time, cycle) {
-                s.wrote(o, time)
+                s.wrote(o, time, cycle)
             } else {
                 continue;
             };
@@ -1001,6 +1015,14 @@ impl Problem for Advection {
             MemSpace::Cuda => Some(agree(world, gpu::open())?),
         };
         let fresh = resume.is_none();
+        if let (Some(r), Some(file)) = (&resume, &ctx.restart) {
+            let mine = if ctx.is_root() {
+                self.continue_histories(ctx, file, r.cycle)
+            } else {
+                Ok(())
+            };
+            agree(world, mine)?;
+        }
         let (mut sched, mut t, mut cycle, mut dt) = match resume {
             // The outputs of the restart step were written by the interrupted run.
             Some(r) => {

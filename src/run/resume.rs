@@ -147,6 +147,7 @@ fn schedule(r: &RestartData, o: &OutputBlock) -> Result<Schedule> {
         (Some(ParamValue::Real(t)), Some(ParamValue::Int(n))) => Ok(Schedule {
             next_time: *t,
             next_number: u32::try_from(*n).map_err(|_| bad(&nk))?,
+            last_cycle: Some(r.cycle),
         }),
         (Some(ParamValue::Real(_)), _) => Err(bad(&nk)),
         _ => Err(bad(&tk)),
