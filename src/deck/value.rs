@@ -67,6 +67,7 @@ impl Value {
         match self {
             Value::Float(f) if f.is_nan() => ".nan".into(),
             Value::Float(f) if f.is_infinite() => if *f > 0.0 { ".inf" } else { "-.inf" }.into(),
+            Value::Float(f) => yaml_float(*f),
             Value::Str(s) => yaml_string(s),
             Value::List(items) => format!(
                 "[{}]",
@@ -91,6 +92,19 @@ fn float_text(f: f64) -> String {
         s
     } else {
         format!("{s}.0")
+    }
+}
+
+/// A finite float as YAML that YAML 1.1 readers (PyYAML) take for a float too: a `.` in the
+/// mantissa and a signed exponent (`1.0e-8`, `1.0e+23`), where `1e-8` would be a string.
+fn yaml_float(f: f64) -> String {
+    let s = format!("{f:?}");
+    let (mantissa, exponent) = s.split_once('e').unwrap_or((&s, ""));
+    let dot = if mantissa.contains('.') { "" } else { ".0" };
+    match exponent {
+        "" => format!("{mantissa}{dot}"),
+        x if x.starts_with('-') => format!("{mantissa}{dot}e{x}"),
+        x => format!("{mantissa}{dot}e+{x}"),
     }
 }
 
@@ -141,7 +155,23 @@ mod tests {
     #[test]
     fn yaml_text_reads_back_as_the_same_type() {
         assert_eq!(Value::Float(1.0).yaml(), "1.0");
-        assert_eq!(Value::Float(1e-8).yaml(), "1e-8");
+        assert_eq!(Value::Float(1e-8).yaml(), "1.0e-8");
+        assert_eq!(Value::Float(1e23).yaml(), "1.0e+23");
+        assert_eq!(Value::Float(-2.5e-7).yaml(), "-2.5e-7");
+        assert_eq!(Value::Float(1000.0).yaml(), "1000.0");
+        for f in [
+            1e-8,
+            1e23,
+            -2.5e-7,
+            0.1,
+            1000.0,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+        ] {
+            let y = Value::Float(f).yaml();
+            assert_eq!(y.parse::<f64>().unwrap().to_bits(), f.to_bits(), "{y}");
+            assert_eq!(Value::infer(&y), Value::Float(f), "{y}");
+        }
         assert_eq!(Value::Str("64".into()).yaml(), "'64'");
         assert_eq!(Value::Str("yes".into()).yaml(), "'yes'");
         assert_eq!(Value::Str("it's".into()).yaml(), "'it''s'");
