@@ -8,7 +8,8 @@
 
 use crate::error::MeshError;
 use crate::loc::MAX_COORD_BITS;
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 
 /// A physical boundary condition on one face of the domain.
@@ -121,41 +122,25 @@ pub const MAX_ROOT_BLOCKS: u64 = 1 << 24;
 /// one block may have.
 pub const MAX_BLOCK_CELLS: u64 = 1 << 40;
 
-/// The keys [`MeshConfig::from_map`] reads from input block `block` (`parthenon/mesh`,
-/// `parthenon/meshblock`, `parthenon/static_refinementN`; none from any other block), so
-/// that a driver can report the other keys of those blocks as unknown.
-pub fn keys_read(block: &str) -> &'static [&'static str] {
-    const MESH: &[&str] = &[
-        "nx1",
-        "nx2",
-        "nx3",
-        "x1min",
-        "x1max",
-        "x2min",
-        "x2max",
-        "x3min",
-        "x3max",
-        "ix1_bc",
-        "ox1_bc",
-        "ix2_bc",
-        "ox2_bc",
-        "ix3_bc",
-        "ox3_bc",
-        "nghost",
-        "refinement",
-        "numlevel",
-        "derefine_count",
-        "pack_size",
-        "multigrid",
-    ];
-    const REGION: &[&str] = &[
-        "level", "x1min", "x1max", "x2min", "x2max", "x3min", "x3max",
-    ];
-    match block {
-        "parthenon/mesh" => MESH,
-        "parthenon/meshblock" => &["nx1", "nx2", "nx3"],
-        b if b.starts_with("parthenon/static_refinement") => REGION,
-        _ => &[],
+/// Whether `block` is one of the blocks [`MeshConfig::from_map`] reads (`parthenon/mesh`,
+/// `parthenon/meshblock`, `parthenon/static_refinementN`).
+pub fn is_mesh_block(block: &str) -> bool {
+    block == "parthenon/mesh"
+        || block == "parthenon/meshblock"
+        || block.starts_with("parthenon/static_refinement")
+}
+
+/// The map [`MeshConfig::from_map`] reads, recording every key looked up (given or not), so
+/// that the keys read are the parser's own and no list kept beside it.
+struct Reader<'a> {
+    map: &'a BTreeMap<String, String>,
+    looked_up: RefCell<BTreeSet<String>>,
+}
+
+impl Reader<'_> {
+    fn get(&self, key: &str) -> Option<&String> {
+        self.looked_up.borrow_mut().insert(key.to_string());
+        self.map.get(key)
     }
 }
 
@@ -163,11 +148,7 @@ fn mesh_key(k: &str) -> String {
     format!("parthenon/mesh/{k}")
 }
 
-fn parse<T: FromStr>(
-    map: &BTreeMap<String, String>,
-    key: &str,
-    default: Option<T>,
-) -> Result<T, MeshError>
+fn parse<T: FromStr>(map: &Reader, key: &str, default: Option<T>) -> Result<T, MeshError>
 where
     T::Err: std::fmt::Display,
 {
@@ -186,7 +167,7 @@ where
     }
 }
 
-fn parse_bool(map: &BTreeMap<String, String>, key: &str, default: bool) -> Result<bool, MeshError> {
+fn parse_bool(map: &Reader, key: &str, default: bool) -> Result<bool, MeshError> {
     match map.get(key).map(|v| v.trim().to_ascii_lowercase()) {
         None => Ok(default),
         Some(v) => match v.as_str() {
@@ -225,6 +206,18 @@ impl MeshConfig {
     /// `refinement = none`, `numlevel = 1`, `derefine_count = 10`, `pack_size = -1`.
     /// Static regions switch `refinement = none` to static.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, MeshError> {
+        Self::from_map_keys(map).map(|(c, _)| c)
+    }
+
+    /// [`from_map`](Self::from_map), also returning the `block/key` paths it read, so that a
+    /// driver can report the other keys of the mesh blocks ([`is_mesh_block`]) as unknown.
+    pub fn from_map_keys(
+        raw: &BTreeMap<String, String>,
+    ) -> Result<(Self, BTreeSet<String>), MeshError> {
+        let map = &Reader {
+            map: raw,
+            looked_up: RefCell::default(),
+        };
         let mut nx = [1usize; 3];
         let mut block_nx = [1usize; 3];
         let mut c = Self::new([1; 3], [1; 3]);
@@ -278,7 +271,7 @@ impl MeshConfig {
         // Static regions: every block named parthenon/static_refinementN.
         let prefix = "parthenon/static_refinement";
         let mut ids: Vec<usize> = Vec::new();
-        for k in map.keys() {
+        for k in raw.keys() {
             if let Some(rest) = k.strip_prefix(prefix) {
                 let Some((n, _)) = rest.split_once('/') else {
                     continue;
@@ -325,7 +318,7 @@ impl MeshConfig {
             c.refinement = RefinementKind::Static;
         }
         c.validate()?;
-        Ok(c)
+        Ok((c, map.looked_up.take()))
     }
 
     /// Number of dimensions: 1 if `nx2 = 1`, 2 if `nx3 = 1`, else 3.
@@ -579,6 +572,32 @@ mod tests {
             .key()
             .unwrap_or("")
             .to_string()
+    }
+
+    #[test]
+    fn the_keys_read_are_the_parsers_own() {
+        let mut m = base();
+        m.insert("parthenon/mesh/refinement".into(), "static".into());
+        m.insert("parthenon/mesh/numlevel".into(), "2".into());
+        m.insert("parthenon/static_refinement3/level".into(), "1".into());
+        m.insert("parthenon/mesh/nx4".into(), "8".into());
+        let (_, read) = MeshConfig::from_map_keys(&m).unwrap();
+        for k in [
+            "parthenon/mesh/nx1",
+            "parthenon/mesh/ox3_bc",
+            "parthenon/mesh/multigrid",
+            "parthenon/meshblock/nx3",
+            "parthenon/static_refinement3/level",
+            "parthenon/static_refinement3/x2max",
+        ] {
+            assert!(read.contains(k), "{k} not read: {read:?}");
+        }
+        assert!(!read.contains("parthenon/mesh/nx4"));
+        // 21 mesh keys, 3 block sizes, 7 of the region.
+        assert_eq!(read.len(), 21 + 3 + 7, "{read:?}");
+        assert!(read
+            .iter()
+            .all(|k| is_mesh_block(k.rsplit_once('/').unwrap().0)));
     }
 
     #[test]

@@ -210,9 +210,8 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
         .parse()
         .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
     let config = deck.mesh_config()?;
-    let used = |b: &str| {
-        b == BLOCK || b == "parthenon/exec" || !starhalo_mesh::config::keys_read(b).is_empty()
-    };
+    let used =
+        |b: &str| b == BLOCK || b == "parthenon/exec" || starhalo_mesh::config::is_mesh_block(b);
     deck.check_unread(used, "bench exchange")?;
     deck.warn_unused_blocks(used, "bench exchange");
     let mesh = Mesh::new(config, nranks).map_err(|e| deck.mesh_error(e))?;

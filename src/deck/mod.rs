@@ -207,10 +207,14 @@ impl Deck {
     /// `parthenon/static_refinementN`), read by `MeshConfig::from_map`; a key it rejects is
     /// reported at its file and line like the getters' errors. Marks the keys it reads.
     pub fn mesh_config(&self) -> anyhow::Result<MeshConfig> {
-        for b in &self.blocks {
-            self.mark_read(&b.name, starhalo_mesh::config::keys_read(&b.name));
+        let (config, read) =
+            MeshConfig::from_map_keys(&self.flat_map()).map_err(|e| self.mesh_error(e))?;
+        for path in &read {
+            if let Some((block, key)) = path.rsplit_once('/') {
+                self.mark_read(block, &[key]);
+            }
         }
-        MeshConfig::from_map(&self.flat_map()).map_err(|e| self.mesh_error(e))
+        Ok(config)
     }
 
     /// A mesh error as bad input: one that names a key is reported at the key's file and line
