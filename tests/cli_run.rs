@@ -264,21 +264,37 @@ fn spmv_transpose_of_a_nonsymmetric_file_matches_the_serial_product() {
         assert_eq!(d.sections[2], z_ref, "A^T x on {n} ranks");
         assert!(!d.keys.contains_key("cg_iterations"));
     }
-    // CG needs a symmetric matrix: asking for it on this one is bad input on every rank.
-    let o = run(
-        3,
-        &[
-            deck.to_str().unwrap(),
-            "-d",
-            dir.to_str().unwrap(),
-            "spmv/solver=cg",
-        ],
-    );
-    common::assert_bad_input(
-        "cg on a nonsymmetric matrix",
-        &o,
-        "spmv/solver: cg needs a symmetric matrix",
-    );
+    // CG needs a symmetric matrix: asking for it is bad input on every rank, found by a dry
+    // run too. A x = A^T x on the test vector (sneaky3) does not fool the check.
+    for (matrix, says) in [
+        ("nonsym12.mtx", "entry (2, 4) is -2e0, entry (4, 2) 7.5e-1"),
+        (
+            "sneaky3.mtx",
+            "entry (1, 2) is 1.25e0, entry (2, 1) -1.25e0",
+        ),
+    ] {
+        let m = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("inputs/matrices")
+            .join(matrix);
+        let (y, z) = serial_products(&m);
+        assert_eq!(y == z, matrix == "sneaky3.mtx", "{matrix}");
+        let m = format!("spmv/matrix={}", m.display());
+        for dry in [false, true] {
+            let mut args = vec![deck.to_str().unwrap(), "-d", dir.to_str().unwrap()];
+            args.extend(["spmv/solver=cg", m.as_str()]);
+            if dry {
+                args.push("-n");
+            }
+            let o = run(3, &args);
+            let what = format!("cg on {matrix} (dry run: {dry})");
+            common::assert_bad_input(
+                &what,
+                &o,
+                "spmv/solver at the command line: cg needs a symmetric matrix",
+            );
+            common::assert_bad_input(&what, &o, says);
+        }
+    }
 }
 
 #[test]
@@ -634,6 +650,18 @@ fn bad_advection_input_is_found_before_the_first_step() {
             "parthenon/output0/variables at {deck}:{}: `advected_1`: no such variable",
             line("variables: [advected, advected_1]")
         ),
+    );
+    assert_bad_input_everywhere(
+        "two histories with one id",
+        &[
+            &deck,
+            "-d",
+            out,
+            "parthenon/output3/file_type=hst",
+            "parthenon/output3/dn=1",
+            "parthenon/output3/id=out1",
+        ],
+        "parthenon/output3/id at the command line: `out1` is also the id of parthenon/output1",
     );
     assert_bad_input_everywhere(
         "png on a 1-D mesh",

@@ -18,15 +18,18 @@ pub fn file_name(problem_id: &str, id: &str) -> String {
 }
 
 /// Makes `to` the history of a run restarted at `cycle`, so that the continuation appends to
-/// the lines of the run it continues: the lines of `to` itself or, where it does not exist yet
-/// (a new output directory), of `from` (the history beside the restart file), up to `cycle`.
-/// Lines of later cycles belong to a continuation this one replaces and are dropped; with
-/// neither file there is nothing to continue. `to` is replaced whole (a temporary file
-/// renamed), so a failure leaves it as it was.
+/// the lines of the run it continues: those of `from` (the history beside the restart file;
+/// `to` itself when restarting in place, or where `from` is gone), up to `cycle`. Lines of
+/// later cycles belong to a continuation this one replaces and are dropped; with neither file
+/// there is nothing to continue. `to` is replaced whole (a temporary file renamed), so a
+/// failure leaves it as it was.
+///
+/// A run stopped off its history schedule (wall time, `nlim`) ended with a line for its last
+/// step, the restart cycle; that line stays.
 pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), OutputError> {
-    let source = match (to.exists(), from.exists()) {
-        (true, _) => to,
-        (false, true) => from,
+    let source = match (from.exists(), to.exists()) {
+        (true, _) => from,
+        (false, true) => to,
         (false, false) => return Ok(()),
     };
     let io = |path: &Path| {

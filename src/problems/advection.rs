@@ -355,6 +355,25 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         outputs.push(o);
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
+    for (i, o) in outputs.iter().enumerate() {
+        if let Some(first) = outputs[..i]
+            .iter()
+            .find(|p| p.file_type == o.file_type && p.id == o.id)
+        {
+            return Err(deck
+                .invalid(
+                    &o.block,
+                    "id",
+                    format!(
+                        "`{}` is also the id of {} (file_type {}): both would write the same files",
+                        o.id,
+                        first.block,
+                        o.file_type.name()
+                    ),
+                )
+                .into());
+        }
+    }
 
     let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
 

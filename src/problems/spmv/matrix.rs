@@ -27,6 +27,20 @@ impl Triplets {
         Triplets { n, entries: out }
     }
 
+    /// The first entry `(i, j, a_ij)` whose mirror `a_ji` differs (an absent entry is 0),
+    /// with `a_ji`; `None` for a symmetric matrix.
+    pub fn asymmetry(&self) -> Option<((usize, usize, f64), f64)> {
+        let at = |i: usize, j: usize| {
+            self.entries
+                .binary_search_by_key(&(i, j), |e| (e.0, e.1))
+                .map_or(0.0, |k| self.entries[k].2)
+        };
+        self.entries.iter().find_map(|&(i, j, v)| {
+            let mirror = at(j, i);
+            (mirror != v).then_some(((i, j, v), mirror))
+        })
+    }
+
     /// The rows in `rows`, as CSR with global column indices.
     pub fn rows(&self, rows: Range<usize>) -> Csr {
         let start = self.entries.partition_point(|e| e.0 < rows.start);
@@ -203,6 +217,16 @@ mod tests {
             let part = g.rows(n, 2..5);
             assert_eq!(part.cols, a.cols[a.row_ptr[2]..a.row_ptr[5]]);
         }
+    }
+
+    #[test]
+    fn asymmetry_finds_the_first_unmirrored_entry() {
+        let t = Triplets::new(3, vec![(0, 1, 2.0), (1, 0, 2.0), (2, 2, 5.0)]);
+        assert_eq!(t.asymmetry(), None);
+        let t = Triplets::new(3, vec![(0, 1, 2.0), (1, 0, 2.5), (2, 2, 5.0)]);
+        assert_eq!(t.asymmetry(), Some(((0, 1, 2.0), 2.5)));
+        let t = Triplets::new(3, vec![(0, 0, 1.0), (2, 1, -1.0)]);
+        assert_eq!(t.asymmetry(), Some(((2, 1, -1.0), 0.0)));
     }
 
     #[test]
