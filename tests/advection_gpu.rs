@@ -226,6 +226,17 @@ fn unknown_spaces_and_decks_the_gpu_does_not_run_are_bad_input() {
             "parthenon/exec/gpu_mpi",
             "unknown GPU MPI path `eager`",
         ),
+        // Bad input is reported as such before the device is looked for.
+        (
+            vec!["parthenon/exec/space=cuda", "advection/bogus=1"],
+            "advection/bogus",
+            "unknown key",
+        ),
+        (
+            vec!["parthenon/exec/space=cuda", "parthenon/time/bogus=1", "-n"],
+            "parthenon/time/bogus",
+            "unknown key",
+        ),
     ] {
         let r = run(2, &deck, &out, &extra);
         let err = String::from_utf8_lossy(&r.stderr);

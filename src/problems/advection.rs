@@ -427,12 +427,6 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     for o in &outputs {
         crate::output::check_block(o, &mesh, &fields).map_err(|e| output_error(deck, e))?;
     }
-    if space == MemSpace::Cuda {
-        // Last, after the bad-input checks: the device opens (a dry run checks it too) and
-        // the MPI path asked for exists. The run reuses the process's opened device.
-        gpu::open()?;
-        gpu::resolve_mpi(gpu_mpi)?;
-    }
     Ok(Box::new(Advection {
         mesh,
         fields,
@@ -1014,6 +1008,16 @@ impl Comms {
 }
 
 impl Problem for Advection {
+    /// With `space: cuda`, the device opens and the MPI path asked for exists. The run then
+    /// reuses the process's opened device.
+    fn acquire(&mut self) -> Result<()> {
+        if self.space == MemSpace::Cuda {
+            gpu::open()?;
+            gpu::resolve_mpi(self.gpu_mpi)?;
+        }
+        Ok(())
+    }
+
     fn run(&mut self, ctx: &RunContext) -> Result<Summary> {
         let world = ctx.world;
         let comm = CommTimer::default();

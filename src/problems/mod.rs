@@ -26,6 +26,12 @@ pub trait Problem {
     /// Collective. Failures must be collective too (decided on reduced values) so that no
     /// rank is left waiting in a communication.
     fn run(&mut self, ctx: &RunContext) -> Result<Summary>;
+
+    /// Acquires what the run needs beyond the deck (a GPU), or says why it cannot; called
+    /// once the whole deck is checked, by a dry run too. Must not communicate.
+    fn acquire(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// How the driver finds and starts a problem.

@@ -158,7 +158,7 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
             info.name
         ));
     }
-    let problem = (info.setup)(deck, ctx)?;
+    let mut problem = (info.setup)(deck, ctx)?;
     deck.check_unread(
         |b| b.starts_with("parthenon/") || b == info.block,
         &format!("the driver or problem {}", info.name),
@@ -177,6 +177,8 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
         |b| b.starts_with("parthenon/") || b == info.block,
         &format!("problem {}", info.name),
     );
+    // After every deck check, so that bad input is reported as such first.
+    problem.acquire()?;
     Ok((info.name, problem))
 }
 
