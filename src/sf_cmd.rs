@@ -25,12 +25,14 @@ trait CliUnit: Unit + Serialize + Default {
 macro_rules! cli_int {
     ($($t:ty),*) => {$(impl CliUnit for $t {
         fn from_json(v: &Number) -> Option<Self> {
-            // Integers as written (exact beyond 2^53); a float only if whole, where `as
-            // i128` saturates, so a huge value fails the conversion instead of wrapping.
+            // Integers as written (exact beyond 2^53). A float only if whole and below 2^53,
+            // where it is exact: from there on it may be a rounded value (serde_json reads
+            // an integer outside i64 and u64 as a float), which must not pass as the value.
+            const EXACT: f64 = (1u64 << 53) as f64;
             let whole = match (v.as_i64(), v.as_u64(), v.as_f64()) {
                 (Some(i), _, _) => i128::from(i),
                 (_, Some(u), _) => i128::from(u),
-                (_, _, Some(f)) if f.is_finite() && f.fract() == 0.0 => f as i128,
+                (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < EXACT => f as i128,
                 _ => return None,
             };
             <$t>::try_from(whole).ok()
