@@ -446,6 +446,16 @@ fn bad_yaml_input_exits_2_on_every_rank() {
         &[&nested],
         &format!("heat2d/nx at {nested}:"),
     );
+    let control = write(
+        &dir,
+        "control.yaml",
+        &HEAT.replace("problem_id: h}", "problem_id: \"h\\nx\"}"),
+    );
+    assert_bad_input_everywhere(
+        "a newline in problem_id",
+        &[&control],
+        &format!("parthenon/job/problem_id at {control}:1: must be a plain file-name prefix"),
+    );
     let missing = write(&dir, "missing.yaml", "heat2d: {nx: 4}\n");
     assert_bad_input_everywhere(
         "missing key",

@@ -44,7 +44,9 @@ impl Value {
             return Value::Int(i);
         }
         if t.bytes().any(|b| b.is_ascii_digit()) {
-            if let Ok(f) = t.parse::<f64>() {
+            // `1e400` overflows: it stays text, refused by a reader wanting a number, as a
+            // YAML deck refuses it.
+            if let Some(f) = t.parse::<f64>().ok().filter(|f| f.is_finite()) {
                 return Value::Float(f);
             }
         }
@@ -108,17 +110,34 @@ fn yaml_float(f: f64) -> String {
     }
 }
 
-/// A string as YAML: plain when it cannot be mistaken for anything else, single-quoted
-/// otherwise (YAML doubles a quote inside single quotes).
+/// A string as YAML: plain when it cannot be mistaken for anything else (not starting with
+/// a digit either: YAML reads `0x10` and `1_000` as integers), single-quoted otherwise (YAML
+/// doubles a quote inside single quotes), double-quoted with escapes where it holds control
+/// characters (a newline, say), which single quotes cannot carry.
 fn yaml_string(s: &str) -> String {
     let plain = !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '+'))
         && !s.starts_with(['-', '.', '+'])
+        && !s.starts_with(|c: char| c.is_ascii_digit())
         && matches!(Value::infer(s), Value::Str(_))
         && !is_yaml_keyword(s);
     if plain {
         s.to_string()
+    } else if s.chars().any(char::is_control) {
+        let mut out = String::from('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
     } else {
         format!("'{}'", s.replace('\'', "''"))
     }
@@ -175,6 +194,10 @@ mod tests {
         assert_eq!(Value::Str("64".into()).yaml(), "'64'");
         assert_eq!(Value::Str("yes".into()).yaml(), "'yes'");
         assert_eq!(Value::Str("it's".into()).yaml(), "'it''s'");
+        assert_eq!(Value::Str("0x10".into()).yaml(), "'0x10'");
+        assert_eq!(Value::Str("1_000".into()).yaml(), "'1_000'");
+        assert_eq!(Value::Str("a\nb\u{7}\"".into()).yaml(), r#""a\nb\u0007\"""#);
+        assert_eq!(Value::infer("1e400"), Value::Str("1e400".into()));
         assert_eq!(Value::Str("advected".into()).yaml(), "advected");
         assert_eq!(Value::Str("matrices/a.mtx".into()).yaml(), "matrices/a.mtx");
         assert_eq!(Value::Float(f64::NEG_INFINITY).yaml(), "-.inf");

@@ -115,7 +115,8 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
         deck.get_str(JOB, "problem_id")?
     };
     ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
-    if ctx.problem_id.is_empty() || ctx.problem_id.contains(['/', '\\']) {
+    let id = &ctx.problem_id;
+    if id.is_empty() || id.contains(['/', '\\']) || id.chars().any(char::is_control) {
         return Err(deck
             .invalid(JOB, "problem_id", "must be a plain file-name prefix")
             .into());
