@@ -353,6 +353,13 @@ fn bad_restarts(base: &Path, deck: &str) {
     expect_bad(
         deck,
         &dir,
+        Path::new("/dev/null"),
+        &[],
+        "not a regular file",
+    );
+    expect_bad(
+        deck,
+        &dir,
         &full.join("adv.out0.00000.phdf"),
         &[],
         "not a restart file of starhalo run",

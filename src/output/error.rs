@@ -30,12 +30,13 @@ pub enum OutputError {
         message: String,
     },
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause, shown in the message (not chained as a source, which would show it
+        /// twice).
+        cause: std::io::Error,
     },
     /// A restart file lacks something the reader needs or holds something inconsistent.
     #[error("{path}: not a usable restart file: {reason}")]

@@ -34,7 +34,7 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
     };
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| OutputError::Io { path, source }
+        move |cause| OutputError::Io { path, cause }
     };
     let text = std::fs::read_to_string(source).map_err(io(source))?;
     // Column 3 is the cycle; a line that does not parse is kept, not silently lost.
@@ -110,9 +110,9 @@ pub fn write_history<C: Communicator>(
                 *t += x;
             }
         }
-        let io = |source| OutputError::Io {
+        let io = |cause| OutputError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
         let mut f = std::fs::OpenOptions::new()
             .create(true)

@@ -42,10 +42,7 @@ pub fn write_phdf<C: Communicator>(
             write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
             let xml = super::xdmf::xdmf(path, snap, &vars, &ext, block.single_precision);
             let xpath = xdmf_path(path);
-            std::fs::write(&xpath, xml).map_err(|source| OutputError::Io {
-                path: xpath,
-                source,
-            })
+            std::fs::write(&xpath, xml).map_err(|cause| OutputError::Io { path: xpath, cause })
         },
     )?;
     Ok(())
@@ -79,9 +76,9 @@ pub fn write_file(
             file.close().map_err(h)
         })
         .and_then(|()| {
-            std::fs::rename(&tmp, path).map_err(|source| OutputError::Io {
+            std::fs::rename(&tmp, path).map_err(|cause| OutputError::Io {
                 path: path.to_path_buf(),
-                source,
+                cause,
             })
         });
     if written.is_err() {

@@ -88,8 +88,9 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 BLOCK,
                 "ny",
                 format!(
-                    "{ny} row{} cannot be split over {ranks} ranks (each needs a row)",
-                    if ny == 1 { "" } else { "s" }
+                    "{ny} row{} cannot be split over {ranks} rank{} (each needs a row)",
+                    if ny == 1 { "" } else { "s" },
+                    if ranks == 1 { "" } else { "s" }
                 ),
             )
             .into());

@@ -76,8 +76,13 @@ pub fn load(
             "-r {shown}: is a directory; name the restart file (a .rhdf) inside it"
         ));
     }
-    if !path.is_file() {
+    if !path.exists() {
         return Err(bad_input!("-r {shown}: no such file"));
+    }
+    if !path.is_file() {
+        return Err(bad_input!(
+            "-r {shown}: not a regular file (a restart file is a .rhdf)"
+        ));
     }
     let r = read_restart(path).map_err(|e| bad_input!("-r: {e}"))?;
     match r.params.get(PROBLEM) {
