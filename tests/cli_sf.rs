@@ -104,19 +104,12 @@ fn data_files_replace_the_defaults() {
     let dir = scratch("data");
     let root = dir.join("r.json");
     std::fs::write(&root, r#"{"ranks":[[1,2],[3],[4,5,6]]}"#).unwrap();
-    let (out, path) = sf_run(
-        &dir,
-        3,
-        GRAPH,
-        &[
-            "--op",
-            "bcast:replace",
-            "--unit",
-            "u8",
-            "--root-data",
-            root.to_str().unwrap(),
-        ],
-    );
+    let bcast_root = |unit: &str| {
+        let r = root.to_str().unwrap();
+        let args = ["--op", "bcast:replace", "--unit", unit, "--root-data", r];
+        sf_run(&dir, 3, GRAPH, &args)
+    };
+    let (out, path) = bcast_root("u8");
     common::assert_ok("sf run with --root-data", &out);
     let o: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     // Default leaves are negative; as u8 they wrap like a C cast (-101 -> 155).
@@ -130,19 +123,7 @@ fn data_files_replace_the_defaults() {
         r#"{"ranks":[[9007199254740993,2],[-9223372036854775808],[4,5,6]]}"#,
     )
     .unwrap();
-    let (out, path) = sf_run(
-        &dir,
-        3,
-        GRAPH,
-        &[
-            "--op",
-            "bcast:replace",
-            "--unit",
-            "i64",
-            "--root-data",
-            root.to_str().unwrap(),
-        ],
-    );
+    let (out, path) = bcast_root("i64");
     common::assert_ok("sf run --unit i64 with large integers", &out);
     let o: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let leaf = |k: usize| o["ranks"][1]["leafdata"][k].as_i64();
@@ -159,19 +140,7 @@ fn data_files_replace_the_defaults() {
         ("f32", "1e39", "1e+39"),
     ] {
         std::fs::write(&root, format!(r#"{{"ranks":[[1,2],[3],[4,{bad},6]]}}"#)).unwrap();
-        let (out, _) = sf_run(
-            &dir,
-            3,
-            GRAPH,
-            &[
-                "--op",
-                "bcast:replace",
-                "--unit",
-                unit,
-                "--root-data",
-                root.to_str().unwrap(),
-            ],
-        );
+        let (out, _) = bcast_root(unit);
         common::assert_bad_input(
             &format!("{bad} as {unit}"),
             &out,
