@@ -66,6 +66,7 @@ use starhalo_boundary::tasks::{add_exchange, add_flux_correction};
 use starhalo_boundary::{
     BlockData, BoundaryType, BufferPool, Exchange, ExchangeOptions, FluxCorrection, FluxData,
 };
+use starhalo_exec::cuda::Device;
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_exec::{MemSpace, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
@@ -75,6 +76,7 @@ use std::cell::{Cell, RefCell};
 use std::io::Write as _;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BLOCK: &str = "advection";
@@ -178,8 +180,11 @@ struct Advection {
     resume: Option<Resume>,
     /// Where the fields live while the run steps.
     space: MemSpace,
-    /// How the ghost messages of device fields cross MPI (`parthenon/exec/gpu_mpi`).
+    /// How the ghost messages of device fields cross MPI (`parthenon/exec/gpu_mpi`), made
+    /// staged or aware by [`Problem::acquire`].
     gpu_mpi: GpuMpi,
+    /// The GPU the fields live on (`space: cuda`), opened by [`Problem::acquire`].
+    device: Option<Arc<Device>>,
 }
 
 /// The name of field copy `n`.
@@ -448,6 +453,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         resume,
         space,
         gpu_mpi,
+        device: None,
     }))
 }
 
@@ -1008,12 +1014,12 @@ impl Comms {
 }
 
 impl Problem for Advection {
-    /// With `space: cuda`, the device opens and the MPI path asked for exists. The run then
-    /// reuses the process's opened device.
+    /// With `space: cuda`, opens the device and resolves the MPI path asked for. Every rank
+    /// does (set-up is agreed), so the run finds both ready.
     fn acquire(&mut self) -> Result<()> {
         if self.space == MemSpace::Cuda {
-            gpu::open()?;
-            gpu::resolve_mpi(self.gpu_mpi)?;
+            self.device = Some(gpu::open()?);
+            self.gpu_mpi = gpu::resolve_mpi(self.gpu_mpi)?;
         }
         Ok(())
     }
@@ -1032,11 +1038,7 @@ impl Problem for Advection {
         // After a restart the stored ghosts are already these values; the fill also leaves
         // the coarse buffers (not stored) as the interrupted run had them.
         comm.time(|| self.fill_ghosts(ctx, &comms))?;
-        // Every rank opens its GPU, or every rank stops with the reason (before any output).
-        let dev = match self.space {
-            MemSpace::Host => None,
-            MemSpace::Cuda => Some(agree(world, gpu::open())?),
-        };
+        let dev = self.device.clone();
         let fresh = resume.is_none();
         if let (Some(r), Some(file)) = (&resume, &ctx.restart) {
             let mine = if ctx.is_root() {

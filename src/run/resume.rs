@@ -71,18 +71,19 @@ pub fn load(
     outputs: &[OutputBlock],
 ) -> Result<(Mesh, BlockData, Resume)> {
     let shown = path.display();
-    if path.is_dir() {
-        return Err(bad_input!(
-            "-r {shown}: is a directory; name the restart file (a .rhdf) inside it"
-        ));
-    }
-    if !path.exists() {
-        return Err(bad_input!("-r {shown}: no such file"));
-    }
-    if !path.is_file() {
-        return Err(bad_input!(
-            "-r {shown}: not a regular file (a restart file is a .rhdf)"
-        ));
+    match std::fs::metadata(path) {
+        Err(_) => return Err(bad_input!("-r {shown}: no such file")),
+        Ok(m) if m.is_dir() => {
+            return Err(bad_input!(
+                "-r {shown}: is a directory; name the restart file (a .rhdf) inside it"
+            ))
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(bad_input!(
+                "-r {shown}: not a regular file (a restart file is a .rhdf)"
+            ))
+        }
+        Ok(_) => {}
     }
     let r = read_restart(path).map_err(|e| bad_input!("-r: {e}"))?;
     match r.params.get(PROBLEM) {

@@ -68,7 +68,8 @@ impl Gpu {
     pub(super) fn new(dev: &Arc<Device>, a: &Advection, comms: &Comms) -> Result<Self> {
         let data = a.data.borrow();
         let mut fields = DeviceFields::new(dev, &comms.exchange.borrow(), &data)?;
-        let mpi = resolve_mpi(a.gpu_mpi)?;
+        // Resolved to staged or aware when the device was acquired.
+        let mpi = a.gpu_mpi;
         if mpi == GpuMpi::Aware {
             let like = Buffer::zeroed_for_mpi(dev, 1)?;
             comms.exchange.borrow_mut().place_messages(&like)?;
