@@ -14,6 +14,13 @@ pub struct MtxError {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Real,
+    Integer,
+    Pattern,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Symmetry {
     General,
     Symmetric,
@@ -55,9 +62,10 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
             format!("format '{format}' is not supported (coordinate only)"),
         ));
     }
-    let pattern = match field.as_str() {
-        "real" | "integer" => false,
-        "pattern" => true,
+    let field = match field.as_str() {
+        "real" => Field::Real,
+        "integer" => Field::Integer,
+        "pattern" => Field::Pattern,
         other => {
             return Err(err(
                 1,
@@ -135,15 +143,40 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
             }
         };
         let (i, j) = (index("row")?, index("column")?);
-        let v = if pattern {
-            1.0
-        } else {
-            let t = it.next().ok_or_else(|| err(line, "missing value".into()))?;
-            t.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite())
-                .ok_or_else(|| err(line, format!("value '{t}' is not a finite number")))?
+        let mut value = || it.next().ok_or_else(|| err(line, "missing value".into()));
+        let v = match field {
+            Field::Pattern => 1.0,
+            Field::Real => {
+                let t = value()?;
+                t.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite())
+                    .ok_or_else(|| err(line, format!("value '{t}' is not a finite number")))?
+            }
+            // Integers beyond 2^53 would be rounded silently when stored as f64.
+            Field::Integer => {
+                let t = value()?;
+                t.parse::<i64>()
+                    .ok()
+                    .filter(|v| v.unsigned_abs() <= 1 << 53)
+                    .ok_or_else(|| {
+                        err(
+                            line,
+                            format!("value '{t}' is not an integer of at most 2^53 in magnitude"),
+                        )
+                    })? as f64
+            }
         };
+        if sym == Symmetry::Skew && i == j {
+            return Err(err(
+                line,
+                format!(
+                    "a skew-symmetric matrix has a zero diagonal; entry ({}, {}) is on it",
+                    i + 1,
+                    j + 1
+                ),
+            ));
+        }
         if let Some(extra) = it.next() {
             return Err(err(line, format!("unexpected '{extra}' after the entry")));
         }
@@ -219,6 +252,31 @@ mod tests {
             let e = parse(&format!("{h}{body}"), "m.mtx", 3).unwrap_err();
             assert_eq!(e.line, line, "{body:?}: {e}");
             assert!(e.to_string().starts_with(&format!("m.mtx:{line}: ")), "{e}");
+            assert!(e.msg.contains(needle), "{body:?}: {e}");
+        }
+        for (head, body, line, needle) in [
+            (
+                "integer general",
+                "2 2 1\n1 1 1.5\n",
+                3,
+                "value '1.5' is not an integer",
+            ),
+            (
+                "integer general",
+                "2 2 1\n1 1 9007199254740993\n",
+                3,
+                "at most 2^53",
+            ),
+            (
+                "real skew-symmetric",
+                "2 2 1\n2 2 1.0\n",
+                3,
+                "entry (2, 2) is on it",
+            ),
+        ] {
+            let text = format!("%%MatrixMarket matrix coordinate {head}\n{body}");
+            let e = parse(&text, "m.mtx", 3).unwrap_err();
+            assert_eq!(e.line, line, "{body:?}: {e}");
             assert!(e.msg.contains(needle), "{body:?}: {e}");
         }
         for header in [
