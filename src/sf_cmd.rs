@@ -147,10 +147,11 @@ fn runner(unit: &str) -> Result<Runner> {
     })
 }
 
-/// This rank's data: from the file, or the default `sign * (100*(rank+1) + i)`.
+/// This rank's data: from the file (which lists every rank's), or the default
+/// `sign * (100*(rank+1) + i)`.
 fn data<U: CliUnit>(
     file: Option<&Path>,
-    rank: usize,
+    (rank, size): (usize, usize),
     len: usize,
     sign: f64,
     what: &str,
@@ -165,10 +166,11 @@ fn data<U: CliUnit>(
         return Ok(v);
     };
     let mut all = read_data(path)?;
-    if rank >= all.len() {
+    if all.len() != size {
         return Err(bad_input!(
-            "{}: has no {what} for rank {rank}",
-            path.display()
+            "{} lists {what} values for {} ranks but this job has {size}",
+            path.display(),
+            all.len()
         ));
     }
     let values = all.swap_remove(rank);
@@ -209,11 +211,12 @@ fn run_typed<U: CliUnit>(
     action: Action,
 ) -> Result<()> {
     let rank = world.rank() as usize;
+    let ranks = (rank, world.size() as usize);
     // Every rank checks its data, then all agree, so a bad file on one rank stops them all.
-    let loaded = data::<U>(a.root_data.as_deref(), rank, sf.nroots(), 1.0, "root").and_then(|r| {
+    let loaded = data::<U>(a.root_data.as_deref(), ranks, sf.nroots(), 1.0, "root").and_then(|r| {
         Ok((
             r,
-            data::<U>(a.leaf_data.as_deref(), rank, sf.leaf_space(), -1.0, "leaf")?,
+            data::<U>(a.leaf_data.as_deref(), ranks, sf.leaf_space(), -1.0, "leaf")?,
         ))
     });
     let (mut root, mut leaf) = agree(world, loaded)?;
