@@ -327,6 +327,17 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
         stdout(&o2).lines().skip(1).collect::<Vec<_>>(),
         s.lines().skip(1).collect::<Vec<_>>()
     );
+    // A file path is printed absolute: the printed deck, saved elsewhere, finds the matrix
+    // that the original named relative to itself.
+    let spmv = concat!(env!("CARGO_MANIFEST_DIR"), "/inputs/spmv_mtx.yaml");
+    let o = run(1, &[spmv, "-n"]);
+    common::assert_ok("-n spmv", &o);
+    let printed = stdout(&o);
+    let matrix = concat!(env!("CARGO_MANIFEST_DIR"), "/inputs/matrices/nonsym12.mtx");
+    assert!(printed.contains(&format!("  matrix: {matrix}\n")), "{printed}");
+    let saved = write(&dir, "spmv.yaml", &printed);
+    let o = run(1, &[&saved, "-d", dir.to_str().unwrap()]);
+    common::assert_ok("the printed spmv deck", &o);
     // A dry run checks the deck as the run would: an unknown key or an impossible split is
     // bad input, and nothing is printed or written.
     for (bad, needle) in [

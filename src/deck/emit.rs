@@ -1,6 +1,6 @@
 //! Writing a deck back as YAML (`starhalo run -n`), in block order with keys in order.
 
-use super::{Deck, Origin};
+use super::{Deck, Entry, Origin};
 use std::fmt::Write as _;
 
 /// The deck as block-style YAML that [`super::yaml::parse`] reads back to the same values.
@@ -26,10 +26,22 @@ pub fn to_yaml(deck: &Deck) -> String {
             if b.entries.is_empty() { " {}" } else { "" }
         );
         for e in &b.entries {
-            let _ = writeln!(out, "  {}: {}", key(&e.key), e.value.yaml());
+            let _ = writeln!(out, "  {}: {}", key(&e.key), value(e));
         }
     }
     out
+}
+
+/// A value as YAML. A file path is written absolute, so that the printed deck finds the file
+/// from wherever it is saved (a relative path was relative to the deck that gave it).
+fn value(e: &Entry) -> String {
+    match e.path.get().then(|| e.resolved_path()).flatten() {
+        Some(p) => {
+            let p = std::path::absolute(&p).unwrap_or(p);
+            super::Value::Str(p.to_string_lossy().into_owned()).yaml()
+        }
+        None => e.value.yaml(),
+    }
 }
 
 /// A mapping key: plain when safe, quoted like a string value otherwise.

@@ -37,6 +37,31 @@ pub struct Entry {
     pub origin: Origin,
     /// Set by the getters; read by [`Deck::check_unread`].
     read: Cell<bool>,
+    /// Set by [`Deck::get_path`]: the value names a file relative to where it was given.
+    path: Cell<bool>,
+}
+
+impl Entry {
+    fn new(key: &str, value: Value, origin: Origin) -> Entry {
+        Entry {
+            key: key.to_string(),
+            value,
+            origin,
+            read: Cell::new(false),
+            path: Cell::new(false),
+        }
+    }
+
+    /// The value as a file path: a relative path is taken relative to the directory of the
+    /// deck file that gave it (overrides: the current directory).
+    fn resolved_path(&self) -> Option<PathBuf> {
+        let p = PathBuf::from(to_str(&self.value)?);
+        let base = self.origin.file().and_then(|f| Path::new(f).parent());
+        Some(match base {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        })
+    }
 }
 
 /// One block: a slash path and its keys in the order given.
@@ -135,12 +160,7 @@ impl Deck {
                 ),
             });
         }
-        b.entries.push(Entry {
-            key: key.to_string(),
-            value,
-            origin,
-            read: Cell::new(false),
-        });
+        b.entries.push(Entry::new(key, value, origin));
         Ok(())
     }
 
@@ -169,12 +189,7 @@ impl Deck {
                 e.value = value;
                 e.origin = Origin::CommandLine;
             }
-            None => entries.push(Entry {
-                key: key.to_string(),
-                value,
-                origin: Origin::CommandLine,
-                read: Cell::new(false),
-            }),
+            None => entries.push(Entry::new(key, value, Origin::CommandLine)),
         }
         Ok(())
     }
@@ -464,12 +479,8 @@ impl Deck {
         let Some(e) = self.entry(block, key) else {
             return Ok(None);
         };
-        let p = PathBuf::from(typed(e, block, "a file path", to_str)?);
-        let base = e.origin.file().and_then(|f| Path::new(f).parent());
-        Ok(Some(match base {
-            Some(dir) if p.is_relative() => dir.join(p),
-            _ => p,
-        }))
+        e.path.set(true);
+        typed(e, block, "a file path", |_| e.resolved_path()).map(Some)
     }
 }
 
