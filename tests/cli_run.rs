@@ -334,7 +334,10 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
     common::assert_ok("-n spmv", &o);
     let printed = stdout(&o);
     let matrix = concat!(env!("CARGO_MANIFEST_DIR"), "/inputs/matrices/nonsym12.mtx");
-    assert!(printed.contains(&format!("  matrix: {matrix}\n")), "{printed}");
+    assert!(
+        printed.contains(&format!("  matrix: {matrix}\n")),
+        "{printed}"
+    );
     let saved = write(&dir, "spmv.yaml", &printed);
     let o = run(1, &[&saved, "-d", dir.to_str().unwrap()]);
     common::assert_ok("the printed spmv deck", &o);

@@ -26,6 +26,9 @@ pub fn file_name(problem_id: &str, id: &str) -> String {
 ///
 /// A run stopped off its history schedule (wall time, `nlim`) ended with a line for its last
 /// step, the restart cycle; that line stays.
+///
+/// Lines that are neither comments nor history lines (numbers, the third a cycle) are kept,
+/// not silently lost; a warning names the first of them.
 pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), OutputError> {
     let source = match (from.exists(), to.exists()) {
         (true, _) => from,
@@ -37,19 +40,24 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
         move |cause| OutputError::Io { path, cause }
     };
     let text = std::fs::read_to_string(source).map_err(io(source))?;
-    // Column 3 is the cycle; a line that does not parse is kept, not silently lost.
-    let later = |l: &str| {
-        !l.starts_with('#')
-            && l.split_whitespace()
-                .nth(2)
-                .and_then(|c| c.parse::<u64>().ok())
-                .is_some_and(|c| c > cycle)
-    };
-    let kept: String = text
-        .lines()
-        .filter(|l| !later(l))
-        .flat_map(|l| [l, "\n"])
-        .collect();
+    let mut foreign = Vec::new();
+    let mut kept = String::with_capacity(text.len());
+    for (n, l) in text.lines().enumerate() {
+        match history_cycle(l) {
+            Some(c) if c > cycle => continue,
+            None if !l.starts_with('#') => foreign.push(n + 1),
+            _ => {}
+        }
+        kept.push_str(l);
+        kept.push('\n');
+    }
+    if let Some(first) = foreign.first() {
+        tracing::warn!(
+            "{}:{first}: not a history line ({} such in all); kept as written in the continued history",
+            source.display(),
+            foreign.len(),
+        );
+    }
     let tmp = to.with_extension("hst.tmp");
     std::fs::write(&tmp, kept)
         .and_then(|()| std::fs::rename(&tmp, to))
@@ -57,6 +65,13 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
             let _ = std::fs::remove_file(&tmp);
             io(to)(e)
         })
+}
+
+/// The cycle of a history line: numbers only, the third the cycle.
+fn history_cycle(line: &str) -> Option<u64> {
+    let mut words = line.split_whitespace();
+    let cycle = words.clone().nth(2)?.parse().ok()?;
+    words.all(|w| w.parse::<f64>().is_ok()).then_some(cycle)
 }
 
 /// Appends one line for `snap` to the history file at `path` (writing the header first when
@@ -142,4 +157,33 @@ pub fn write_history<C: Communicator>(
         f.write_all(text.as_bytes()).map_err(io)
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continued_history_keeps_lines_up_to_the_restart_cycle() {
+        let dir = std::env::temp_dir().join(format!("starhalo-hst-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (from, to) = (dir.join("from.hst"), dir.join("to.hst"));
+        let text = "# time dt cycle q\n0.0 0.1 0 1.0\n0.1 0.1 1 1.0\ngarbage\n0.2 0.1 2 1.0\n0.3 0.1 3 1\n";
+        std::fs::write(&from, text).unwrap();
+        std::fs::write(&to, "stale\n").unwrap();
+        continue_history(&from, &to, 2).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&to).unwrap(),
+            "# time dt cycle q\n0.0 0.1 0 1.0\n0.1 0.1 1 1.0\ngarbage\n0.2 0.1 2 1.0\n"
+        );
+        assert_eq!(history_cycle("0.3 0.1 3 1"), Some(3));
+        assert_eq!(history_cycle("0.3 0.1 3 x"), None, "not all numbers");
+        assert_eq!(
+            history_cycle("0.3 0.1 3.5 1"),
+            None,
+            "the cycle is an integer"
+        );
+        assert_eq!(history_cycle("0.3 0.1"), None, "truncated");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
