@@ -328,9 +328,10 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
         s.lines().skip(1).collect::<Vec<_>>()
     );
     // A file path is printed absolute: the printed deck, saved elsewhere, finds the matrix
-    // that the original named relative to itself.
+    // that the original named relative to itself. An override is kept as written: `1e5` is
+    // a problem_id, not the number 100000.
     let spmv = concat!(env!("CARGO_MANIFEST_DIR"), "/inputs/spmv_mtx.yaml");
-    let o = run(1, &[spmv, "-n"]);
+    let o = run(1, &[spmv, "-n", "parthenon/job/problem_id=1e5"]);
     common::assert_ok("-n spmv", &o);
     let printed = stdout(&o);
     let matrix = concat!(env!("CARGO_MANIFEST_DIR"), "/inputs/matrices/nonsym12.mtx");
@@ -338,9 +339,11 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
         printed.contains(&format!("  matrix: {matrix}\n")),
         "{printed}"
     );
+    assert!(printed.contains("  problem_id: '1e5'\n"), "{printed}");
     let saved = write(&dir, "spmv.yaml", &printed);
     let o = run(1, &[&saved, "-d", dir.to_str().unwrap()]);
     common::assert_ok("the printed spmv deck", &o);
+    assert!(dir.join("1e5-spmv.dat").exists());
     // A dry run checks the deck as the run would: an unknown key or an impossible split is
     // bad input, and nothing is printed or written.
     for (bad, needle) in [

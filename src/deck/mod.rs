@@ -165,7 +165,7 @@ impl Deck {
     }
 
     /// Applies `block/path/key=value`: the block path is everything before the last `/` of
-    /// the left side. The value is typed by [`Value::infer`]; the key is created if absent.
+    /// the left side. The value is text as written ([`Value::untyped`]); the key is created if absent.
     pub fn apply_override(&mut self, spec: &str) -> Result<(), DeckError> {
         let bad = |msg: &str| DeckError::BadOverride {
             spec: spec.to_string(),
@@ -181,7 +181,7 @@ impl Deck {
         if block.is_empty() || key.is_empty() || block.split('/').any(str::is_empty) {
             return Err(bad("empty block or key name"));
         }
-        let value = Value::infer(text);
+        let value = Value::untyped(text);
         let b = self.open_block(block, Origin::CommandLine);
         let entries = &mut self.blocks[b].entries;
         match entries.iter_mut().find(|e| e.key == key) {
@@ -374,7 +374,7 @@ fn typed<T>(
 fn to_i64(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
-        Value::Str(s) => s.trim().parse().ok(),
+        Value::Str(s) | Value::Text(s) => s.trim().parse().ok(),
         _ => None,
     }
 }
@@ -383,7 +383,7 @@ fn to_f64(v: &Value) -> Option<f64> {
     match v {
         Value::Float(f) => Some(*f),
         Value::Int(i) => Some(*i as f64),
-        Value::Str(s) => s.trim().parse().ok(),
+        Value::Str(s) | Value::Text(s) => s.trim().parse().ok(),
         _ => None,
     }
 }
@@ -391,7 +391,7 @@ fn to_f64(v: &Value) -> Option<f64> {
 fn to_bool(v: &Value) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
-        Value::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
+        Value::Str(s) | Value::Text(s) => match s.trim().to_ascii_lowercase().as_str() {
             "true" | "yes" | "on" | "1" => Some(true),
             "false" | "no" | "off" | "0" => Some(false),
             _ => None,
@@ -413,7 +413,7 @@ fn to_str(v: &Value) -> Option<String> {
 fn to_list(v: &Value) -> Option<Vec<String>> {
     Some(match v {
         Value::List(items) => items.iter().map(Value::text).collect(),
-        Value::Str(s) => s
+        Value::Str(s) | Value::Text(s) => s
             .split(',')
             .map(|p| p.trim().to_string())
             .filter(|p| !p.is_empty())

@@ -1,5 +1,5 @@
 //! Parthenon's `.in` decks: `<block/path>` opens a block, `key = value` sets a key, `#`
-//! starts a comment. Values are text, typed by [`Value::infer`].
+//! starts a comment. Values are text, kept as written ([`Value::untyped`]).
 
 use super::{Deck, DeckError, Origin, Value};
 use std::sync::Arc;
@@ -54,7 +54,7 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
         if value.trim().is_empty() {
             return Err(syntax(format!("key '{key}' has no value")));
         }
-        deck.insert(b, key, Value::infer(value), origin)?;
+        deck.insert(b, key, Value::untyped(value), origin)?;
     }
     Ok(deck)
 }

@@ -308,14 +308,29 @@ fn printed_yaml_reads_back_identically() {
         d.apply_override("parthenon/mesh/nx1=32").unwrap();
         d.apply_override("extra/s=007x").unwrap();
         d.apply_override("extra/q='quoted'").unwrap();
+        d.apply_override("extra/id=1e5").unwrap();
+        d.apply_override("extra/tol=1.0e-8").unwrap();
+        d.apply_override("extra/eps=1e-8").unwrap();
         let text = d.to_yaml();
-        assert!(text.contains("nx1: 32"), "{text}");
-        assert!(text.contains("3 command-line overrides applied"), "{text}");
+        assert!(text.contains("nx1: 32\n"), "{text}");
+        assert!(text.contains("id: '1e5'\n"), "{text}");
+        assert!(text.contains("tol: '1.0e-8'\n"), "kept as written: {text}");
+        assert!(text.contains("eps: 1.0e-8\n"), "{text}");
+        assert!(text.contains("6 command-line overrides applied"), "{text}");
         let back = Deck::from_str_auto(&text, "back.yaml").unwrap();
         for (b1, b2) in d.blocks().iter().zip(back.blocks()) {
             assert_eq!(b1.name, b2.name);
-            let v1: Vec<_> = b1.entries.iter().map(|e| (&e.key, &e.value)).collect();
-            let v2: Vec<_> = b2.entries.iter().map(|e| (&e.key, &e.value)).collect();
+            // The same text, so every getter gives the same value.
+            let v1: Vec<_> = b1
+                .entries
+                .iter()
+                .map(|e| (&e.key, e.value.text()))
+                .collect();
+            let v2: Vec<_> = b2
+                .entries
+                .iter()
+                .map(|e| (&e.key, e.value.text()))
+                .collect();
             assert_eq!(v1, v2, "{text}");
         }
         assert_eq!(d.blocks().len(), back.blocks().len());

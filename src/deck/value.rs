@@ -4,10 +4,10 @@ use std::fmt;
 
 /// One value of a deck key.
 ///
-/// YAML decks keep the type YAML gave the scalar; `.in` decks and command-line overrides are
-/// text, typed by [`Value::infer`] so that `-n` prints them the way a YAML deck would. The
-/// typed getters of [`Deck`](super::Deck) accept text for any type (Parthenon stores every
-/// value as a string), so the inference never decides whether a key is accepted.
+/// YAML decks keep the type YAML gave the scalar; `.in` decks and command-line overrides hold
+/// [`Value::Text`], kept as written (Parthenon stores every value as a string). The typed
+/// getters of [`Deck`](super::Deck) accept text for any type, so a `problem_id` of `1e5`
+/// stays `1e5` while `1e5` for a number is 100000.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     /// `true` or `false`.
@@ -18,12 +18,25 @@ pub enum Value {
     Float(f64),
     /// Any other scalar.
     Str(String),
+    /// Untyped text from a `.in` deck or an override, as written.
+    Text(String),
     /// A sequence (`[a, b]` in YAML).
     List(Vec<Value>),
 }
 
 impl Value {
-    /// Types untyped text: `true`/`false`, then an integer, then a number with at least one
+    /// Untyped text as written, less surrounding white space; `[a, b, ...]` is a list of
+    /// such texts.
+    pub fn untyped(text: &str) -> Value {
+        let t = text.trim();
+        match t.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            Some(inner) if inner.trim().is_empty() => Value::List(Vec::new()),
+            Some(inner) => Value::List(inner.split(',').map(Value::untyped).collect()),
+            None => Value::Text(t.to_string()),
+        }
+    }
+
+    /// Types untyped text the way YAML would: `true`/`false`, then an integer, then a number with at least one
     /// digit, then `[a, b, ...]` as a list; anything else stays a string. Surrounding white
     /// space is dropped.
     pub fn infer(text: &str) -> Value {
@@ -59,7 +72,7 @@ impl Value {
             Value::Bool(b) => b.to_string(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => float_text(*f),
-            Value::Str(s) => s.clone(),
+            Value::Str(s) | Value::Text(s) => s.clone(),
             Value::List(items) => items.iter().map(Value::text).collect::<Vec<_>>().join(", "),
         }
     }
@@ -71,6 +84,12 @@ impl Value {
             Value::Float(f) if f.is_infinite() => if *f > 0.0 { ".inf" } else { "-.inf" }.into(),
             Value::Float(f) => yaml_float(*f),
             Value::Str(s) => yaml_string(s),
+            // Typed where the type's text is the text as written (`64`, `0.5`, `true`); a
+            // string otherwise, so that `1e5` or `007` reads back as written.
+            Value::Text(s) => match Value::infer(s) {
+                typed if typed.text() == *s => typed.yaml(),
+                _ => yaml_string(s),
+            },
             Value::List(items) => format!(
                 "[{}]",
                 items.iter().map(Value::yaml).collect::<Vec<_>>().join(", ")
@@ -169,6 +188,32 @@ mod tests {
             Value::List(vec![Value::Str("a".into()), Value::Int(2)])
         );
         assert_eq!(Value::infer("[]"), Value::List(vec![]));
+    }
+
+    #[test]
+    fn untyped_text_is_kept_as_written() {
+        let t = |s: &str| Value::Text(s.into());
+        assert_eq!(Value::untyped(" 1e5 "), t("1e5"));
+        assert_eq!(
+            Value::untyped("[a, 007]"),
+            Value::List(vec![t("a"), t("007")])
+        );
+        assert_eq!(Value::untyped("[ ]"), Value::List(vec![]));
+        assert_eq!(t("1e5").text(), "1e5");
+        // Printed typed where the type keeps the text, quoted where it would not.
+        for (text, yaml) in [
+            ("64", "64"),
+            ("-0.5", "-0.5"),
+            ("true", "true"),
+            ("1e-8", "1.0e-8"),
+            ("periodic", "periodic"),
+            ("1e5", "'1e5'"),
+            ("007", "'007'"),
+            ("1.50", "'1.50'"),
+            ("yes", "'yes'"),
+        ] {
+            assert_eq!(t(text).yaml(), yaml, "{text}");
+        }
     }
 
     #[test]
