@@ -30,6 +30,7 @@
 //! copying), and the arenas' storage comes from the exchange's [`BufferPool`]. Same-rank and
 //! cross-rank ends go through the same states; only where the bytes come from differs.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::str::FromStr;
 
@@ -580,21 +581,39 @@ impl Exchange {
                 BoundaryError::Geometry(format!("block {gid} is not on rank {rank}"))
             })
         };
+        // Channels by the partition of their end on this rank, so that set-up stays linear in
+        // the number of channels however many partitions there are.
+        fn by_part<'a>(
+            list: &'a [Channel],
+            part_of: &[usize],
+            nparts: usize,
+            end: fn(&ChannelKey) -> usize,
+        ) -> Vec<Vec<&'a Channel>> {
+            let mut by = vec![Vec::new(); nparts];
+            for c in list {
+                if let Some(v) = by.get_mut(part_of[end(&c.key)]) {
+                    v.push(c);
+                }
+            }
+            by
+        }
+        let sends_of = by_part(&rc.send, &part_of, parts.len(), |k| k.sender);
+        let recvs_of = by_part(&rc.recv, &part_of, parts.len(), |k| k.receiver);
         let mut routes = Vec::with_capacity(parts.len() * 3);
-        for (p, _) in parts.iter().enumerate() {
+        for p in 0..parts.len() {
             for ty in GHOST_TYPES {
                 // Send ends: sorted by (peer rank, peer partition, key) so that each coalesced
                 // group is one contiguous run of the buffer.
-                let mut send: Vec<&Channel> = rc
-                    .send
+                let mut send: Vec<&Channel> = sends_of[p]
                     .iter()
-                    .filter(|c| ty.admits(c) && part_of[c.key.sender] == p)
+                    .copied()
+                    .filter(|c| ty.admits(c))
                     .collect();
                 send.sort_by_key(|c| (c.receiver_rank, part_of[c.key.receiver], c.key));
-                let mut recv: Vec<&Channel> = rc
-                    .recv
+                let mut recv: Vec<&Channel> = recvs_of[p]
                     .iter()
-                    .filter(|c| ty.admits(c) && part_of[c.key.receiver] == p)
+                    .copied()
+                    .filter(|c| ty.admits(c))
                     .collect();
                 recv.sort_by_key(|c| (c.sender_rank, part_of[c.key.sender], c.key));
 
@@ -717,40 +736,43 @@ impl Exchange {
             }
         }
 
-        // Same-rank receives read the sender's end in the sender's route of the same type.
-        for r in 0..routes.len() {
-            let ty = r % 3;
-            for i in 0..routes[r].recv.len() {
-                let ch = routes[r].recv[i].ch;
-                if !ch.is_local() {
-                    continue;
-                }
-                let sr = part_of[ch.key.sender] * 3 + ty;
-                let j = routes[sr]
+        // Same-rank receives read the sender's end in the sender's route of the same type (a
+        // channel is in the route of every type that admits it; route r has type r % 3).
+        let senders: HashMap<(ChannelKey, usize), (usize, usize)> = routes
+            .iter()
+            .enumerate()
+            .flat_map(|(r, route)| {
+                let local = route
                     .send
                     .iter()
-                    .position(|e| e.ch.key == ch.key)
-                    .ok_or_else(|| {
-                        BoundaryError::Mismatch(format!("no sender for {:?}", ch.key))
-                    })?;
-                routes[r].recv[i].source = Some((sr, j));
+                    .enumerate()
+                    .filter(|(_, e)| e.ch.is_local());
+                local.map(move |(j, e)| ((e.ch.key, r % 3), (r, j)))
+            })
+            .collect();
+        for (r, route) in routes.iter_mut().enumerate() {
+            for end in route.recv.iter_mut().filter(|e| e.ch.is_local()) {
+                let key = end.ch.key;
+                let source = senders
+                    .get(&(key, r % 3))
+                    .ok_or_else(|| BoundaryError::Mismatch(format!("no sender for {key:?}")))?;
+                end.source = Some(*source);
             }
         }
 
-        // Post-unpack work per block, from every channel it receives on.
+        // Post-unpack work per block, from every channel it receives on (of one variable: the
+        // geometry is the same for all).
+        let first_var = vars.first().copied().unwrap_or(0);
+        let mut recv_of: HashMap<usize, Vec<Channel>> = HashMap::new();
+        for c in rc.recv.iter().filter(|c| c.key.var == first_var) {
+            recv_of.entry(c.key.receiver).or_default().push(*c);
+        }
         let mut finish = Vec::with_capacity(parts.len());
         for blocks in &parts {
             let mut list = Vec::with_capacity(blocks.len());
             for &b in blocks {
                 let gid = data.gids()[b];
-                let recv: Vec<Channel> = rc
-                    .recv
-                    .iter()
-                    .filter(|c| {
-                        c.key.receiver == gid && c.key.var == vars.first().copied().unwrap_or(0)
-                    })
-                    .copied()
-                    .collect();
+                let recv = recv_of.remove(&gid).unwrap_or_default();
                 let mut faces = [[None; 2]; 3];
                 for (d, f) in faces.iter_mut().enumerate() {
                     for (s, x) in f.iter_mut().enumerate() {
