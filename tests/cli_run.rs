@@ -618,6 +618,15 @@ fn the_history_ends_with_one_line_for_the_last_step() {
             .map(|l| l.split_whitespace().nth(2).unwrap())
             .collect();
         assert_eq!(cycles, want, "{schedule}:\n{text}");
+        // Blocks disabled by a negative dt write nothing, not even a final output.
+        let names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.contains(".out0.") && !n.contains(".out2.")),
+            "{names:?}"
+        );
     }
 }
 

@@ -121,6 +121,12 @@ pub fn file_name(problem_id: &str, id: &str, number: FileNumber, ext: &str) -> S
 }
 
 impl OutputBlock {
+    /// Whether the block writes at all: with neither a positive `dt` nor a positive `dn` it is
+    /// disabled, as Parthenon disables a block with `dt < 0`, and writes no final output either.
+    pub fn enabled(&self) -> bool {
+        self.dt.is_some() || self.dn.is_some()
+    }
+
     /// A block of `file_type` named `out<n>` with every other key at its default.
     pub fn new(n: usize, file_type: FileType) -> Self {
         Self {
@@ -206,7 +212,7 @@ impl OutputBlock {
                 .transpose()
         };
         b.dt = real("dt")?;
-        // Parthenon disables an output with a negative dt or dn.
+        // Parthenon disables an output with a negative dt or dn (see `enabled`).
         if b.dt.is_some_and(|t| t <= 0.0) {
             b.dt = None;
         }

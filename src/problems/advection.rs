@@ -850,7 +850,7 @@ impl Advection {
         for o in self
             .outputs
             .iter()
-            .filter(|o| o.file_type == FileType::History)
+            .filter(|o| o.file_type == FileType::History && o.enabled())
         {
             let name = hst::file_name(&ctx.problem_id, &o.id);
             hst::continue_history(&from_dir.join(&name), &ctx.out_dir.join(&name), cycle)
@@ -872,7 +872,9 @@ impl Advection {
         // the schedules as they stand after this step.
         let mut due = Vec::new();
         for (i, (o, s)) in self.outputs.iter().zip(sched.iter_mut()).enumerate() {
-            let number = if last {
+            let number = if !o.enabled() {
+                continue;
+            } else if last {
                 // The final outputs of the last step; the history ends with a line for it,
                 // on its schedule or not, unless the step has one already.
                 if o.file_type == FileType::History && s.last_cycle == Some(cycle) {
