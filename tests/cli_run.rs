@@ -624,7 +624,9 @@ fn the_history_ends_with_one_line_for_the_last_step() {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(
-            names.iter().all(|n| !n.contains(".out0.") && !n.contains(".out2.")),
+            names
+                .iter()
+                .all(|n| !n.contains(".out0.") && !n.contains(".out2.")),
             "{names:?}"
         );
     }
