@@ -205,31 +205,24 @@ fn invalid_graph_stops_every_rank() {
 #[test]
 fn failures_on_one_rank_give_every_rank_one_code() {
     let dir = scratch("onerank");
-    let data = dir.join("short.json");
-    std::fs::write(&data, r#"{"ranks":[[1,2],[1],[1,2]]}"#).unwrap();
-    let (out, _) = sf_run(
-        &dir,
-        3,
-        GRAPH,
-        &["--op", "bcast:sum", "--root-data", data.to_str().unwrap()],
-    );
-    common::assert_bad_input(
-        "short data",
-        &out,
-        "rank 2 has 2 root values but the graph needs 3",
-    );
-    std::fs::write(&data, r#"{"ranks":[[1,2],[1],[1,2,3],[4]]}"#).unwrap();
-    let (out, _) = sf_run(
-        &dir,
-        3,
-        GRAPH,
-        &["--op", "bcast:sum", "--root-data", data.to_str().unwrap()],
-    );
-    common::assert_bad_input(
-        "data for a fourth rank",
-        &out,
-        "lists root values for 4 ranks but this job has 3",
-    );
+    let data = dir.join("data.json");
+    for (what, text, needle) in [
+        (
+            "short data",
+            r#"{"ranks":[[1,2],[1],[1,2]]}"#,
+            "rank 2 has 2 root values but the graph needs 3",
+        ),
+        (
+            "data for a fourth rank",
+            r#"{"ranks":[[1,2],[1],[1,2,3],[4]]}"#,
+            "lists root values for 4 ranks but this job has 3",
+        ),
+    ] {
+        std::fs::write(&data, text).unwrap();
+        let args = ["--op", "bcast:sum", "--root-data", data.to_str().unwrap()];
+        let (out, _) = sf_run(&dir, 3, GRAPH, &args);
+        common::assert_bad_input(what, &out, needle);
+    }
     let exits_1 = |what: &str, out: &std::process::Output, needle: &str| {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{what}: want exit 1\n{err}");
