@@ -199,7 +199,7 @@ fn invalid_graph_stops_every_rank() {
 }
 
 /// What one rank alone finds wrong stops every rank with one exit code: root data that only
-/// rank 2's part of the file gets wrong (2), a graph too large for memory (1, not an
+/// rank 2's part of the file gets wrong (2; also a file listing a rank too many), a graph too large for memory (1, not an
 /// allocation abort), a result file rank 0 cannot write (1); an oversized ping-pong is bad
 /// input (2), not a panic.
 #[test]
