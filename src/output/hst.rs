@@ -27,8 +27,9 @@ pub fn file_name(problem_id: &str, id: &str) -> String {
 /// A run stopped off its history schedule (wall time, `nlim`) ended with a line for its last
 /// step, the restart cycle; that line stays.
 ///
-/// Lines that are neither comments nor history lines (numbers, the third a cycle) are kept,
-/// not silently lost; a warning names the first of them.
+/// Lines that are neither comments, blank nor history lines (numbers, the third a cycle;
+/// bytes that are not UTF-8, say) are kept as they are, not silently lost; a warning names the
+/// first of them.
 pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), OutputError> {
     let source = match (from.exists(), to.exists()) {
         (true, _) => from,
@@ -39,17 +40,26 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
         let path = path.to_path_buf();
         move |cause| OutputError::Io { path, cause }
     };
-    let text = std::fs::read_to_string(source).map_err(io(source))?;
+    // A fifo would block the read, a directory fails it: neither is a history.
+    if !std::fs::metadata(source).map_err(io(source))?.is_file() {
+        return Err(io(source)(std::io::Error::other("not a regular file")));
+    }
+    let bytes = std::fs::read(source).map_err(io(source))?;
     let mut foreign = Vec::new();
-    let mut kept = String::with_capacity(text.len());
-    for (n, l) in text.lines().enumerate() {
-        match history_cycle(l) {
-            Some(c) if c > cycle => continue,
-            None if !l.starts_with('#') => foreign.push(n + 1),
-            _ => {}
+    let mut kept = Vec::with_capacity(bytes.len() + 1);
+    for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        let text = std::str::from_utf8(line).ok().map(str::trim);
+        let line_cycle = text.and_then(history_cycle);
+        if line_cycle.is_some_and(|c| c > cycle) {
+            continue;
         }
-        kept.push_str(l);
-        kept.push('\n');
+        if line_cycle.is_none() && !text.is_some_and(|t| t.is_empty() || t.starts_with('#')) {
+            foreign.push(n + 1);
+        }
+        kept.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            kept.push(b'\n');
+        }
     }
     if let Some(first) = foreign.first() {
         tracing::warn!(
@@ -168,14 +178,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("starhalo-hst-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (from, to) = (dir.join("from.hst"), dir.join("to.hst"));
-        let text = "# time dt cycle q\n0.0 0.1 0 1.0\n0.1 0.1 1 1.0\ngarbage\n0.2 0.1 2 1.0\n0.3 0.1 3 1\n";
+        let kept = b"# time dt cycle q\n0.0 0.1 0 1.0\r\n\n  # note\n0.1 0.1 1 1.0\ngarbage \xff\n0.2 0.1 2 1.0";
+        let text = [&kept[..], b"\n0.3 0.1 3 1\n"].concat();
         std::fs::write(&from, text).unwrap();
         std::fs::write(&to, "stale\n").unwrap();
         continue_history(&from, &to, 2).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&to).unwrap(),
-            "# time dt cycle q\n0.0 0.1 0 1.0\n0.1 0.1 1 1.0\ngarbage\n0.2 0.1 2 1.0\n"
-        );
+        // Kept byte for byte (a missing last newline added), later cycles dropped.
+        assert_eq!(std::fs::read(&to).unwrap(), [&kept[..], b"\n"].concat());
+        // Anything but a regular file is an error, not a read that blocks (a fifo).
+        let e = continue_history(&dir, &to, 2).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
         assert_eq!(history_cycle("0.3 0.1 3 1"), Some(3));
         assert_eq!(history_cycle("0.3 0.1 3 x"), None, "not all numbers");
         assert_eq!(
