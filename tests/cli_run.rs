@@ -295,6 +295,20 @@ fn spmv_transpose_of_a_nonsymmetric_file_matches_the_serial_product() {
             common::assert_bad_input(&what, &o, says);
         }
     }
+    // Nor a symmetric matrix that cannot be positive definite: row 2 has no diagonal entry.
+    let m = write(
+        &dir,
+        "zero_diagonal.mtx",
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n1 1 4\n2 1 1\n3 3 2\n",
+    );
+    let m = format!("spmv/matrix={m}");
+    let o = run(2, &[deck.to_str().unwrap(), "-n", "spmv/solver=cg", &m]);
+    common::assert_bad_input(
+        "cg on a zero diagonal",
+        &o,
+        "cg needs a positive definite matrix, and",
+    );
+    common::assert_bad_input("cg on a zero diagonal", &o, "entry (2, 2) is 0e0");
 }
 
 #[test]

@@ -27,6 +27,22 @@ impl Triplets {
         Triplets { n, entries: out }
     }
 
+    /// The first row `i` whose diagonal entry `a_ii` is not positive (an absent entry is 0),
+    /// with `a_ii`: such a matrix is not positive definite. `None` when every `a_ii > 0`.
+    pub fn nonpositive_diagonal(&self) -> Option<(usize, f64)> {
+        // Sorted by (row, column) without duplicates: the diagonal comes in row order.
+        let mut diag = self.entries.iter().filter(|e| e.0 == e.1);
+        let mut next = diag.next();
+        for i in 0..self.n {
+            match next {
+                Some(&(r, _, v)) if r == i && v > 0.0 => next = diag.next(),
+                Some(&(r, _, v)) if r == i => return Some((i, v)),
+                _ => return Some((i, 0.0)),
+            }
+        }
+        None
+    }
+
     /// The first entry `(i, j, a_ij)` whose mirror `a_ji` differs (an absent entry is 0),
     /// with `a_ji`; `None` for a symmetric matrix.
     pub fn asymmetry(&self) -> Option<((usize, usize, f64), f64)> {
@@ -227,6 +243,26 @@ mod tests {
         assert_eq!(t.asymmetry(), Some(((0, 1, 2.0), 2.5)));
         let t = Triplets::new(3, vec![(0, 0, 1.0), (2, 1, -1.0)]);
         assert_eq!(t.asymmetry(), Some(((2, 1, -1.0), 0.0)));
+    }
+
+    #[test]
+    fn nonpositive_diagonal_finds_the_first_row() {
+        let t = Triplets::new(3, vec![(0, 0, 1.0), (1, 1, 2.0), (2, 2, 5.0), (2, 0, -9.0)]);
+        assert_eq!(t.nonpositive_diagonal(), None);
+        let t = Triplets::new(3, vec![(0, 0, 1.0), (1, 1, -2.0), (2, 2, 0.0)]);
+        assert_eq!(t.nonpositive_diagonal(), Some((1, -2.0)));
+        let t = Triplets::new(3, vec![(0, 0, 1.0), (1, 0, 2.0), (2, 2, 5.0)]);
+        assert_eq!(
+            t.nonpositive_diagonal(),
+            Some((1, 0.0)),
+            "row 1 has no diagonal"
+        );
+        let t = Triplets::new(2, vec![(0, 0, 1.0)]);
+        assert_eq!(
+            t.nonpositive_diagonal(),
+            Some((1, 0.0)),
+            "the last row neither"
+        );
     }
 
     #[test]

@@ -156,6 +156,21 @@ fn setup(deck: &Deck, _ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 )
                 .into());
         }
+        // Positive definite needs a positive diagonal (an all-zero matrix "converged" at once
+        // to the zero vector).
+        if let Some((i, v)) = triplets.nonpositive_diagonal() {
+            return Err(deck
+                .invalid(
+                    BLOCK,
+                    "solver",
+                    format!(
+                        "cg needs a positive definite matrix, and {name} is not: its diagonal \
+                         entry ({row}, {row}) is {v:e}; use solver: none for the products",
+                        row = i + 1
+                    ),
+                )
+                .into());
+        }
     }
     let tol = deck.get_nonneg_f64_or(BLOCK, "tol", 1e-10)?;
     let max_iters = deck.get_usize_or(BLOCK, "max_iters", 1000)? as u64;

@@ -1,8 +1,13 @@
 //! Matrix Market coordinate files (`%%MatrixMarket matrix coordinate real general`):
 //! square matrices, `real`, `integer` or `pattern` values, `general`, `symmetric` or
-//! `skew-symmetric` storage. Errors name the file and line.
+//! `skew-symmetric` storage (the lower triangle, as the format prescribes; an entry above the
+//! diagonal is an error rather than a doubled value). Errors name the file and line.
 
 use super::matrix::Triplets;
+use std::collections::HashMap;
+
+/// Integers up to this magnitude are exact in an f64.
+const EXACT: u64 = 1 << 53;
 
 /// A malformed or unsupported Matrix Market file.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +126,8 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
     let mut entries =
         Vec::with_capacity(nnz.min(1 << 24) * if sym == Symmetry::General { 1 } else { 2 });
     let mut count = 0;
+    // Running sums of the integer entries at each position (integer files only).
+    let mut int_sums: HashMap<(usize, usize), i128> = HashMap::new();
     for (line, l) in data {
         count += 1;
         if count > nnz {
@@ -153,20 +160,46 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
                     .filter(|v| v.is_finite())
                     .ok_or_else(|| err(line, format!("value '{t}' is not a finite number")))?
             }
-            // Integers beyond 2^53 would be rounded silently when stored as f64.
+            // Integers beyond 2^53 would be rounded silently when stored as f64, and so
+            // would duplicates summing beyond it (they are summed in file order, as here).
             Field::Integer => {
                 let t = value()?;
-                t.parse::<i64>()
+                let v = t
+                    .parse::<i64>()
                     .ok()
-                    .filter(|v| v.unsigned_abs() <= 1 << 53)
+                    .filter(|v| v.unsigned_abs() <= EXACT)
                     .ok_or_else(|| {
                         err(
                             line,
                             format!("value '{t}' is not an integer of at most 2^53 in magnitude"),
                         )
-                    })? as f64
+                    })?;
+                let sum = int_sums.entry((i, j)).or_insert(0);
+                *sum += i128::from(v);
+                if sum.unsigned_abs() > u128::from(EXACT) {
+                    return Err(err(
+                        line,
+                        format!(
+                            "the entries at ({}, {}) sum to {sum} here, beyond 2^53 in magnitude",
+                            i + 1,
+                            j + 1
+                        ),
+                    ));
+                }
+                v as f64
             }
         };
+        if i < j && sym != Symmetry::General {
+            return Err(err(
+                line,
+                format!(
+                    "entry ({}, {}) is above the diagonal; a symmetric or skew-symmetric file \
+                     stores the lower triangle only",
+                    i + 1,
+                    j + 1
+                ),
+            ));
+        }
         if sym == Symmetry::Skew && i == j {
             return Err(err(
                 line,
@@ -272,6 +305,24 @@ mod tests {
                 "2 2 1\n2 2 1.0\n",
                 3,
                 "entry (2, 2) is on it",
+            ),
+            (
+                "integer general",
+                "2 2 3\n1 1 9007199254740992\n2 2 1\n1 1 1\n",
+                5,
+                "entries at (1, 1) sum to 9007199254740993 here",
+            ),
+            (
+                "real symmetric",
+                "2 2 2\n2 1 1\n1 2 1\n",
+                4,
+                "entry (1, 2) is above",
+            ),
+            (
+                "pattern skew-symmetric",
+                "2 2 1\n1 2\n",
+                3,
+                "lower triangle only",
             ),
         ] {
             let text = format!("%%MatrixMarket matrix coordinate {head}\n{body}");
