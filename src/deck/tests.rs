@@ -166,7 +166,7 @@ fn type_errors_name_key_file_and_line() {
         "parthenon/mesh/nx1 at deck.yaml:2: expected an integer, found 'abc'"
     );
     let e = d.get_f64("parthenon/mesh", "f").unwrap_err().to_string();
-    assert!(e.contains("expected a number, found '1, 2'"), "{e}");
+    assert!(e.contains("expected a number, found '[1, 2]'"), "{e}");
     let e = d
         .get_bool_or("parthenon/mesh", "b", true)
         .unwrap_err()

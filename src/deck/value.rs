@@ -66,14 +66,18 @@ impl Value {
         Value::Str(t.to_string())
     }
 
-    /// The value as plain text, the way a `.in` deck would write it (lists comma-separated).
+    /// The value as plain text, the way a `.in` deck would write it (lists as `[a, b]`, so that
+    /// a list where one value belongs is never taken for that value).
     pub fn text(&self) -> String {
         match self {
             Value::Bool(b) => b.to_string(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => float_text(*f),
             Value::Str(s) | Value::Text(s) => s.clone(),
-            Value::List(items) => items.iter().map(Value::text).collect::<Vec<_>>().join(", "),
+            Value::List(items) => format!(
+                "[{}]",
+                items.iter().map(Value::text).collect::<Vec<_>>().join(", ")
+            ),
         }
     }
 
