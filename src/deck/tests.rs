@@ -356,3 +356,15 @@ fn paths_are_relative_to_the_deck_that_names_them() {
         Some(PathBuf::from("c.mtx"))
     );
 }
+
+#[test]
+fn a_mapping_of_blocks_is_not_a_block() {
+    let d = Deck::from_str_auto(
+        "parthenon:\n  job: {problem: heat2d}\n  time:\n    nlim: 3\nempty: {}\n",
+        "n.yaml",
+    )
+    .unwrap();
+    let names: Vec<&str> = d.blocks().iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["parthenon/job", "parthenon/time", "empty"]);
+    assert_eq!(d.get_i64("parthenon/time", "nlim").unwrap(), 3);
+}

@@ -188,7 +188,13 @@ fn add_block(
             msg: format!("'{name}' is not a block name (slash-separated, no empty parts)"),
         });
     }
-    let b = deck.open_block(name, origin(line as u64));
+    // A mapping that only holds blocks (`parthenon: {job: {...}}`) is not a block itself,
+    // which no reader would use; an empty one (`block: {}`) is.
+    if entries.is_empty() {
+        deck.open_block(name, origin(line as u64));
+    }
+    let block_origin = origin(line as u64);
+    let mut block = None;
     for (k, v) in entries {
         let line = v.referenced.line();
         match v.value {
@@ -202,6 +208,7 @@ fn add_block(
                     line: line as usize,
                     msg: format!("{name}/{}: {msg}", k.value.0),
                 })?;
+                let b = *block.get_or_insert_with(|| deck.open_block(name, block_origin.clone()));
                 deck.insert(b, &k.value.0, value, origin(k.referenced.line()))?;
             }
         }
