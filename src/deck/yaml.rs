@@ -164,6 +164,20 @@ fn clean_message(msg: &str) -> String {
         },
         _ => first.to_string(),
     };
+    let first = match first.rsplit_once(" at line ") {
+        Some((head, pos)) if pos.contains("column") => head.to_string(),
+        _ => first,
+    };
+    let first = first
+        .replace("non-finite float ", "")
+        .replace(
+            "rejected by reject_non_finite_typeless_float",
+            "is not a finite number",
+        )
+        .replace(
+            "detected; use from_multiple or from_multiple_with_options",
+            "in one file; a deck is one document",
+        );
     match first.split_once(", set DuplicateKeyPolicy") {
         Some((head, _)) => head.to_string(),
         None => first,
