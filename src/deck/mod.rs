@@ -95,6 +95,8 @@ impl Deck {
     /// Parses deck text: Parthenon's `.in` format when `file` ends in `.in` or the first
     /// meaningful line opens a `<block>`, YAML otherwise. `file` names the text in messages.
     pub fn from_str_auto(text: &str, file: &str) -> Result<Self, DeckError> {
+        // A byte-order mark, as some Windows editors write one, is not part of the first line.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let is_in = Path::new(file).extension().is_some_and(|e| e == "in")
             || text
                 .lines()

@@ -373,3 +373,14 @@ fn a_mapping_of_blocks_is_not_a_block() {
     assert_eq!(names, ["parthenon/job", "parthenon/time", "empty"]);
     assert_eq!(d.get_i64("parthenon/time", "nlim").unwrap(), 3);
 }
+
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_deck() {
+    for (text, file) in [
+        ("\u{feff}<heat2d>\nnx = 8\n", "b.in"),
+        ("\u{feff}heat2d:\n  nx: 8\n", "b.yaml"),
+    ] {
+        let d = Deck::from_str_auto(text, file).unwrap();
+        assert_eq!(d.get_i64("heat2d", "nx").unwrap(), 8, "{file}");
+    }
+}

@@ -41,6 +41,7 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
         line,
         msg,
     };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
     let (_, header) = lines
         .next()
@@ -260,6 +261,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.entries, [(0, 1, -1.0), (1, 0, 1.0)]);
+        let bom = "\u{feff}%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 2\n";
+        assert_eq!(parse(bom, "b.mtx", 1).unwrap().entries, [(0, 0, 2.0)]);
     }
 
     #[test]
