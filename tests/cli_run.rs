@@ -491,9 +491,7 @@ fn bad_yaml_input_exits_2_on_every_rank() {
     assert_bad_input_everywhere(
         "missing key",
         &[&missing],
-        &format!(
-            "missing required key parthenon/job/problem_id ({missing} has no block parthenon/job)"
-        ),
+        &format!("{missing} does not say which problem to run: give parthenon/job/problem"),
     );
     let malformed = write(
         &dir,

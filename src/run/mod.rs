@@ -109,10 +109,16 @@ fn parse(text: &str, a: &RunArgs) -> Result<Deck> {
 /// Reads the driver's keys, finds the problem and lets it read its own; then any key left
 /// unread in `parthenon/*` or the problem's block is an error. Nothing here communicates.
 fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Problem>)> {
-    let name = if deck.has(JOB, "problem") {
-        deck.get_str(JOB, "problem")?
-    } else {
-        deck.get_str(JOB, "problem_id")?
+    let name = match (deck.has(JOB, "problem"), deck.has(JOB, "problem_id")) {
+        (true, _) => deck.get_str(JOB, "problem")?,
+        (false, true) => deck.get_str(JOB, "problem_id")?,
+        (false, false) => {
+            return Err(bad_input!(
+                "{} does not say which problem to run: give {JOB}/problem (or {JOB}/problem_id, \
+                 which then names the problem too)",
+                deck.file()
+            ))
+        }
     };
     ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
     let id = &ctx.problem_id;
