@@ -570,7 +570,7 @@ fn bad_in_input_exits_2_on_every_rank() {
     assert_bad_input_everywhere(
         "in: missing key",
         &[&missing],
-        "missing required key parthenon/job/problem_id",
+        "does not say which problem to run",
     );
     let malformed = write(
         &dir,
