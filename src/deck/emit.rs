@@ -12,10 +12,18 @@ pub fn to_yaml(deck: &Deck) -> String {
         .flat_map(|b| &b.entries)
         .filter(|e| e.origin == Origin::CommandLine)
         .count();
+    // A control character in the file's name (a newline) would end the comment line.
+    let mut file = String::new();
+    for c in deck.file().chars() {
+        if c.is_control() {
+            file.extend(c.escape_default());
+        } else {
+            file.push(c);
+        }
+    }
     let _ = writeln!(
         out,
-        "# {} with {overrides} command-line override{} applied",
-        deck.file(),
+        "# {file} with {overrides} command-line override{} applied",
         if overrides == 1 { "" } else { "s" }
     );
     for b in deck.blocks() {

@@ -384,3 +384,12 @@ fn a_byte_order_mark_is_not_part_of_the_deck() {
         assert_eq!(d.get_i64("heat2d", "nx").unwrap(), 8, "{file}");
     }
 }
+
+#[test]
+fn the_printed_header_stays_one_comment_line() {
+    let d = Deck::from_str_auto("heat2d:\n  nx: 8\n", "a\nb: 1.yaml").unwrap();
+    let text = d.to_yaml();
+    assert!(text.starts_with("# a\\nb: 1.yaml with 0"), "{text}");
+    let back = Deck::from_str_auto(&text, "back.yaml").unwrap();
+    assert_eq!(back.get_i64("heat2d", "nx").unwrap(), 8);
+}
