@@ -21,7 +21,7 @@ pub fn file_name(problem_id: &str, id: &str) -> String {
 /// the lines of the run it continues: those of `from` (the history beside the restart file;
 /// `to` itself when restarting in place, or where `from` is gone), up to `cycle`. Lines of
 /// later cycles belong to a continuation this one replaces and are dropped; with neither file
-/// there is nothing to continue. `to` is replaced whole (a temporary file renamed), so a
+/// there is nothing to continue (a warning says so). `to` is replaced whole (a temporary file renamed), so a
 /// failure leaves it as it was.
 ///
 /// A run stopped off its history schedule (wall time, `nlim`) ended with a line for its last
@@ -34,7 +34,13 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
     let source = match (from.exists(), to.exists()) {
         (true, _) => from,
         (false, true) => to,
-        (false, false) => return Ok(()),
+        (false, false) => {
+            tracing::warn!(
+                "{}: no history to continue; this run's starts at cycle {cycle}",
+                from.display()
+            );
+            return Ok(());
+        }
     };
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -185,6 +191,10 @@ mod tests {
         continue_history(&from, &to, 2).unwrap();
         // Kept byte for byte (a missing last newline added), later cycles dropped.
         assert_eq!(std::fs::read(&to).unwrap(), [&kept[..], b"\n"].concat());
+        // Nothing to continue: nothing is written.
+        let none = dir.join("none.hst");
+        continue_history(&none, &none, 2).unwrap();
+        assert!(!none.exists());
         // Anything but a regular file is an error, not a read that blocks (a fifo).
         let e = continue_history(&dir, &to, 2).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
