@@ -365,11 +365,23 @@ fn typed<T>(
     expected: &'static str,
     conv: impl Fn(&Value) -> Option<T>,
 ) -> Result<T, DeckError> {
-    conv(&e.value).ok_or_else(|| DeckError::Type {
-        path: format!("{block}/{}", e.key),
-        origin: e.origin.clone(),
-        expected,
-        found: e.value.text(),
+    conv(&e.value).ok_or_else(|| {
+        let (path, found) = (format!("{block}/{}", e.key), e.value.text());
+        // A whole number too large for 64 bits is an integer, just not one we can hold.
+        let whole = found.trim().parse::<i128>();
+        if expected.contains("integer") && whole.is_ok_and(|i| i64::try_from(i).is_err()) {
+            return DeckError::Invalid {
+                path,
+                origin: Some(e.origin.clone()),
+                msg: format!("{} is beyond the 64-bit integer range", found.trim()),
+            };
+        }
+        DeckError::Type {
+            path,
+            origin: e.origin.clone(),
+            expected,
+            found,
+        }
     })
 }
 

@@ -180,6 +180,17 @@ fn type_errors_name_key_file_and_line() {
         e.contains("expected a non-negative integer, found '-3'"),
         "{e}"
     );
+    let mut big = yaml();
+    big.apply_override("parthenon/time/nlim=99999999999999999999")
+        .unwrap();
+    let e = big
+        .get_i64("parthenon/time", "nlim")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "parthenon/time/nlim at the command line: 99999999999999999999 is beyond the 64-bit integer range"
+    );
     let e = d.get_str("parthenon/mesh", "f").unwrap_err().to_string();
     assert!(e.contains("expected a single value"), "{e}");
     // In .in decks every value is text; a type error names the .in line.
