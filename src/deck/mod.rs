@@ -239,6 +239,12 @@ impl Deck {
     pub fn mesh_error(&self, e: MeshError) -> anyhow::Error {
         match e {
             MeshError::Invalid { key, value, reason } => {
+                // The mesh renders the number it parsed (`NaN` for `nan`): show the text.
+                let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
+                let given = self
+                    .block(block)
+                    .and_then(|b| b.entries.iter().find(|e| e.key == k));
+                let value = given.map_or(value, |e| e.value.text());
                 self.key_error(&key, &value, &reason).into()
             }
             MeshError::Missing { key } => {
@@ -265,7 +271,7 @@ impl Deck {
         }
     }
 
-    /// Every key as `block/key -> text` (lists comma-separated), the form
+    /// Every key as `block/key -> text` (lists as `[a, b]`), the form
     /// `starhalo_mesh::MeshConfig::from_map` takes. Marks nothing as read.
     pub fn flat_map(&self) -> BTreeMap<String, String> {
         self.blocks

@@ -404,3 +404,14 @@ fn the_printed_header_stays_one_comment_line() {
     let back = Deck::from_str_auto(&text, "back.yaml").unwrap();
     assert_eq!(back.get_i64("heat2d", "nx").unwrap(), 8);
 }
+
+#[test]
+fn mesh_errors_show_the_value_as_written() {
+    let mut d = yaml();
+    d.apply_override("parthenon/mesh/x1min=nan").unwrap();
+    let e = d.mesh_config().unwrap_err().to_string();
+    assert!(
+        e.contains("parthenon/mesh/x1min at the command line: `nan`: must be a finite number"),
+        "{e}"
+    );
+}
