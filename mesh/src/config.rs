@@ -387,6 +387,14 @@ impl MeshConfig {
             ));
         }
         let multilevel = self.is_multilevel();
+        // Prolongation fills a fine block's ghosts from coarse cells in pairs.
+        if multilevel && self.nghost % 2 != 0 {
+            return Err(MeshError::invalid(
+                mesh_key("nghost"),
+                self.nghost,
+                "must be even on a multilevel mesh (prolongation fills ghosts in pairs)",
+            ));
+        }
         for d in 0..3 {
             let dn = DIRS[d];
             let bkey = format!("parthenon/meshblock/nx{dn}");
@@ -662,6 +670,12 @@ mod tests {
         let mut m = base();
         m.insert("parthenon/mesh/nghost".into(), "9".into());
         assert_eq!(err_key(&m), "parthenon/meshblock/nx1");
+
+        let mut m = base();
+        m.insert("parthenon/mesh/refinement".into(), "adaptive".into());
+        m.insert("parthenon/mesh/numlevel".into(), "2".into());
+        m.insert("parthenon/mesh/nghost".into(), "3".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/nghost");
 
         let mut m = base();
         m.insert("parthenon/mesh/pack_size".into(), "0".into());

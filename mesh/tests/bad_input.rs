@@ -76,10 +76,19 @@ fn degenerate_decks_are_errors_naming_the_key() {
         &[
             ("mesh/refinement", "static"),
             ("mesh/numlevel", "2"),
-            ("mesh/nghost", "3"),
+            ("mesh/nghost", "4"),
             ("meshblock/nx2", "4"),
         ],
         "parthenon/meshblock/nx2",
+    );
+    // Odd ghost layers cannot be prolongated in pairs.
+    rejected(
+        &[
+            ("mesh/refinement", "adaptive"),
+            ("mesh/numlevel", "2"),
+            ("mesh/nghost", "3"),
+        ],
+        "parthenon/mesh/nghost",
     );
     // More levels than the block sizes allow.
     rejected(
