@@ -261,7 +261,8 @@ fn write_result(path: &Path, ranks: &[Vec<u8>]) -> Result<()> {
         out.push_str(std::str::from_utf8(bytes)?);
     }
     out.push_str("]}\n");
-    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
+    crate::output::write_atomically(path, out.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `sf view`: each rank describes its part; rank 0 prints them in order.

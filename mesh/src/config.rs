@@ -388,7 +388,7 @@ impl MeshConfig {
         }
         let multilevel = self.is_multilevel();
         // Prolongation fills a fine block's ghosts from coarse cells in pairs.
-        if multilevel && self.nghost % 2 != 0 {
+        if multilevel && !self.nghost.is_multiple_of(2) {
             return Err(MeshError::invalid(
                 mesh_key("nghost"),
                 self.nghost,

@@ -74,13 +74,7 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
             foreign.len(),
         );
     }
-    let tmp = to.with_extension("hst.tmp");
-    std::fs::write(&tmp, kept)
-        .and_then(|()| std::fs::rename(&tmp, to))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(to)(e)
-        })
+    super::write_atomically(to, &kept).map_err(io(to))
 }
 
 /// The cycle of a history line: numbers only, the third the cycle.

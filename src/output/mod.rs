@@ -40,6 +40,24 @@ use starhalo_mesh::field::Fields;
 use starhalo_mesh::Mesh;
 use std::path::{Path, PathBuf};
 
+/// `path` with `.tmp` appended: where a file is written before it takes its name.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+/// Writes `bytes` to `path` through a temporary file renamed over it, so that a failure (a
+/// full disk) leaves the old file or none, never a truncated one under the final name.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = tmp_path(path);
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+}
+
 /// The value of a problem parameter, written under `/Params` as `<package>/<key>`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ParamValue {
@@ -141,5 +159,27 @@ pub fn write_output<C: Communicator>(
             png::write_png(comm, snap, block, &path)?;
             Ok(path)
         }
+    }
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    #[test]
+    fn an_atomic_write_that_fails_leaves_nothing_behind() {
+        let dir = std::env::temp_dir().join(format!("starhalo-atomic-{}", std::process::id()));
+        let taken = dir.join("taken");
+        std::fs::create_dir_all(taken.join("inside")).unwrap();
+        // The final name is a directory: the rename fails, and the temporary file goes.
+        assert!(write_atomically(&taken, b"data").is_err());
+        assert!(!tmp_path(&taken).exists());
+        assert!(taken.join("inside").is_dir());
+        let file = dir.join("file");
+        write_atomically(&file, b"one").unwrap();
+        write_atomically(&file, b"two").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"two");
+        assert!(!tmp_path(&file).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -42,7 +42,8 @@ pub fn write_phdf<C: Communicator>(
             write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
             let xml = super::xdmf::xdmf(path, snap, &vars, &ext, block.single_precision);
             let xpath = xdmf_path(path);
-            std::fs::write(&xpath, xml).map_err(|cause| OutputError::Io { path: xpath, cause })
+            super::write_atomically(&xpath, xml.as_bytes())
+                .map_err(|cause| OutputError::Io { path: xpath, cause })
         },
     )?;
     Ok(())
@@ -65,9 +66,7 @@ pub fn write_file(
     ext: &Extent,
     single: bool,
 ) -> Result<(), OutputError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = super::tmp_path(path);
     let h = |e: hdf5::Error| OutputError::hdf5(path, e);
     let written = hdf5::File::create(&tmp)
         .map_err(|e| OutputError::hdf5(&tmp, e))

@@ -339,7 +339,7 @@ impl Problem for Heat2d {
         if ctx.is_root() {
             let path = ctx.out_file("heat2d.dat");
             let text = self.result_text(iters, stop, residual, max_error, &all);
-            std::fs::write(&path, text)
+            crate::output::write_atomically(&path, text.as_bytes())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         Ok(Summary {
