@@ -20,6 +20,10 @@ trait CliUnit: Unit + Serialize + Default {
     fn from_json(v: &Number) -> Option<Self>;
     /// A generated default value; integers wrap like a C cast (-101 is 155 as u8).
     fn wrapping(v: f64) -> Self;
+    /// Whether JSON can hold the value (it has no inf or NaN; serde_json writes `null`).
+    fn in_json(&self) -> bool {
+        true
+    }
 }
 
 macro_rules! cli_int {
@@ -50,6 +54,9 @@ impl CliUnit for f64 {
     fn wrapping(v: f64) -> Self {
         v
     }
+    fn in_json(&self) -> bool {
+        self.is_finite()
+    }
 }
 impl CliUnit for f32 {
     fn from_json(v: &Number) -> Option<Self> {
@@ -57,6 +64,9 @@ impl CliUnit for f32 {
     }
     fn wrapping(v: f64) -> Self {
         v as f32
+    }
+    fn in_json(&self) -> bool {
+        self.is_finite()
     }
 }
 
@@ -236,6 +246,19 @@ fn run_typed<U: CliUnit>(
         world,
         op_result.map_err(|e| bad_input!("--op {} --unit {}: {e}", a.op, a.unit)),
     )?;
+    // An overflow (inf) or NaN cannot be written as a JSON number: an error, not a `null`.
+    let lists = [
+        ("rootdata", Some(&root)),
+        ("leafdata", Some(&leaf)),
+        ("leafupdate", leafupdate.as_ref()),
+    ];
+    let unwritable = lists.into_iter().find_map(|(name, list)| {
+        let i = list?.iter().position(|v| !v.in_json())?;
+        Some(anyhow::anyhow!(
+            "{name}[{i}] is not a finite number (an overflow?), which JSON cannot hold"
+        ))
+    });
+    agree(world, unwritable.map_or(Ok(()), Err))?;
     let mine = serde_json::to_vec(&RankResult {
         rootdata: root,
         leafdata: leaf,

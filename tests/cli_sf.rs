@@ -234,6 +234,24 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     let huge = r#"{"ranks":[{"nroots":18446744073709551615},{"nroots":3}]}"#;
     let (out, _) = sf_run(&scratch("huge"), 2, huge, &["--op", "reduce:sum"]);
     exits_1("huge graph", &out, "do not fit in memory");
+    // A sum that overflows to inf cannot be written as JSON (it was written as null).
+    let (roots, leaves) = (dir.join("roots.json"), dir.join("leaves.json"));
+    let m = "1e308";
+    let text = format!(r#"{{"ranks":[[{m},{m}],[{m}],[{m},{m},{m}]]}}"#);
+    std::fs::write(&roots, text).unwrap();
+    let text = format!(r#"{{"ranks":[[{m},{m},{m}],[{m},{m},{m},{m}],[]]}}"#);
+    std::fs::write(&leaves, text).unwrap();
+    let (roots, leaves) = (roots.to_str().unwrap(), leaves.to_str().unwrap());
+    let args = [
+        "--op",
+        "reduce:sum",
+        "--root-data",
+        roots,
+        "--leaf-data",
+        leaves,
+    ];
+    let (out, _) = sf_run(&dir, 3, GRAPH, &args);
+    exits_1("overflow", &out, "is not a finite number (an overflow?)");
     let dir = scratch("unwritable");
     std::fs::create_dir_all(dir.join("o.json")).unwrap();
     let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "bcast:sum"]);
