@@ -198,15 +198,19 @@ impl Deck {
 
     /// The entry of `block/key`, marked as read.
     pub fn entry(&self, block: &str, key: &str) -> Option<&Entry> {
-        let e = self.block(block)?.entries.iter().find(|e| e.key == key)?;
+        let e = self.given(block, key)?;
         e.read.set(true);
         Some(e)
     }
 
+    /// The entry of `block/key`, not marked as read.
+    fn given(&self, block: &str, key: &str) -> Option<&Entry> {
+        self.block(block)?.entries.iter().find(|e| e.key == key)
+    }
+
     /// Whether `block/key` is present (does not mark it read).
     pub fn has(&self, block: &str, key: &str) -> bool {
-        self.block(block)
-            .is_some_and(|b| b.entries.iter().any(|e| e.key == key))
+        self.given(block, key).is_some()
     }
 
     /// Marks keys as read by a reader that takes the deck another way (for instance
@@ -241,10 +245,7 @@ impl Deck {
             MeshError::Invalid { key, value, reason } => {
                 // The mesh renders the number it parsed (`NaN` for `nan`): show the text.
                 let (block, k) = key.rsplit_once('/').unwrap_or(("", &key));
-                let given = self
-                    .block(block)
-                    .and_then(|b| b.entries.iter().find(|e| e.key == k));
-                let value = given.map_or(value, |e| e.value.text());
+                let value = self.given(block, k).map_or(value, |e| e.value.text());
                 self.key_error(&key, &value, &reason).into()
             }
             MeshError::Missing { key } => {
@@ -286,11 +287,7 @@ impl Deck {
 
     /// Where `block/key` was given, if it was.
     pub fn origin(&self, block: &str, key: &str) -> Option<&Origin> {
-        self.block(block)?
-            .entries
-            .iter()
-            .find(|e| e.key == key)
-            .map(|e| &e.origin)
+        self.given(block, key).map(|e| &e.origin)
     }
 
     fn missing(&self, block: &str, key: &str) -> DeckError {

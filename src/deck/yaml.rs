@@ -204,10 +204,10 @@ fn add_block(
     }
     // A mapping that only holds blocks (`parthenon: {job: {...}}`) is not a block itself,
     // which no reader would use; an empty one (`block: {}`) is.
-    if entries.is_empty() {
-        deck.open_block(name, origin(line as u64));
-    }
     let block_origin = origin(line as u64);
+    if entries.is_empty() {
+        deck.open_block(name, block_origin.clone());
+    }
     let mut block = None;
     for (k, v) in entries {
         let line = v.referenced.line();
