@@ -764,10 +764,60 @@ fn bad_advection_input_is_found_before_the_first_step() {
         &[&deck, "-d", out, "parthenon/mesh/x3min=2"],
         "parthenon/mesh/x3max",
     );
+    // 4096² blocks of 16² cells with ghosts and two variables: far more than any machine has.
+    assert_bad_input_everywhere(
+        "a mesh larger than memory",
+        &[
+            &deck,
+            "-d",
+            out,
+            "parthenon/mesh/nx1=65536",
+            "parthenon/mesh/nx2=65536",
+        ],
+        &format!("error: {deck}: the mesh would have more than "),
+    );
     assert!(
         !Path::new(out).exists(),
         "bad input wrote into the output directory"
     );
+}
+
+/// Refinement everywhere up to 12 levels grows the mesh until memory runs out: with 1 GB of
+/// address space per rank the run stops at the remesh that would not fit, with a run-time
+/// error on every rank, instead of the allocator's abort.
+#[test]
+fn runaway_refinement_stops_at_the_memory_it_has() {
+    let dir = scratch("runaway");
+    let deck = format!("{}/inputs/advection_amr.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join("out");
+    let o = common::mpirun(
+        2,
+        LIMIT_S,
+        Path::new("sh"),
+        &[
+            "-c",
+            "ulimit -v 1000000 && exec \"$0\" \"$@\"",
+            EXE,
+            "run",
+            &deck,
+            "-d",
+            out.to_str().unwrap(),
+            "parthenon/mesh/numlevel=12",
+            "advection/refine_tol=1e-12",
+            "advection/derefine_tol=1e-13",
+            "parthenon/output0/dt=-1",
+            "parthenon/output1/dt=-1",
+        ],
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("[rank 0] error: remeshing the adaptive mesh: the mesh would have more than ")
+            && err.contains("blocks, the most that fit in memory: each of the 2 ranks has "),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
 }
 
 /// A write that fails (here the final name is taken by a directory, as a full disk would fail

@@ -111,6 +111,10 @@ pub struct MeshConfig {
     pub pack_size: Option<usize>,
     /// Build the geometric multigrid hierarchy (`parthenon/mesh/multigrid`).
     pub multigrid: bool,
+    /// The most blocks the mesh may ever have (no input key: a driver sets it from the memory
+    /// it has). Building or remeshing beyond it fails with [`MeshError::TooManyBlocks`]
+    /// before the blocks are made. Default: no limit.
+    pub max_blocks: usize,
 }
 
 const DIRS: [&str; 3] = ["1", "2", "3"];
@@ -196,6 +200,7 @@ impl MeshConfig {
             static_regions: Vec::new(),
             pack_size: None,
             multigrid: false,
+            max_blocks: usize::MAX,
         }
     }
 

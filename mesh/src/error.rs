@@ -44,6 +44,12 @@ pub enum MeshError {
     /// Block costs or rank counts that no partition can use.
     #[error("bad partition input: {0}")]
     Partition(String),
+    /// The mesh would grow beyond [`MeshConfig::max_blocks`](crate::MeshConfig::max_blocks).
+    #[error("the mesh would have more than {limit} blocks, the most it may have")]
+    TooManyBlocks {
+        /// The limit.
+        limit: usize,
+    },
     /// A field definition that cannot be honoured.
     #[error("variable `{name}`: {reason}")]
     Field {

@@ -58,7 +58,7 @@ impl Mesh {
         config.validate()?;
         let grid = RootGrid::new(config.ndim(), config.nrb(), config.periodic())?;
         let rules = RefinementRules::from_config(&config);
-        let forest = initial_forest(grid, &rules);
+        let forest = initial_forest(grid, &rules)?;
         let partition = Partition::uniform(forest.len(), nranks)?;
         Ok(Self {
             counter: DerefineCounter::new(config.derefine_count),
@@ -105,6 +105,11 @@ impl Mesh {
         config.validate()?;
         let grid = RootGrid::new(config.ndim(), config.nrb(), config.periodic())?;
         let rules = RefinementRules::from_config(&config);
+        if leaves.len() > rules.max_blocks {
+            return Err(MeshError::TooManyBlocks {
+                limit: rules.max_blocks,
+            });
+        }
         let forest = Forest::from_leaves(grid, leaves.clone())?;
         if forest.leaves() != &leaves[..] {
             return Err(MeshError::ForestMismatch(
@@ -132,7 +137,7 @@ impl Mesh {
             )));
         }
         if config.refinement != RefinementKind::Adaptive
-            && initial_forest(grid, &rules).leaves() != forest.leaves()
+            && initial_forest(grid, &rules)?.leaves() != forest.leaves()
         {
             return Err(MeshError::ForestMismatch(
                 "without adaptive refinement the forest is the one the configuration builds, \
@@ -161,6 +166,13 @@ impl Mesh {
     /// The configuration.
     pub fn config(&self) -> &MeshConfig {
         &self.config
+    }
+
+    /// Sets [`MeshConfig::max_blocks`] for the remeshes to come (say, from the memory left
+    /// now). A mesh already larger stays; it may not grow.
+    pub fn set_max_blocks(&mut self, max_blocks: usize) {
+        self.config.max_blocks = max_blocks;
+        self.rules.max_blocks = max_blocks;
     }
 
     /// The leaves.
@@ -326,6 +338,7 @@ impl Mesh {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StaticRegion;
     use std::collections::BTreeMap;
 
     fn deck(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -333,6 +346,57 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn no_mesh_grows_beyond_max_blocks_and_a_refused_remesh_changes_nothing() {
+        let mut c = MeshConfig::new([64, 64, 1], [8, 8, 1]);
+        c.max_blocks = 63;
+        assert_eq!(
+            Mesh::new(c.clone(), 1).unwrap_err(),
+            MeshError::TooManyBlocks { limit: 63 }
+        );
+        // A static region over everything: 64 roots become 256 blocks at level 1.
+        c.max_blocks = 255;
+        c.numlevel = 2;
+        c.refinement = RefinementKind::Static;
+        c.static_regions.push(StaticRegion {
+            xmin: [0.0; 3],
+            xmax: [1.0; 3],
+            level: 1,
+            id: 0,
+        });
+        assert_eq!(
+            Mesh::new(c.clone(), 1).unwrap_err(),
+            MeshError::TooManyBlocks { limit: 255 }
+        );
+        c.max_blocks = 256;
+        let m = Mesh::new(c.clone(), 2).unwrap();
+        let leaves = m.forest().leaves().to_vec();
+        c.max_blocks = 255;
+        let counts = vec![0; leaves.len()];
+        assert_eq!(
+            Mesh::restore(c, leaves, 2, &counts).unwrap_err(),
+            MeshError::TooManyBlocks { limit: 255 }
+        );
+
+        // Adaptive: refining one block of 64 gives 67; refining all but one gives more than 200.
+        let mut c = MeshConfig::new([64, 64, 1], [8, 8, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 3;
+        c.max_blocks = 200;
+        let mut m = Mesh::new(c, 2).unwrap();
+        let mut flags = vec![RefinementFlag::Same; 64];
+        flags[9] = RefinementFlag::Refine;
+        m.remesh(&flags, None).unwrap();
+        assert_eq!(m.forest().len(), 67);
+        let before = m.forest().clone();
+        let flags = vec![RefinementFlag::Refine; 67];
+        assert_eq!(
+            m.remesh(&flags, None).unwrap_err(),
+            MeshError::TooManyBlocks { limit: 200 }
+        );
+        assert_eq!(m.forest().leaves(), before.leaves());
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub enum RefinementFlag {
     Same,
 }
 
-/// The limits a remesh works within: the finest level and the static regions.
+/// The limits a remesh works within: the finest level, the static regions and the number of
+/// blocks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RefinementRules {
     /// The finest level a block may reach.
@@ -44,6 +45,8 @@ pub struct RefinementRules {
     pub xmax: [f64; 3],
     /// Regions that must stay refined to at least their level.
     pub static_regions: Vec<StaticRegion>,
+    /// The most leaves a forest may have.
+    pub max_blocks: usize,
 }
 
 impl RefinementRules {
@@ -54,6 +57,7 @@ impl RefinementRules {
             xmin: c.xmin,
             xmax: c.xmax,
             static_regions: c.static_regions.clone(),
+            max_blocks: c.max_blocks,
         }
     }
 
@@ -64,6 +68,7 @@ impl RefinementRules {
             xmin: [0.0; 3],
             xmax: [1.0; 3],
             static_regions: Vec::new(),
+            max_blocks: usize::MAX,
         }
     }
 
@@ -335,6 +340,11 @@ pub fn remesh(
                 continue;
             }
             set.extend(b.children(ndim));
+            if set.len() > rules.max_blocks {
+                return Err(MeshError::TooManyBlocks {
+                    limit: rules.max_blocks,
+                });
+            }
             for t in touching(&grid, &b) {
                 if let Some(c) = covering(&set, &t) {
                     if c.level() < b.level() {
@@ -387,14 +397,16 @@ pub fn remesh(
 }
 
 /// The forest a configuration starts with: the root grid refined as its static regions require.
-pub fn initial_forest(grid: RootGrid, rules: &RefinementRules) -> Forest {
+/// Fails only when it would have more than `rules.max_blocks` leaves.
+pub fn initial_forest(grid: RootGrid, rules: &RefinementRules) -> Result<Forest, MeshError> {
+    if grid.num_trees() > rules.max_blocks {
+        return Err(MeshError::TooManyBlocks {
+            limit: rules.max_blocks,
+        });
+    }
     let f = Forest::uniform(grid, 0);
     let flags = vec![RefinementFlag::Same; f.len()];
-    // Flags of the right length cannot fail.
-    match remesh(&f, &flags, rules) {
-        Ok(r) => r.forest,
-        Err(_) => f,
-    }
+    remesh(&f, &flags, rules).map(|r| r.forest)
 }
 
 /// True if no two touching leaves (through faces, edges, corners or periodic boundaries)
@@ -533,8 +545,9 @@ mod tests {
                 level: 2,
                 id: 0,
             }],
+            max_blocks: usize::MAX,
         };
-        let f = initial_forest(grid, &rules);
+        let f = initial_forest(grid, &rules).unwrap();
         assert!(is_balanced(&f));
         let g = f
             .covering_leaf(&LogicalLocation::new(3, [1, 1, 0]))

@@ -334,7 +334,7 @@ fn random_case(seed: u64, ndim: usize) {
     let grid = RootGrid::new(ndim, nrb, periodic).unwrap();
     let rules = RefinementRules::adaptive(3);
     let cap = [0, 60, 150, 260][ndim];
-    let mut f = initial_forest(grid, &rules);
+    let mut f = initial_forest(grid, &rules).unwrap();
     check_neighbors(&f, &mut rng, 3);
     for _step in 0..6 {
         let p_ref = if f.len() > cap { 0.0 } else { 0.25 };

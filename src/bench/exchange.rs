@@ -19,6 +19,7 @@ use crate::cli::ExchangeBenchArgs;
 use crate::deck::Deck;
 use crate::exit::bad_input;
 use crate::run::collective::{agree, broadcast_bytes, max_f64, sum_f64};
+use crate::run::memory::Memory;
 use anyhow::{Context, Result};
 use mpi::collective::SystemOperation;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -101,7 +102,7 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
     let text = agree(world, read_on_root(world, a))?;
     // Rank 0 checked that the file is UTF-8; the bytes arrive unchanged.
     let text = String::from_utf8_lossy(&broadcast_bytes(world, text.into_bytes())).into_owned();
-    let setup = agree(world, set_up(&text, a, world.size() as usize))?;
+    let setup = agree(world, set_up(&text, a, Memory::of(world)))?;
     let rank = world.rank() as usize;
     let mut data = agree(world, initial_data(&setup, rank))?;
     // Before any timing: every rank fails together (exit 1) when some rank has no usable GPU.
@@ -200,7 +201,7 @@ fn read_on_root(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<Str
         .map_err(|e| bad_input!("cannot read deck {}: {e}", a.deck.display()))
 }
 
-fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
+fn set_up(text: &str, a: &ExchangeBenchArgs, memory: Memory) -> Result<Setup> {
     let mut deck = Deck::from_str_auto(text, &a.deck.display().to_string())?;
     for o in &a.overrides {
         deck.apply_override(o)?;
@@ -220,12 +221,16 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, nranks: usize) -> Result<Setup> {
         .get_str_or("parthenon/exec", "space", "host")?
         .parse()
         .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
-    let config = deck.mesh_config()?;
+    let mut config = deck.mesh_config()?;
+    // The fields and the packed send buffers.
+    let budget = memory.budget(&config, nvars, 2);
+    config.max_blocks = budget.max_blocks();
     let used =
         |b: &str| b == BLOCK || b == "parthenon/exec" || starhalo_mesh::config::is_mesh_block(b);
     deck.check_unread(used, "bench exchange")?;
     deck.warn_unused_blocks(used, "bench exchange");
-    let mesh = Mesh::new(config, nranks).map_err(|e| deck.mesh_error(e))?;
+    let mesh =
+        Mesh::new(config, memory.nranks as usize).map_err(|e| budget.deck_error(&deck, e))?;
     let mut fields = Fields::default();
     for v in 0..nvars {
         let mut m = Metadata::new(Centering::Cell).fill_ghost();

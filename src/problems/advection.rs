@@ -55,6 +55,7 @@ use crate::output::{
     hst, write_output, FileNumber, FileType, OutputBlock, OutputError, Schedule, Snapshot,
 };
 use crate::run::collective::{agree, max_f64};
+use crate::run::memory::Budget;
 use crate::run::resume::{self, Resume};
 use crate::run::stats::{CommTimer, Stop, Summary};
 use crate::run::RunContext;
@@ -185,6 +186,8 @@ struct Advection {
     gpu_mpi: GpuMpi,
     /// The GPU the fields live on (`space: cuda`), opened by [`Problem::acquire`].
     device: Option<Arc<Device>>,
+    /// The memory that bounds the number of blocks (`mesh.config().max_blocks`).
+    budget: Budget,
 }
 
 /// The name of field copy `n`.
@@ -198,7 +201,7 @@ fn field_name(n: usize) -> String {
 
 fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     let map = deck.flat_map();
-    let config = deck.mesh_config()?;
+    let mut config = deck.mesh_config()?;
     if config.nghost < 2 {
         return Err(deck
             .invalid(
@@ -417,14 +420,24 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .map_err(|e| bad_input!("{e}"))?;
     }
     let (nranks, rank) = (ctx.world.size() as usize, ctx.world.rank() as usize);
+    // The fields, the step's start (rk2) and the face fluxes: about four copies, measured.
+    let budget = ctx.memory.budget(&config, num_vars, 4);
+    config.max_blocks = budget.max_blocks();
     let (mesh, data, resume) = match &ctx.restart {
         Some(path) => {
-            let (m, d, r) =
-                resume::load(path, INFO.name, config, &fields, (nranks, rank), &outputs)?;
+            let (m, d, r) = resume::load(
+                path,
+                INFO.name,
+                config,
+                &fields,
+                (nranks, rank),
+                &outputs,
+                &budget,
+            )?;
             (m, d, Some(r))
         }
         None => {
-            let mesh = Mesh::new(config, nranks).map_err(|e| deck.mesh_error(e))?;
+            let mesh = Mesh::new(config, nranks).map_err(|e| budget.deck_error(deck, e))?;
             let data = BlockData::new(&mesh, &fields, rank).map_err(crate::exit::storage_error)?;
             (mesh, data, None)
         }
@@ -433,6 +446,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         crate::output::check_block(o, &mesh, &fields).map_err(|e| output_error(deck, e))?;
     }
     Ok(Box::new(Advection {
+        budget,
         mesh,
         fields,
         data: RefCell::new(data),

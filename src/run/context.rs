@@ -22,6 +22,8 @@ pub struct RunContext<'a> {
     pub recv_timeout: Duration,
     /// The `-r` file, for problems that restart.
     pub restart: Option<PathBuf>,
+    /// What memory the ranks have, to refuse meshes that cannot fit.
+    pub memory: super::memory::Memory,
 }
 
 impl RunContext<'_> {

@@ -8,6 +8,7 @@
 pub mod clock;
 pub mod collective;
 pub mod context;
+pub mod memory;
 pub mod resume;
 pub mod stats;
 
@@ -53,6 +54,7 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
         ncycle_out: 1,
         recv_timeout: Duration::from_secs(60),
         restart: a.restart.clone(),
+        memory: memory::Memory::of(world),
     };
     let (name, mut problem) = agree(world, set_up(&deck, &mut ctx))?;
     if a.dry_run {

@@ -7,6 +7,7 @@
 //! (every rank reads the file; the driver agrees on the verdict), and rejects a file of
 //! another problem or of another mesh with a message that says which.
 
+use super::memory::Budget;
 use crate::exit::bad_input;
 use crate::output::phdf::bc_name;
 use crate::output::{read_restart, OutputBlock, ParamValue, RestartData, Schedule};
@@ -61,7 +62,7 @@ pub fn params(
 /// Reads the restart file `path` of `problem` and rebuilds, for `rank` of `nranks`: the mesh
 /// (the file's forest, checked against `config`), this rank's blocks of `fields` with ghosts
 /// and allocation flags, and where the run stands. Output blocks the file does not know start
-/// afresh at the restart time.
+/// afresh at the restart time. A forest of more blocks than fit in `budget` is refused.
 pub fn load(
     path: &Path,
     problem: &str,
@@ -69,6 +70,7 @@ pub fn load(
     fields: &Fields,
     (nranks, rank): (usize, usize),
     outputs: &[OutputBlock],
+    budget: &Budget,
 ) -> Result<(Mesh, BlockData, Resume)> {
     let shown = path.display();
     match std::fs::metadata(path) {
@@ -103,8 +105,13 @@ pub fn load(
     check_mesh(&r, &config).map_err(|why| {
         bad_input!("-r {shown}: the file's mesh does not match the deck's parthenon/mesh: {why}")
     })?;
-    let mesh = Mesh::restore(config, r.locations.clone(), nranks, &r.derefine_counts)
-        .map_err(|e| bad_input!("-r {shown}: {e}"))?;
+    let mesh =
+        Mesh::restore(config, r.locations.clone(), nranks, &r.derefine_counts).map_err(|e| {
+            match budget.outgrown(&e) {
+                Some(why) => bad_input!("-r {shown}: {why}; restart on more ranks"),
+                None => bad_input!("-r {shown}: {e}"),
+            }
+        })?;
     let mut data = BlockData::new(&mesh, fields, rank).map_err(crate::exit::storage_error)?;
     let (values, alloc) = r
         .block_data(fields, data.gids())

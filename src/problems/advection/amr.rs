@@ -20,7 +20,7 @@ use crate::exit::bad_input;
 use crate::run::collective::agree;
 use crate::run::stats::CommTimer;
 use crate::run::RunContext;
-use anyhow::{Context as _, Result};
+use anyhow::{anyhow, Context as _, Result};
 use mpi::datatype::PartitionMut;
 use mpi::traits::CommunicatorCollectives;
 use starhalo_boundary::redistribute;
@@ -316,10 +316,21 @@ impl Advection {
         c: &mut Comms,
         gpu: Option<&Gpu>,
     ) -> Result<Option<(usize, usize)>> {
+        if flags.contains(&RefinementFlag::Refine) {
+            // The new blocks are made beside the old: they must fit in what is left now.
+            self.budget = self.budget.now(ctx.world);
+            self.mesh.set_max_blocks(self.budget.max_blocks());
+        }
         let old_forest = self.mesh.forest().clone();
         let outcome = self
             .mesh
             .remesh(flags, None)
+            .map_err(|e| match self.budget.outgrown(&e) {
+                Some(why) => anyhow!(
+                    "{why}; raise advection/refine_tol, lower parthenon/mesh/numlevel or use more ranks"
+                ),
+                None => e.into(),
+            })
             .context("remeshing the adaptive mesh")?;
         if outcome.map.is_identity() {
             return Ok(None);
