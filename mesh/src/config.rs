@@ -25,6 +25,24 @@ pub enum BoundaryCondition {
     User,
 }
 
+impl BoundaryCondition {
+    /// The name an input deck gives it (`ix1_bc: periodic`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Periodic => "periodic",
+            Self::Outflow => "outflow",
+            Self::Reflecting => "reflecting",
+            Self::User => "user",
+        }
+    }
+}
+
+impl std::fmt::Display for BoundaryCondition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl FromStr for BoundaryCondition {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -49,6 +67,16 @@ pub enum RefinementKind {
     Static,
     /// Levels change at run time from refinement flags (static regions still apply).
     Adaptive,
+}
+
+impl std::fmt::Display for RefinementKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Static => "static",
+            Self::Adaptive => "adaptive",
+        })
+    }
 }
 
 /// A box that must be refined to at least `level` (`parthenon/static_refinementN`).
@@ -460,8 +488,8 @@ impl MeshConfig {
                 {
                     return Err(MeshError::invalid(
                         mesh_key(&format!("ox{dn}_bc")),
-                        format!("{outer:?}").to_lowercase(),
-                        format!("periodic on one side needs periodic on the other (ix{dn}_bc is {inner:?})"),
+                        outer,
+                        format!("periodic on one side needs periodic on the other (ix{dn}_bc is {inner})"),
                     ));
                 }
             }
@@ -532,7 +560,7 @@ impl MeshConfig {
                     key("level"),
                     r.level,
                     format!(
-                        "exceeds the finest level {} (parthenon/mesh/numlevel = {}, refinement = {:?})",
+                        "exceeds the finest level {} (parthenon/mesh/numlevel = {}, refinement = {})",
                         self.max_level(),
                         self.numlevel,
                         self.refinement
@@ -554,6 +582,25 @@ impl MeshConfig {
                         key(&format!("x{}max", DIRS[d])),
                         r.xmax[d],
                         format!("is below x{}min = {}", DIRS[d], r.xmin[d]),
+                    ));
+                }
+                // Overlap as `RefinementRules::static_min_level` counts it: interiors meet,
+                // or a region of zero width lies in the closed range.
+                let (lo, hi) = (self.xmin[d], self.xmax[d]);
+                let outside = if r.xmin[d] < r.xmax[d] {
+                    r.xmax[d] <= lo || r.xmin[d] >= hi
+                } else {
+                    r.xmin[d] < lo || r.xmin[d] > hi
+                };
+                if outside {
+                    return Err(MeshError::invalid(
+                        key(&format!("x{}min", DIRS[d])),
+                        r.xmin[d],
+                        format!(
+                            "the region from x{0}min = {1} to x{0}max = {2} lies outside the \
+                             domain ({lo} to {hi}) and would refine nothing",
+                            DIRS[d], r.xmin[d], r.xmax[d]
+                        ),
                     ));
                 }
             }
@@ -630,6 +677,35 @@ mod tests {
         assert_eq!(c.static_regions[0].xmax[0], 0.25);
         assert_eq!(c.static_regions[0].xmax[1], 1.0);
         assert_eq!(c.pack_size, None);
+    }
+
+    #[test]
+    fn a_static_region_must_meet_the_domain() {
+        let region = |x2: (&str, &str)| {
+            let mut m = base();
+            m.insert("parthenon/mesh/numlevel".into(), "2".into());
+            m.insert("parthenon/static_refinement0/level".into(), "1".into());
+            m.insert("parthenon/static_refinement0/x2min".into(), x2.0.into());
+            m.insert("parthenon/static_refinement0/x2max".into(), x2.1.into());
+            MeshConfig::from_map(&m)
+        };
+        // The domain is [0, 1]: touching its edge with a region of positive width is not enough,
+        // a plane on the edge is.
+        for outside in [("2", "3"), ("1", "2"), ("-1", "0"), ("1.5", "1.5")] {
+            let e = region(outside).unwrap_err();
+            assert_eq!(
+                e.key(),
+                Some("parthenon/static_refinement0/x2min"),
+                "{outside:?}"
+            );
+            assert!(
+                e.to_string().contains("lies outside the domain (0 to 1)"),
+                "{e}"
+            );
+        }
+        for inside in [("0.5", "2"), ("-1", "0.01"), ("1", "1"), ("0", "0")] {
+            assert!(region(inside).is_ok(), "{inside:?}");
+        }
     }
 
     #[test]

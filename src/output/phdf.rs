@@ -10,7 +10,6 @@ use super::{ParamValue, Snapshot};
 use hdf5::types::VarLenUnicode;
 use hdf5::{H5Type, Location};
 use mpi::topology::Communicator;
-use starhalo_mesh::BoundaryCondition;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -94,16 +93,6 @@ pub fn root_level(nrb: [i64; 3]) -> u32 {
     m.next_power_of_two().trailing_zeros()
 }
 
-/// The boundary condition as Parthenon names it in `Info/BoundaryConditions`.
-pub fn bc_name(bc: BoundaryCondition) -> &'static str {
-    match bc {
-        BoundaryCondition::Periodic => "periodic",
-        BoundaryCondition::Outflow => "outflow",
-        BoundaryCondition::Reflecting => "reflecting",
-        BoundaryCondition::User => "user",
-    }
-}
-
 fn write_contents(
     file: &hdf5::File,
     snap: &Snapshot,
@@ -158,7 +147,7 @@ fn write_contents(
     let bcs: Vec<String> = cfg
         .bc
         .iter()
-        .flat_map(|pair| pair.iter().map(|&b| bc_name(b).to_string()))
+        .flat_map(|pair| pair.iter().map(|b| b.to_string()))
         .collect();
     attr_strs(&info, "BoundaryConditions", &bcs, false)?;
     let ncomp: Vec<u64> = vars.iter().map(|v| v.ncomp as u64).collect();

@@ -9,7 +9,6 @@
 
 use super::memory::Budget;
 use crate::exit::bad_input;
-use crate::output::phdf::bc_name;
 use crate::output::{read_restart, OutputBlock, ParamValue, RestartData, Schedule};
 use anyhow::Result;
 use starhalo_boundary::BlockData;
@@ -189,7 +188,7 @@ fn check_mesh(r: &RestartData, config: &MeshConfig) -> Result<(), String> {
             ));
         }
     }
-    let bcs: Vec<&str> = config.bc.iter().flatten().map(|&b| bc_name(b)).collect();
+    let bcs: Vec<&str> = config.bc.iter().flatten().map(|b| b.name()).collect();
     if r.boundary_conditions != bcs {
         return Err(format!(
             "the file's boundary conditions are {:?}, the deck's {bcs:?}",
