@@ -849,3 +849,43 @@ fn a_failed_output_write_leaves_no_partial_file() {
         .collect();
     assert!(left.is_empty(), "partial files left: {left:?}");
 }
+
+/// A history line that does not fit (here a file-size limit of 1 KiB stands in for a full
+/// disk) is not written in part: the history keeps its whole lines and the run fails.
+#[test]
+fn a_history_line_is_appended_whole_or_not_at_all() {
+    let dir = scratch("historylimit");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let o = common::mpirun(
+        1,
+        LIMIT_S,
+        Path::new("sh"),
+        &[
+            "-c",
+            // The limit writes fail with EFBIG once the signal it raises is ignored.
+            "trap '' XFSZ && ulimit -f 2 && exec \"$0\" \"$@\"",
+            EXE,
+            "run",
+            &deck,
+            "-d",
+            dir.to_str().unwrap(),
+            "parthenon/time/nlim=30",
+            "parthenon/output0/dt=-1",
+            "parthenon/output2/dt=-1",
+            "parthenon/output1/dt=-1",
+            "parthenon/output1/dn=1",
+        ],
+        // UCX's shared-memory transport cannot map its segments under the limit.
+        &[("UCX_TLS", "self,tcp")],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("advection.out1.hst: File too large"), "{err}");
+    let hst = std::fs::read_to_string(dir.join("advection.out1.hst")).unwrap();
+    assert!(hst.len() < 1024 && hst.ends_with('\n'), "{hst:?}");
+    let rows: Vec<&str> = hst.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(rows.len() >= 3, "{hst}");
+    for r in rows {
+        assert_eq!(r.split_whitespace().count(), 5, "a cut line: {r:?}");
+    }
+}

@@ -9,7 +9,6 @@ use super::gather::on_root;
 use super::select::cell_vars;
 use super::Snapshot;
 use mpi::topology::Communicator;
-use std::io::Write;
 use std::path::Path;
 
 /// The history file's name, `<problem_id>.<id>.hst`: one file per run, no number.
@@ -139,32 +138,21 @@ pub fn write_history<C: Communicator>(
             path: path.to_path_buf(),
             cause,
         };
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
-        let mut text = String::new();
-        if f.metadata().map_err(io)?.len() == 0 {
-            text.push_str("# starhalo history data\n#");
-            let heads = ["time", "dt", "cycle"]
-                .into_iter()
-                .map(str::to_string)
-                .chain(columns.iter().cloned());
-            for (i, h) in heads.enumerate() {
-                text.push_str(&format!(" [{}]={h}", i + 1));
-            }
-            text.push('\n');
+        let mut header = String::from("# starhalo history data\n#");
+        let heads = ["time", "dt", "cycle"]
+            .into_iter()
+            .map(str::to_string)
+            .chain(columns.iter().cloned());
+        for (i, h) in heads.enumerate() {
+            header.push_str(&format!(" [{}]={h}", i + 1));
         }
-        text.push_str(&format!(
-            "{:.14e} {:.14e} {}",
-            snap.time, snap.dt, snap.cycle
-        ));
+        header.push('\n');
+        let mut line = format!("{:.14e} {:.14e} {}", snap.time, snap.dt, snap.cycle);
         for t in &totals {
-            text.push_str(&format!(" {t:.14e}"));
+            line.push_str(&format!(" {t:.14e}"));
         }
-        text.push('\n');
-        f.write_all(text.as_bytes()).map_err(io)
+        line.push('\n');
+        super::append_whole(path, &header, &line).map_err(io)
     })?;
     Ok(())
 }

@@ -58,6 +58,25 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         })
 }
 
+/// Appends `text` to `path`, after `header` when the file is new or empty, all or nothing: a
+/// failed write (a full disk) cuts the file back to what it held, so it never ends in a
+/// partial line.
+pub fn append_whole(path: &Path, header: &str, text: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let len = f.metadata()?.len();
+    let all = if len == 0 {
+        format!("{header}{text}")
+    } else {
+        text.to_string()
+    };
+    std::io::Write::write_all(&mut f, all.as_bytes()).inspect_err(|_| {
+        let _ = f.set_len(len);
+    })
+}
+
 /// The value of a problem parameter, written under `/Params` as `<package>/<key>`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ParamValue {

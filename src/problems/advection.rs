@@ -74,7 +74,6 @@ use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{BoundaryCondition, Mesh};
 use starhalo_sf::device::GpuMpi;
 use std::cell::{Cell, RefCell};
-use std::io::Write as _;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -1158,21 +1157,12 @@ impl Problem for Advection {
                     "advection: cycle {cycle} time {t:.6e} L1 error {l1:.6e} Linf error {linf:.6e}"
                 );
                 let path = ctx.out_file("errors.dat");
-                let new = !path.exists();
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .with_context(|| format!("cannot open {}", path.display()))?;
-                if new {
-                    writeln!(f, "# Nx1 Nx2 Nx3 Ncycle L1 Linf")?;
-                }
-                writeln!(
-                    f,
-                    "{} {} {} {cycle} {l1:.17e} {linf:.17e}",
+                let line = format!(
+                    "{} {} {} {cycle} {l1:.17e} {linf:.17e}\n",
                     nx[0], nx[1], nx[2]
-                )
-                .with_context(|| format!("cannot write {}", path.display()))?;
+                );
+                crate::output::append_whole(&path, "# Nx1 Nx2 Nx3 Ncycle L1 Linf\n", &line)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
             }
         }
         Ok(Summary {
