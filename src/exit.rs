@@ -25,8 +25,18 @@ pub fn storage_error(e: starhalo_boundary::BoundaryError) -> anyhow::Error {
 }
 
 /// Prints `error: {what}` on standard error, after `[rank N] ` in a job of several ranks, in
-/// one write so that it does not interleave with other ranks' lines.
+/// one write so that it does not interleave with other ranks' lines. Control characters the
+/// input brought into the message (a NUL in a key) are shown escaped, as Rust writes them.
 pub fn say_error(world: &SimpleCommunicator, what: std::fmt::Arguments<'_>) {
+    let what: String = what
+        .to_string()
+        .chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_debug().to_string(),
+            c => c.to_string(),
+        })
+        .collect();
     let line = match world.size() {
         1 => format!("error: {what}\n"),
         _ => format!("[rank {}] error: {what}\n", world.rank()),

@@ -597,6 +597,28 @@ fn bad_in_input_exits_2_on_every_rank() {
         &[&unknown],
         &format!("parthenon/job/problem at {unknown}:3: unknown problem 'burgers'"),
     );
+    // Control characters from the file are shown escaped, and a problem name with one is an
+    // unknown problem (not a bad problem_id, which defaults to it).
+    let control = write(
+        &dir,
+        "control.in",
+        &HEAT_IN.replace("problem = heat2d", "problem = heat\u{1}2d"),
+    );
+    assert_bad_input_everywhere(
+        "in: control characters",
+        &[&control],
+        &format!("parthenon/job/problem at {control}:3: unknown problem 'heat\\u{{1}}2d'"),
+    );
+    let control = write(
+        &dir,
+        "nul.in",
+        &HEAT_IN.replace("check_every", "check\0every"),
+    );
+    assert_bad_input_everywhere(
+        "in: NUL in a key",
+        &[&control],
+        &format!("heat2d/check\\0every at {control}:13"),
+    );
 }
 
 /// The history ends with a line for the last step, on its schedule (`dn: 1`) or not

@@ -122,13 +122,6 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
             ))
         }
     };
-    ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
-    let id = &ctx.problem_id;
-    if id.is_empty() || id.contains(['/', '\\']) || id.chars().any(char::is_control) {
-        return Err(deck
-            .invalid(JOB, "problem_id", "must be a plain file-name prefix")
-            .into());
-    }
     let key = if deck.has(JOB, "problem") {
         "problem"
     } else {
@@ -141,6 +134,13 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
             format!("unknown problem '{name}' (known: {})", problems::names()),
         )
     })?;
+    ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
+    let id = &ctx.problem_id;
+    if id.is_empty() || id.contains(['/', '\\']) || id.chars().any(char::is_control) {
+        return Err(deck
+            .invalid(JOB, "problem_id", "must be a plain file-name prefix")
+            .into());
+    }
     let ncycle_out = deck.get_i64_or(TIME, "ncycle_out", 1)?;
     ctx.ncycle_out = u64::try_from(ncycle_out).map_err(|_| {
         deck.invalid(
