@@ -2,9 +2,50 @@
 
 use crate::exit::bad_input;
 use anyhow::Result;
+use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::Deserialize;
 use starhalo_sf::{Graph, RootRef};
+use std::marker::PhantomData;
 use std::path::Path;
+
+/// An integer of a graph file. serde_json reads an integer beyond 64 bits as a float, which
+/// its own message would call a floating point number.
+struct Int<T>(T);
+
+impl<'de, T: TryFrom<i64> + TryFrom<u64>> Deserialize<'de> for Int<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<T: TryFrom<i64> + TryFrom<u64>> Visitor<'_> for V<T> {
+            type Value = Int<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                let signed = T::try_from(-1i64).is_ok();
+                f.write_str(if signed {
+                    "an integer"
+                } else {
+                    "a non-negative integer"
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                T::try_from(v)
+                    .map(Int)
+                    .map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                T::try_from(v)
+                    .map(Int)
+                    .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                if v.is_finite() && v.fract() == 0.0 {
+                    Err(E::custom("an integer beyond the 64-bit range"))
+                } else {
+                    Err(E::invalid_type(Unexpected::Float(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,9 +56,9 @@ struct GraphFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RankGraph {
-    nroots: usize,
+    nroots: Int<usize>,
     #[serde(default)]
-    leaves: Vec<(i64, i64, i64)>,
+    leaves: Vec<(Int<i64>, Int<i64>, Int<i64>)>,
 }
 
 #[derive(Deserialize)]
@@ -41,7 +82,7 @@ pub fn read_graph(path: &Path) -> Result<Vec<Graph>> {
         .map(|(r, g)| {
             let mut ilocal = Vec::with_capacity(g.leaves.len());
             let mut iremote = Vec::with_capacity(g.leaves.len());
-            for (leaf, rank, offset) in g.leaves {
+            for (Int(leaf), Int(rank), Int(offset)) in g.leaves {
                 let (Ok(leaf), Ok(offset)) = (usize::try_from(leaf), u64::try_from(offset)) else {
                     return Err(bad_input!(
                         "{}: rank {r}: leaf [{leaf}, {rank}, {offset}] has a negative index or offset",
@@ -51,7 +92,7 @@ pub fn read_graph(path: &Path) -> Result<Vec<Graph>> {
                 ilocal.push(leaf);
                 iremote.push(RootRef { rank, offset });
             }
-            Ok(Graph::new(g.nroots, Some(ilocal), iremote))
+            Ok(Graph::new(g.nroots.0, Some(ilocal), iremote))
         })
         .collect()
 }

@@ -196,6 +196,26 @@ fn invalid_graph_stops_every_rank() {
         &["--op", "bcast:sum"],
     );
     common::assert_bad_input("malformed graph", &out, "line 2");
+    for (what, g, needle) in [
+        (
+            "an offset beyond 64 bits",
+            r#"{"ranks":[{"nroots":1,"leaves":[[0,0,99999999999999999999]]}]}"#,
+            "an integer beyond the 64-bit range at line 1 column 57",
+        ),
+        (
+            "a fractional index",
+            r#"{"ranks":[{"nroots":1,"leaves":[[0.5,0,0]]}]}"#,
+            "floating point `0.5`, expected an integer",
+        ),
+        (
+            "negative roots",
+            r#"{"ranks":[{"nroots":-1}]}"#,
+            "integer `-1`, expected a non-negative integer",
+        ),
+    ] {
+        let (out, _) = sf_run(&scratch("invalid4"), 1, g, &["--op", "bcast:sum"]);
+        common::assert_bad_input(what, &out, needle);
+    }
 }
 
 /// What one rank alone finds wrong stops every rank with one exit code: root data that only
