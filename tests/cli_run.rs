@@ -137,6 +137,29 @@ fn heat2d_is_bit_identical_on_1_to_4_ranks_and_reaches_the_exact_state() {
     let o = run(2, &[&deck_in, "-d", out_dir.to_str().unwrap()]);
     common::assert_ok("heat2d from a .in deck", &o);
     assert!(std::fs::read(out_dir.join("h-heat2d.dat")).unwrap() == files[0]);
+
+    // Progress before the first residual check has no residual to show.
+    let o = run(
+        1,
+        &[
+            &deck,
+            "-d",
+            out_dir.to_str().unwrap(),
+            "heat2d/check_every=75",
+        ],
+    );
+    let s = stdout(&o);
+    let residual = |cycle: u32| {
+        let line = s
+            .lines()
+            .find(|l| l.starts_with(&format!("cycle={cycle} ")));
+        line.and_then(|l| l.split_whitespace().nth(1)?.strip_prefix("residual="))
+            .unwrap_or_else(|| panic!("no residual at cycle {cycle}:\n{s}"))
+            .to_string()
+    };
+    assert_eq!(residual(50), "unchecked");
+    let r: f64 = residual(100).parse().unwrap();
+    assert!(r.is_finite() && r > 0.0, "{s}");
 }
 
 #[test]
