@@ -376,7 +376,7 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
         printed.contains(&format!("  matrix: {matrix}\n")),
         "{printed}"
     );
-    assert!(printed.contains("  problem_id: '1e5'\n"), "{printed}");
+    assert!(printed.contains("  problem_id: 1e5\n"), "{printed}");
     let saved = write(&dir, "spmv.yaml", &printed);
     let o = run(1, &[&saved, "-d", dir.to_str().unwrap()]);
     common::assert_ok("the printed spmv deck", &o);

@@ -328,9 +328,9 @@ fn printed_yaml_reads_back_identically() {
         d.apply_override("extra/eps=1e-8").unwrap();
         let text = d.to_yaml();
         assert!(text.contains("nx1: 32\n"), "{text}");
-        assert!(text.contains("id: '1e5'\n"), "{text}");
-        assert!(text.contains("tol: '1.0e-8'\n"), "kept as written: {text}");
-        assert!(text.contains("eps: 1.0e-8\n"), "{text}");
+        assert!(text.contains("id: 1e5\n"), "{text}");
+        assert!(text.contains("tol: 1.0e-8\n"), "kept as written: {text}");
+        assert!(text.contains("eps: 1e-8\n"), "{text}");
         assert!(text.contains("6 command-line overrides applied"), "{text}");
         let back = Deck::from_str_auto(&text, "back.yaml").unwrap();
         for (b1, b2) in d.blocks().iter().zip(back.blocks()) {
@@ -413,4 +413,42 @@ fn mesh_errors_show_the_value_as_written() {
         e.contains("parthenon/mesh/x1min at the command line: `nan`: must be a finite number"),
         "{e}"
     );
+}
+
+#[test]
+fn yaml_numbers_are_kept_as_written() {
+    let text = "\
+parthenon/job: {problem_id: 1e5}
+b:
+  n: 016
+  f: 1.0e1
+  big: 0099999999999999999999
+  hex: 0x10
+  1e5: x
+  l: [007, 2.50]
+";
+    let d = Deck::from_str_auto(text, "d.yaml").unwrap();
+    assert_eq!(d.get_str("parthenon/job", "problem_id").unwrap(), "1e5");
+    assert_eq!(d.get_usize("b", "n").unwrap(), 16);
+    assert_eq!(d.get_f64("b", "f").unwrap(), 10.0);
+    assert_eq!(d.get_i64("b", "hex").unwrap(), 16);
+    assert_eq!(d.get_str("b", "1e5").unwrap(), "x");
+    assert_eq!(d.get_list("b", "l").unwrap(), ["007", "2.50"]);
+    let e = d.get_usize("b", "f").unwrap_err().to_string();
+    assert!(e.ends_with("found '1.0e1'"), "{e}");
+    let e = d.get_i64("b", "big").unwrap_err().to_string();
+    assert!(
+        e.starts_with("b/big at d.yaml:5: 0099999999999999999999"),
+        "{e}"
+    );
+    // Printed and read back: the same text.
+    let back = Deck::from_str_auto(&d.to_yaml(), "back.yaml").unwrap();
+    for k in ["n", "f", "big", "hex", "1e5"] {
+        assert_eq!(
+            back.get_str("b", k).unwrap(),
+            d.get_str("b", k).unwrap(),
+            "{k}"
+        );
+    }
+    assert_eq!(back.get_str("parthenon/job", "problem_id").unwrap(), "1e5");
 }

@@ -4,7 +4,8 @@ use std::fmt;
 
 /// One value of a deck key.
 ///
-/// YAML decks keep the type YAML gave the scalar; `.in` decks and command-line overrides hold
+/// YAML decks keep the type YAML gave the scalar, except a number whose text that type would
+/// change (`016`, `1e5`), kept as [`Value::Text`]; `.in` decks and command-line overrides hold
 /// [`Value::Text`], kept as written (Parthenon stores every value as a string). The typed
 /// getters of [`Deck`](super::Deck) accept text for any type, so a `problem_id` of `1e5`
 /// stays `1e5` while `1e5` for a number is 100000.
@@ -18,7 +19,7 @@ pub enum Value {
     Float(f64),
     /// Any other scalar.
     Str(String),
-    /// Untyped text from a `.in` deck or an override, as written.
+    /// Untyped text from a `.in` deck or an override, or a YAML number, as written.
     Text(String),
     /// A sequence (`[a, b]` in YAML).
     List(Vec<Value>),
@@ -88,9 +89,10 @@ impl Value {
             Value::Float(f) if f.is_infinite() => if *f > 0.0 { ".inf" } else { "-.inf" }.into(),
             Value::Float(f) => yaml_float(*f),
             Value::Str(s) => yaml_string(s),
-            // Typed where the type's text is the text as written (`64`, `0.5`, `true`); a
-            // string otherwise, so that `1e5` or `007` reads back as written.
+            // A number as written (`1e5`, `007`), which the deck reader keeps as written;
+            // typed where the type's text is the text (`true`); a string otherwise.
             Value::Text(s) => match Value::infer(s) {
+                Value::Int(_) | Value::Float(_) => s.clone(),
                 typed if typed.text() == *s => typed.yaml(),
                 _ => yaml_string(s),
             },
@@ -204,17 +206,20 @@ mod tests {
         );
         assert_eq!(Value::untyped("[ ]"), Value::List(vec![]));
         assert_eq!(t("1e5").text(), "1e5");
-        // Printed typed where the type keeps the text, quoted where it would not.
+        // Numbers as written (the YAML reader keeps them so), other text typed where the type
+        // keeps the text, quoted where it would not.
         for (text, yaml) in [
             ("64", "64"),
             ("-0.5", "-0.5"),
             ("true", "true"),
-            ("1e-8", "1.0e-8"),
+            ("1e-8", "1e-8"),
             ("periodic", "periodic"),
-            ("1e5", "'1e5'"),
-            ("007", "'007'"),
-            ("1.50", "'1.50'"),
+            ("1e5", "1e5"),
+            ("007", "007"),
+            ("1.50", "1.50"),
             ("yes", "'yes'"),
+            ("0x10", "'0x10'"),
+            ("1e400", "'1e400'"),
         ] {
             assert_eq!(t(text).yaml(), yaml, "{text}");
         }

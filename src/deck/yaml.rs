@@ -1,7 +1,8 @@
 //! YAML decks, read with `serde-saphyr`: every top-level key is a block whose value is a
 //! mapping; a mapping nested inside a block is a sub-block (`parthenon: {mesh: {nx1: 8}}` is
 //! the block `parthenon/mesh`). Values are scalars or lists. Spans from `serde-saphyr` give
-//! each key and value its line.
+//! each key and value its line, and the text of a number as written, kept where YAML's
+//! typing would change it (`016`, `1e5`).
 
 use super::{Deck, DeckError, Origin, Value};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -17,8 +18,8 @@ enum Node {
     Map(Vec<(Spanned<Key>, Spanned<Node>)>),
 }
 
-/// A mapping key: any scalar, kept as text.
-struct Key(String);
+/// A mapping key: any scalar, read as text by [`key_text`].
+struct Key(Value);
 
 struct NodeVisitor;
 
@@ -91,10 +92,41 @@ impl<'de> Deserialize<'de> for Node {
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match Node::deserialize(d)? {
-            Node::Scalar(v) => Ok(Key(v.text())),
+            Node::Scalar(v) => Ok(Key(v)),
             _ => Err(de::Error::custom("a deck key must be a plain scalar")),
         }
     }
+}
+
+/// A number as written (`016`, `1e5`, `1.0e-8`) where its text is not the one of the value
+/// YAML typed it as, and reads back as that value: the deck keeps text as written, as a
+/// `.in` deck does. Anything else (`0x10`, `.inf`, a string) stays as YAML typed it.
+fn as_written(v: Value, at: &serde_saphyr::Location, text: &str) -> Value {
+    let span = at.span();
+    let raw = span
+        .byte_offset()
+        .zip(span.byte_len())
+        .and_then(|(o, n)| text.get(o as usize..(o + n) as usize));
+    match (&v, raw) {
+        (Value::Int(i), Some(raw)) if raw.parse() == Ok(*i) && raw != i.to_string() => {
+            Value::Text(raw.to_string())
+        }
+        (Value::Float(f), Some(raw)) if raw.parse() == Ok(*f) && raw != v.text() => {
+            Value::Text(raw.to_string())
+        }
+        // An integer beyond 64 bits, which the visitor wrote out without its leading zeros.
+        (Value::Str(s), Some(raw))
+            if s.parse::<i128>().is_ok() && raw.parse::<i128>() == s.parse::<i128>() =>
+        {
+            Value::Text(raw.to_string())
+        }
+        _ => v,
+    }
+}
+
+/// The text of a key: a number as written (a key `1e5` is `1e5`, not `100000.0`).
+fn key_text(k: &Spanned<Key>, text: &str) -> String {
+    as_written(k.value.0.clone(), &k.defined, text).text()
 }
 
 /// Parses YAML deck text; `file` names it in messages.
@@ -121,6 +153,7 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
         Node::Null => Ok(deck),
         Node::Map(entries) => {
             for (k, v) in entries {
+                let name = key_text(&k, text);
                 // A block is where its name is written (its keys may start a line below).
                 let line = match k.referenced.line() as usize {
                     0 => at(&v),
@@ -128,19 +161,16 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
                 };
                 match v.value {
                     Node::Map(inner) => {
-                        add_block(&mut deck, &k.value.0, inner, line, &file_arc)?;
+                        add_block(&mut deck, &name, inner, line, &file_arc, text)?;
                     }
                     // `block:` with nothing under it is an empty block.
-                    Node::Null => add_block(&mut deck, &k.value.0, Vec::new(), line, &file_arc)?,
-                    _ => {
-                        return Err(syntax(
-                            k.referenced.line() as usize,
-                            format!(
-                                "top-level key '{}' must be a block (a mapping of keys to values)",
-                                k.value.0
-                            ),
-                        ))
-                    }
+                    Node::Null => add_block(&mut deck, &name, Vec::new(), line, &file_arc, text)?,
+                    _ => return Err(syntax(
+                        k.referenced.line() as usize,
+                        format!(
+                            "top-level key '{name}' must be a block (a mapping of keys to values)"
+                        ),
+                    )),
                 }
             }
             Ok(deck)
@@ -190,6 +220,7 @@ fn add_block(
     entries: Vec<(Spanned<Key>, Spanned<Node>)>,
     line: usize,
     file: &Arc<str>,
+    text: &str,
 ) -> Result<(), DeckError> {
     let origin = |line: u64| Origin::File {
         file: file.clone(),
@@ -210,33 +241,34 @@ fn add_block(
     }
     let mut block = None;
     for (k, v) in entries {
+        let key = key_text(&k, text);
         let line = v.referenced.line();
         match v.value {
             Node::Map(inner) => {
-                let sub = format!("{name}/{}", k.value.0);
-                add_block(deck, &sub, inner, k.referenced.line() as usize, file)?;
+                let sub = format!("{name}/{key}");
+                add_block(deck, &sub, inner, k.referenced.line() as usize, file, text)?;
             }
             node => {
-                let value = to_value(node).map_err(|msg| DeckError::Syntax {
+                let value = to_value(node, &v.defined, text).map_err(|msg| DeckError::Syntax {
                     file: file.to_string(),
                     line: line as usize,
-                    msg: format!("{name}/{}: {msg}", k.value.0),
+                    msg: format!("{name}/{key}: {msg}"),
                 })?;
                 let b = *block.get_or_insert_with(|| deck.open_block(name, block_origin.clone()));
-                deck.insert(b, &k.value.0, value, origin(k.referenced.line()))?;
+                deck.insert(b, &key, value, origin(k.referenced.line()))?;
             }
         }
     }
     Ok(())
 }
 
-fn to_value(node: Node) -> Result<Value, String> {
+fn to_value(node: Node, at: &serde_saphyr::Location, text: &str) -> Result<Value, String> {
     match node {
-        Node::Scalar(v) => Ok(v),
+        Node::Scalar(v) => Ok(as_written(v, at, text)),
         Node::Null => Err("has no value".into()),
         Node::List(items) => items
             .into_iter()
-            .map(|s| to_value(s.value))
+            .map(|s| to_value(s.value, &s.defined, text))
             .collect::<Result<_, _>>()
             .map(Value::List),
         Node::Map(_) => Err("a list may not hold mappings".into()),
