@@ -165,12 +165,11 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
                     }
                     // `block:` with nothing under it is an empty block.
                     Node::Null => add_block(&mut deck, &name, Vec::new(), line, &file_arc, text)?,
-                    _ => return Err(syntax(
-                        k.referenced.line() as usize,
-                        format!(
-                            "top-level key '{name}' must be a block (a mapping of keys to values)"
-                        ),
-                    )),
+                    _ => {
+                        let why = "must be a block (a mapping of keys to values)";
+                        let line = k.referenced.line() as usize;
+                        return Err(syntax(line, format!("top-level key '{name}' {why}")));
+                    }
                 }
             }
             Ok(deck)
