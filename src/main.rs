@@ -5,6 +5,23 @@
 
 #![forbid(unsafe_code)]
 
+/// `print!` for standard output that may be closed (a pipe into `head`): the output is lost,
+/// the run goes on and writes its files, where `print!` would panic.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `println!` as [`out!`] prints.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod bench;
 mod cli;
 mod comm;

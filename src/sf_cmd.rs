@@ -321,7 +321,7 @@ pub fn view(world: &SimpleCommunicator, a: &SfViewArgs) -> Result<()> {
         );
     }
     for part in gather_bytes(world, s.as_bytes()) {
-        print!("{}", String::from_utf8_lossy(&part));
+        out!("{}", String::from_utf8_lossy(&part));
     }
     Ok(())
 }

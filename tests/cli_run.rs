@@ -162,6 +162,29 @@ fn heat2d_is_bit_identical_on_1_to_4_ranks_and_reaches_the_exact_state() {
     assert!(r.is_finite() && r > 0.0, "{s}");
 }
 
+/// Standard output closed early (`starhalo run ... | head -1`) loses the output, not the run.
+#[test]
+fn a_closed_standard_output_does_not_stop_the_run() {
+    let dir = scratch("closedout");
+    let deck = write(&dir, "heat.yaml", HEAT);
+    let mut child = std::process::Command::new(EXE)
+        .args([
+            "run",
+            &deck,
+            "-d",
+            dir.to_str().unwrap(),
+            "parthenon/time/ncycle_out=1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(dir.join("h-heat2d.dat").exists());
+}
+
 #[test]
 fn heat2d_stops_cleanly_at_the_wall_time_limit() {
     let dir = scratch("walltime");

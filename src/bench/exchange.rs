@@ -185,7 +185,7 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
     };
     if world.rank() == 0 {
         if a.json {
-            println!("{}", serde_json::to_string(&report)?);
+            outln!("{}", serde_json::to_string(&report)?);
         } else {
             print_table(&report);
         }
@@ -418,7 +418,7 @@ pub(super) fn median(v: &mut [f64]) -> f64 {
 }
 
 fn print_table(r: &Report) {
-    println!(
+    outln!(
         "# bench exchange: {} ranks, {} blocks of {:?} cells, {} variables{}, ordering {}, {} timed fills",
         r.ranks,
         r.blocks,
@@ -428,17 +428,23 @@ fn print_table(r: &Report) {
         r.ordering,
         r.cycles
     );
-    println!(
+    outln!(
         "# set-up of the coalesced exchange: {:.0} us, {:.2} us per block",
-        r.setup_us, r.setup_us_per_block
+        r.setup_us,
+        r.setup_us_per_block
     );
-    println!(
+    outln!(
         "{:>17} {:>12} {:>12} {:>10} {:>12} {:>8}",
-        "mode", "us_median", "us_mean", "messages", "bytes", "allocs"
+        "mode",
+        "us_median",
+        "us_mean",
+        "messages",
+        "bytes",
+        "allocs"
     );
     let fc = r.flux_correction.iter().map(|m| (m, "flxcor "));
     for (m, what) in r.modes.iter().map(|m| (m, "")).chain(fc) {
-        println!(
+        outln!(
             "{:>17} {:>12.1} {:>12.1} {:>10} {:>12} {:>8}",
             format!(
                 "{what}{}{}",
@@ -453,15 +459,15 @@ fn print_table(r: &Report) {
         );
     }
     if let [c, p, ..] = &r.modes[..] {
-        println!(
+        outln!(
             "# per-channel / coalesced time: {:.2}",
             p.us_per_exchange / c.us_per_exchange
         );
     }
     if let Some(l) = r.modes.iter().find_map(|m| m.launches_per_partition) {
-        println!("# device fields: {l:.2} kernel launches per exchange and partition");
+        outln!("# device fields: {l:.2} kernel launches per exchange and partition");
     }
-    println!(
+    outln!(
         "# pack-in-one {:.2} GB/s, memcpy {:.2} GB/s ({:.0}%), {} bytes per pack over all ranks",
         r.pack_gbps,
         r.memcpy_gbps,
@@ -469,7 +475,7 @@ fn print_table(r: &Report) {
         r.pack_bytes
     );
     if let Some(d) = &r.device {
-        println!(
+        outln!(
             "# device pack-in-one {:.2} GB/s, device-to-device copy {:.2} GB/s ({:.0}%)",
             d.pack_gbps,
             d.d2d_gbps,

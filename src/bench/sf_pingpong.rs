@@ -77,9 +77,9 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
                 gpu_mpi,
                 rows,
             };
-            println!("{}", serde_json::to_string(&report)?);
+            outln!("{}", serde_json::to_string(&report)?);
         } else {
-            println!(
+            outln!(
                 "# sf-pingpong, implementation {}: one-way latency (us), median of {} rounds{}",
                 opts.sf_type.name(),
                 a.rounds,
@@ -87,7 +87,7 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
                     ", device arrays {m} through MPI"
                 ))
             );
-            println!(
+            outln!(
                 "{:>10} {:>10} {:>10} {:>12} {:>10}{}",
                 "bytes",
                 "mpi_us",
@@ -97,7 +97,7 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
                 if a.device { "   sf_dd_us" } else { "" }
             );
             for r in rows {
-                println!(
+                outln!(
                     "{:>10} {:>10.3} {:>10.3} {:>12.3} {:>9.1}%{}",
                     r.bytes,
                     r.mpi_us,

@@ -1143,7 +1143,7 @@ impl Problem for Advection {
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), true, gpu.as_ref())?;
         if self.amr.is_some() && ctx.is_root() {
             let f = self.mesh.forest();
-            println!("{}", self.amr_stats.line(f.len(), f.max_level()));
+            outln!("{}", self.amr_stats.line(f.len(), f.max_level()));
         }
 
         if self.compute_error {
@@ -1153,7 +1153,7 @@ impl Problem for Advection {
             let (l1, linf) = self.errors(ctx, t);
             if ctx.is_root() {
                 let nx = self.mesh.config().nx;
-                println!(
+                outln!(
                     "advection: cycle {cycle} time {t:.6e} L1 error {l1:.6e} Linf error {linf:.6e}"
                 );
                 let path = ctx.out_file("errors.dat");

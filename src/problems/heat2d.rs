@@ -328,7 +328,7 @@ impl Problem for Heat2d {
         }
         let max_error = max_f64(world, err);
         if ctx.is_root() {
-            println!(
+            outln!(
                 "heat2d: {iters} iterations, residual {residual:.6e}, max error vs exact {max_error:.6e}"
             );
             if stop == Stop::CycleLimit {

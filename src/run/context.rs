@@ -35,7 +35,7 @@ impl RunContext<'_> {
     /// Prints a progress line on rank 0 when `cycle` is a multiple of `ncycle_out`.
     pub fn progress(&self, cycle: u64, line: impl FnOnce() -> String) {
         if self.is_root() && self.ncycle_out > 0 && cycle.is_multiple_of(self.ncycle_out) {
-            println!(
+            outln!(
                 "cycle={cycle} {} wall={:.3}s",
                 line(),
                 self.deadline.elapsed().as_secs_f64()

@@ -60,7 +60,7 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     if a.dry_run {
         // The deck has been checked as a run would check it; nothing runs or is written.
         if world.rank() == 0 {
-            print!("{}", deck.to_yaml());
+            out!("{}", deck.to_yaml());
         }
         return Ok(());
     }

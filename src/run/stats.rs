@@ -71,7 +71,7 @@ impl Summary {
             Stop::CycleLimit => "cycle limit reached",
             Stop::WallTime => "wall-time limit reached",
         };
-        println!(
+        outln!(
             "summary: {problem} on {} rank{}: {} cycle{} ({why}), wall {:.3} s, {:.3e} {}/s, communication {:.1}% of wall time",
             world.size(),
             if world.size() == 1 { "" } else { "s" },

@@ -439,7 +439,7 @@ impl Advection {
             comm.time(|| self.fill_ghosts(ctx, c))
                 .context("after a remesh")?;
             if ctx.is_root() {
-                println!(
+                outln!(
                     "remesh: cycle={cycle} blocks {before} -> {} refined={r} merged={m} max_level={}",
                     self.mesh.forest().len(),
                     self.mesh.forest().max_level()

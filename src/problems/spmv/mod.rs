@@ -270,7 +270,7 @@ impl Problem for Spmv {
                     ));
                 }
             }
-            println!("{}", report.line(size));
+            outln!("{}", report.line(size));
             let path = ctx.out_file("spmv.dat");
             crate::output::write_atomically(&path, report.file_text(&y_all, &z_all).as_bytes())
                 .with_context(|| format!("cannot write {}", path.display()))?;
