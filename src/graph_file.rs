@@ -20,7 +20,7 @@ impl<'de, T: TryFrom<i64> + TryFrom<u64>> Deserialize<'de> for Int<T> {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 let signed = T::try_from(-1i64).is_ok();
                 f.write_str(if signed {
-                    "an integer"
+                    "a signed 64-bit integer"
                 } else {
                     "a non-negative integer"
                 })
@@ -36,8 +36,10 @@ impl<'de, T: TryFrom<i64> + TryFrom<u64>> Deserialize<'de> for Int<T> {
                     .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-                if v.is_finite() && v.fract() == 0.0 {
-                    Err(E::custom("an integer beyond the 64-bit range"))
+                // Integers within 64 bits come as such: a whole float beyond them was written
+                // as an integer, or with an exponent (`1e20`).
+                if v.is_finite() && v.fract() == 0.0 && v.abs() >= 2f64.powi(63) {
+                    Err(E::custom("a number beyond the 64-bit integer range"))
                 } else {
                     Err(E::invalid_type(Unexpected::Float(v), &self))
                 }
@@ -58,7 +60,23 @@ struct GraphFile {
 struct RankGraph {
     nroots: Int<usize>,
     #[serde(default)]
-    leaves: Vec<(Int<i64>, Int<i64>, Int<i64>)>,
+    leaves: Vec<Leaf>,
+}
+
+/// `[leaf index, root rank, root offset]`.
+struct Leaf([i64; 3]);
+
+impl<'de> Deserialize<'de> for Leaf {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<Int<i64>>::deserialize(d)?;
+        match v[..] {
+            [Int(a), Int(b), Int(c)] => Ok(Leaf([a, b, c])),
+            _ => Err(de::Error::custom(format!(
+                "a leaf is [leaf index, root rank, root offset], found {} numbers",
+                v.len()
+            ))),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -82,7 +100,7 @@ pub fn read_graph(path: &Path) -> Result<Vec<Graph>> {
         .map(|(r, g)| {
             let mut ilocal = Vec::with_capacity(g.leaves.len());
             let mut iremote = Vec::with_capacity(g.leaves.len());
-            for (Int(leaf), Int(rank), Int(offset)) in g.leaves {
+            for Leaf([leaf, rank, offset]) in g.leaves {
                 let (Ok(leaf), Ok(offset)) = (usize::try_from(leaf), u64::try_from(offset)) else {
                     return Err(bad_input!(
                         "{}: rank {r}: leaf [{leaf}, {rank}, {offset}] has a negative index or offset",

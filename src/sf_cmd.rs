@@ -119,6 +119,12 @@ fn read_setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, SfOptio
     };
     let mut graphs = read_graph(&s.graph)?;
     let size = world.size() as usize;
+    if graphs.is_empty() {
+        return Err(bad_input!(
+            "{}: the graph lists no ranks",
+            s.graph.display()
+        ));
+    }
     if graphs.len() != size {
         return Err(bad_input!(
             "{} describes {} ranks but this job has {size}: run it with mpiexec -n {}",

@@ -200,12 +200,23 @@ fn invalid_graph_stops_every_rank() {
         (
             "an offset beyond 64 bits",
             r#"{"ranks":[{"nroots":1,"leaves":[[0,0,99999999999999999999]]}]}"#,
-            "an integer beyond the 64-bit range at line 1 column 57",
+            "a number beyond the 64-bit integer range at line 1 column 57",
         ),
+        (
+            "a whole number written as a float",
+            r#"{"ranks":[{"nroots":3.0}]}"#,
+            "floating point `3.0`, expected a non-negative integer",
+        ),
+        (
+            "a leaf of four numbers",
+            r#"{"ranks":[{"nroots":1,"leaves":[[0,0,0,1]]}]}"#,
+            "a leaf is [leaf index, root rank, root offset], found 4 numbers",
+        ),
+        ("no ranks", r#"{"ranks":[]}"#, "the graph lists no ranks"),
         (
             "a fractional index",
             r#"{"ranks":[{"nroots":1,"leaves":[[0.5,0,0]]}]}"#,
-            "floating point `0.5`, expected an integer",
+            "floating point `0.5`, expected a signed 64-bit integer",
         ),
         (
             "negative roots",

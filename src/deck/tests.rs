@@ -420,6 +420,8 @@ fn yaml_numbers_are_kept_as_written() {
     let text = "\
 parthenon/job: {problem_id: 1e5}
 b:
+  tol: 1e-5
+  id: 1e16
   n: 016
   f: 1.0e1
   big: 0099999999999999999999
@@ -438,12 +440,14 @@ b:
     assert!(e.ends_with("found '1.0e1'"), "{e}");
     let e = d.get_i64("b", "big").unwrap_err().to_string();
     assert!(
-        e.starts_with("b/big at d.yaml:5: 0099999999999999999999"),
+        e.starts_with("b/big at d.yaml:7: 0099999999999999999999"),
         "{e}"
     );
     // Printed and read back: the same text.
-    let back = Deck::from_str_auto(&d.to_yaml(), "back.yaml").unwrap();
-    for k in ["n", "f", "big", "hex", "1e5"] {
+    let printed = d.to_yaml();
+    assert!(printed.contains("  tol: 1e-5\n  id: 1e16\n"), "{printed}");
+    let back = Deck::from_str_auto(&printed, "back.yaml").unwrap();
+    for k in ["tol", "id", "n", "f", "big", "hex", "1e5"] {
         assert_eq!(
             back.get_str("b", k).unwrap(),
             d.get_str("b", k).unwrap(),

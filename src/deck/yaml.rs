@@ -98,9 +98,9 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-/// A number as written (`016`, `1e5`, `1.0e-8`) where its text is not the one of the value
-/// YAML typed it as, and reads back as that value: the deck keeps text as written, as a
-/// `.in` deck does. Anything else (`0x10`, `.inf`, a string) stays as YAML typed it.
+/// A number as written (`016`, `1e5`, `1.0e-8`; an integer where its text is not the one of
+/// the value YAML typed it as) that reads back as that value: the deck keeps text as written,
+/// as a `.in` deck does. Anything else (`0x10`, `.inf`, a string) stays as YAML typed it.
 fn as_written(v: Value, at: &serde_saphyr::Location, text: &str) -> Value {
     let span = at.span();
     let raw = span
@@ -111,9 +111,8 @@ fn as_written(v: Value, at: &serde_saphyr::Location, text: &str) -> Value {
         (Value::Int(i), Some(raw)) if raw.parse() == Ok(*i) && raw != i.to_string() => {
             Value::Text(raw.to_string())
         }
-        (Value::Float(f), Some(raw)) if raw.parse() == Ok(*f) && raw != v.text() => {
-            Value::Text(raw.to_string())
-        }
+        // Every float: its text as written is also the text `-n` prints (`1e-5`, not `1.0e-5`).
+        (Value::Float(f), Some(raw)) if raw.parse() == Ok(*f) => Value::Text(raw.to_string()),
         // An integer beyond 64 bits, which the visitor wrote out without its leading zeros.
         (Value::Str(s), Some(raw))
             if s.parse::<i128>().is_ok() && raw.parse::<i128>() == s.parse::<i128>() =>
