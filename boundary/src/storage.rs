@@ -106,6 +106,40 @@ impl BlockData {
         })
     }
 
+    /// A copy, or [`BoundaryError::OutOfMemory`] (not an allocation abort) where its values
+    /// do not fit in memory.
+    pub fn try_clone(&self) -> Result<Self, BoundaryError> {
+        let mut data = Vec::new();
+        data.try_reserve_exact(self.data.len())
+            .map_err(|_| BoundaryError::OutOfMemory {
+                what: format!("a copy of the fields of {} blocks", self.gids.len()),
+                bytes: self.data.len() as u128 * 8,
+            })?;
+        data.extend_from_slice(&self.data);
+        Ok(Self {
+            gids: self.gids.clone(),
+            shape: self.shape.clone(),
+            coarse_shape: self.coarse_shape.clone(),
+            layout: self.layout.clone(),
+            vars: self.vars.clone(),
+            slot_default: self.slot_default.clone(),
+            data,
+            allocated: self.allocated.clone(),
+        })
+    }
+
+    /// Makes this a copy of `src`, reusing this storage where it is large enough.
+    pub fn copy_from(&mut self, src: &Self) {
+        self.gids.clone_from(&src.gids);
+        self.shape.clone_from(&src.shape);
+        self.coarse_shape.clone_from(&src.coarse_shape);
+        self.layout.clone_from(&src.layout);
+        self.vars.clone_from(&src.vars);
+        self.slot_default.clone_from(&src.slot_default);
+        self.data.clone_from(&src.data);
+        self.allocated.clone_from(&src.allocated);
+    }
+
     /// `s` with storage for its blocks: dense variables zero, sparse ones unallocated. Storage
     /// too large for this process is an error, not an allocation abort.
     fn zeroed(mut s: Self) -> Result<Self, BoundaryError> {

@@ -1088,6 +1088,8 @@ impl Problem for Advection {
             self.write_outputs(ctx, &mut sched, (0, 0.0, 0.0), false, gpu.as_ref())?;
         }
         let stages = self.integrator.stages();
+        // The fields at the start of the step (rk2 on the host), kept from step to step.
+        let mut base: Option<BlockData> = None;
         // Zone-cycles (cell updates of the whole mesh), in all and since the last progress line.
         let (mut zone_cycles, mut since_line, mut line_t0) = (0.0f64, 0.0f64, Instant::now());
         let stop = loop {
@@ -1114,7 +1116,14 @@ impl Problem for Advection {
                     g.stage(self, &comms, dt, st)?;
                 }
             } else {
-                let base = (stages > 1).then(|| self.data.borrow().clone());
+                if stages > 1 {
+                    let data = self.data.borrow();
+                    match &mut base {
+                        Some(b) => b.copy_from(&data),
+                        // Every rank makes it at the same cycle (the first, or after a remesh).
+                        None => base = Some(agree(world, data.try_clone().map_err(Into::into))?),
+                    }
+                }
                 for st in 0..stages {
                     let base = if st == 0 { None } else { base.as_ref() };
                     comm.add(self.stage(ctx, &comms, dt, base)?);
@@ -1123,6 +1132,10 @@ impl Problem for Advection {
             t = if last { self.tlim } else { t + dt };
             cycle += 1;
             let remeshed = self.adapt(ctx, &comm, cycle, &mut comms, gpu.as_mut())?;
+            if remeshed {
+                // Made again for the new blocks, after the old copy is freed.
+                base = None;
+            }
             if let (true, Some(d)) = (remeshed, &dev) {
                 // New blocks, new exchange: the fields (filled on the host) go up again, after
                 // the old ones are freed.
