@@ -118,9 +118,9 @@ impl BlockData {
         data.extend_from_slice(&self.data);
         Ok(Self {
             gids: self.gids.clone(),
-            shape: self.shape.clone(),
-            coarse_shape: self.coarse_shape.clone(),
-            layout: self.layout.clone(),
+            shape: self.shape,
+            coarse_shape: self.coarse_shape,
+            layout: self.layout,
             vars: self.vars.clone(),
             slot_default: self.slot_default.clone(),
             data,
