@@ -26,14 +26,15 @@ pub fn storage_error(e: starhalo_boundary::BoundaryError) -> anyhow::Error {
 
 /// Prints `error: {what}` on standard error, after `[rank N] ` in a job of several ranks, in
 /// one write so that it does not interleave with other ranks' lines. Control characters the
-/// input brought into the message (a NUL in a key) are shown escaped, as Rust writes them.
+/// input brought into the message (a NUL in a key) and the invisible ones that reorder text
+/// (U+202E) are shown escaped, as Rust writes them.
 pub fn say_error(world: &SimpleCommunicator, what: std::fmt::Arguments<'_>) {
     let what: String = what
         .to_string()
         .chars()
         .map(|c| match c {
             '\n' | '\t' => c.to_string(),
-            c if c.is_control() => c.escape_debug().to_string(),
+            c if c.is_control() || reorders_text(c) => c.escape_debug().to_string(),
             c => c.to_string(),
         })
         .collect();
@@ -42,6 +43,13 @@ pub fn say_error(world: &SimpleCommunicator, what: std::fmt::Arguments<'_>) {
         _ => format!("[rank {}] error: {what}\n", world.rank()),
     };
     let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// The invisible characters that change the order or joining of the text around them (bidi
+/// embeddings, overrides and isolates, zero-width marks, the byte-order mark): shown raw, they
+/// would make a message read other than it is.
+fn reorders_text(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }
 
 /// Prints the error (unless it only says that another rank failed, which that rank reports)

@@ -665,6 +665,17 @@ fn bad_in_input_exits_2_on_every_rank() {
         &[&control],
         &format!("heat2d/check\\0every at {control}:13"),
     );
+    // A right-to-left override would make the message read backwards.
+    let control = write(
+        &dir,
+        "rlo.in",
+        &HEAT_IN.replace("problem = heat2d", "problem = heat\u{202e}2d"),
+    );
+    assert_bad_input_everywhere(
+        "in: right-to-left override",
+        &[&control],
+        "unknown problem 'heat\\u{202e}2d'",
+    );
 }
 
 /// The history ends with a line for the last step, on its schedule (`dn: 1`) or not
@@ -883,6 +894,27 @@ fn runaway_refinement_stops_at_the_memory_it_has() {
     assert!(
         err.contains("[rank 0] error: remeshing the adaptive mesh: the mesh would have more than ")
             && err.contains("blocks, the most that fit in memory: each of the 2 ranks has "),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+}
+
+/// A time step below the resolution of the time near tlim would stall the run there forever
+/// (`t + dt == t`); it stops at once, on every rank, with one message.
+#[test]
+fn a_time_step_too_small_to_reach_tlim_stops_the_run() {
+    let dir = scratch("tinydt");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join("out");
+    let o = run(
+        2,
+        &[&deck, "-d", out.to_str().unwrap(), "advection/cfl=1e-17"],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("[rank 0] error: cycle 0: the time step ")
+            && err.contains("is too small to reach tlim = 1:"),
         "{err}"
     );
     assert_eq!(err.matches("error:").count(), 1, "{err}");

@@ -1110,6 +1110,16 @@ impl Problem for Advection {
             // Within a hair of tlim the step ends the run, rather than leave a sliver.
             let last = got[0] * (1.0 + 1e-10) >= self.tlim - t;
             dt = if last { self.tlim - t } else { got[0] };
+            // Below the resolution of the time near tlim the run would stall there; every rank
+            // holds the same dt, so all stop together.
+            if !last && got[0] < self.tlim * f64::EPSILON {
+                let msg = format!(
+                    "cycle {cycle}: the time step {dt:e} is too small to reach tlim = {}: \
+                     the time would stop advancing (raise advection/cfl or coarsen the mesh)",
+                    self.tlim
+                );
+                return agree(world, Err(anyhow::anyhow!(msg)));
+            }
             if let Some(g) = gpu.as_mut() {
                 g.begin_cycle()?;
                 for st in 0..stages {
