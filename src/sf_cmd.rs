@@ -290,7 +290,7 @@ fn write_result(path: &Path, ranks: &[Vec<u8>]) -> Result<()> {
         out.push_str(std::str::from_utf8(bytes)?);
     }
     out.push_str("]}\n");
-    crate::output::write_atomically(path, out.as_bytes())
+    crate::output::write_atomically(path, |w| w.write_all(out.as_bytes()))
         .with_context(|| format!("cannot write {}", path.display()))
 }
 

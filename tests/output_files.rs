@@ -208,6 +208,7 @@ fn child() {
             nghost: m.config().nghost,
             gids: &l.gids,
             data: &l.data,
+            stride: l.layout.block_len(),
             allocated: &l.allocated,
             cycle: 42,
             time: 0.125,
@@ -268,6 +269,35 @@ fn child() {
             "restart data differ on rank {rank}"
         );
         assert_eq!(alloc, l.allocated);
+        // Storage that keeps more per block (coarse buffers) writes the same blocks: here each
+        // block is followed by NaNs that must not reach the file.
+        let bl = l.layout.block_len();
+        let padded: Vec<f64> = l
+            .data
+            .chunks(bl)
+            .flat_map(|b| b.iter().copied().chain([f64::NAN; 5]))
+            .collect();
+        let gappy = Snapshot {
+            data: &padded,
+            stride: bl + 5,
+            ..snap
+        };
+        let rst8 = output::write_output(
+            &world,
+            &gappy,
+            &OutputBlock::new(8, FileType::Restart),
+            case,
+            &dir,
+            FileNumber::Step(0),
+        )
+        .unwrap();
+        let (data8, alloc8) = output::read_restart(&rst8)
+            .unwrap()
+            .block_data(&fields, &l.gids)
+            .unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&data8), bits(&l.data), "padded storage on rank {rank}");
+        assert_eq!(alloc8, l.allocated);
         // A file without ghosts reads back too: interior cells equal, ghosts zero.
         let p0 = dir.join(format!("{case}.out0.00000.phdf"));
         let r0 = output::read_restart(&p0).unwrap();
@@ -305,9 +335,8 @@ fn child() {
         let (every, _) = r.block_data(&fields, &all).unwrap();
         assert_eq!(every.len(), all.len() * l.layout.block_len());
         // Gids out of order and apart, and none at all, read the same values.
-        let (last, bl) = (all.len() - 1, l.layout.block_len());
+        let last = all.len() - 1;
         let (two, _) = r.block_data(&fields, &[last, 0]).unwrap();
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(
             bits(&two),
             bits(&[&every[last * bl..], &every[..bl]].concat())

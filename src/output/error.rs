@@ -46,6 +46,15 @@ pub enum OutputError {
         /// What is wrong.
         reason: String,
     },
+    /// An output buffer larger than this process can allocate (a run-time failure: the mesh
+    /// fits, but gathering it for a writer does not).
+    #[error("{what}: {bytes} bytes do not fit in memory")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: String,
+        /// Its size.
+        bytes: u128,
+    },
     /// Rendering a PNG failed.
     #[error("{path}: PNG: {message}")]
     Png {
@@ -57,6 +66,17 @@ pub enum OutputError {
 }
 
 impl OutputError {
+    /// A vector of `len` values, or [`OutputError::OutOfMemory`] naming `what` where it does
+    /// not fit.
+    pub(crate) fn try_vec<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>, Self> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| Self::OutOfMemory {
+            what: what(),
+            bytes: len as u128 * size_of::<T>() as u128,
+        })?;
+        Ok(v)
+    }
+
     pub(crate) fn hdf5(path: &std::path::Path, e: hdf5::Error) -> Self {
         Self::Hdf5 {
             path: path.to_path_buf(),

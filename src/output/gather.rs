@@ -11,14 +11,16 @@ use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::datatype::PartitionMut;
 use mpi::topology::Communicator;
 use mpi::Count;
+use std::borrow::Cow;
 
 /// The blocks of all ranks on rank 0, in gid order.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Gathered {
+pub struct Gathered<'a> {
     /// Number of blocks of the mesh.
     pub nblocks: usize,
-    /// `nblocks * payload` values: block `g`'s payload at `g * payload`.
-    pub payload: Vec<f64>,
+    /// `nblocks * payload_len` values: block `g`'s payload at `g * payload_len` (on one rank,
+    /// the snapshot's own storage where that has this layout).
+    pub payload: Cow<'a, [f64]>,
     /// Values per block.
     pub payload_len: usize,
     /// `nblocks * nvars` allocation flags, as in [`Snapshot::allocated`].
@@ -27,7 +29,7 @@ pub struct Gathered {
     pub blocks_per_rank: Vec<usize>,
 }
 
-impl Gathered {
+impl Gathered<'_> {
     /// The payload of block `gid`.
     pub fn block(&self, gid: usize) -> &[f64] {
         &self.payload[gid * self.payload_len..(gid + 1) * self.payload_len]
@@ -36,16 +38,18 @@ impl Gathered {
 
 /// Every rank learns whether all ranks passed `local`; a rank that failed gets its own error
 /// back, the others a [`OutputError::Peer`].
-pub fn agree<C: Communicator>(comm: &C, local: Result<(), OutputError>) -> Result<(), OutputError> {
+pub fn agree<C: Communicator, T>(
+    comm: &C,
+    local: Result<T, OutputError>,
+) -> Result<T, OutputError> {
     let mine = i32::from(local.is_err());
     let mut any = 0i32;
     comm.all_reduce_into(&mine, &mut any, SystemOperation::max());
     match local {
-        Err(e) => Err(e),
-        Ok(()) if any != 0 => Err(OutputError::Peer(
+        Ok(_) if any != 0 => Err(OutputError::Peer(
             "another rank rejected its part of the output".into(),
         )),
-        Ok(()) => Ok(()),
+        result => result,
     }
 }
 
@@ -104,12 +108,15 @@ pub fn check_snapshot(snap: &Snapshot) -> Result<(), OutputError> {
             snap.layout.dims, cfg.block_nx, snap.nghost
         ));
     }
-    if snap.data.len() != snap.gids.len() * snap.layout.block_len() {
+    if snap.stride < snap.layout.block_len()
+        || Some(snap.data.len()) != snap.gids.len().checked_mul(snap.stride)
+    {
         return bad(format!(
-            "{} values for {} blocks of {}",
+            "{} values for {} blocks of {} every {}",
             snap.data.len(),
             snap.gids.len(),
-            snap.layout.block_len()
+            snap.layout.block_len(),
+            snap.stride
         ));
     }
     if snap.allocated.len() != snap.gids.len() * nvars {
@@ -128,17 +135,53 @@ pub fn check_snapshot(snap: &Snapshot) -> Result<(), OutputError> {
     Ok(())
 }
 
-/// Gathers, for every block of every rank, `payload_len` values computed by `payload(b)` from
-/// local block `b`, with the allocation flags, to rank 0. Returns `Some` on rank 0, `None`
-/// elsewhere; its errors (a bad snapshot, too much data for MPI counts) are agreed by all
-/// ranks. Rank 0 then calls [`Raw::assemble`].
-pub fn gather_blocks<C: Communicator>(
+/// This rank's blocks as a payload of `layout.block_len()` values each: the snapshot's own
+/// storage where that has no gaps, else a copy without them.
+pub fn stored<'s>(snap: &Snapshot<'s>) -> Result<Cow<'s, [f64]>, OutputError> {
+    let len = snap.layout.block_len();
+    if snap.stride == len {
+        return Ok(Cow::Borrowed(snap.data));
+    }
+    let n = snap.gids.len();
+    let mut v = OutputError::try_vec(n * len, || format!("a copy of the fields of {n} blocks"))?;
+    for b in 0..n {
+        v.extend_from_slice(snap.block(b));
+    }
+    Ok(Cow::Owned(v))
+}
+
+/// This rank's blocks as a payload of `len` values each, computed per block by `payload(b)`
+/// (padded with NaN or cut to `len`).
+pub fn per_block(
+    snap: &Snapshot,
+    len: usize,
+    payload: impl Fn(usize) -> Vec<f64>,
+) -> Result<Cow<'static, [f64]>, OutputError> {
+    let n = snap.gids.len();
+    let mut v = OutputError::try_vec(n.saturating_mul(len), || {
+        format!("the output values of {n} blocks")
+    })?;
+    for b in 0..n {
+        // Exactly `len` per block whatever the closure returns: the counts of the gather
+        // are agreed from that length.
+        let p = payload(b);
+        v.extend(p.into_iter().chain(std::iter::repeat(f64::NAN)).take(len));
+    }
+    Ok(Cow::Owned(v))
+}
+
+/// Gathers `local` (this rank's payload, `payload_len` values per block, from [`stored`] or
+/// [`per_block`]) with the allocation flags of every block of every rank to rank 0. Returns
+/// `Some` on rank 0, `None` elsewhere; its errors (a bad snapshot, a payload that did not fit
+/// in memory here or on rank 0, too much data for MPI counts) are agreed by all ranks. Rank 0
+/// then calls [`Raw::assemble`].
+pub fn gather_blocks<'s, C: Communicator>(
     comm: &C,
     snap: &Snapshot,
     payload_len: usize,
-    payload: impl Fn(usize) -> Vec<f64>,
-) -> Result<Option<Raw>, OutputError> {
-    agree(comm, check_snapshot(snap))?;
+    local: Result<Cow<'s, [f64]>, OutputError>,
+) -> Result<Option<Raw<'s>>, OutputError> {
+    let local = agree(comm, check_snapshot(snap).and(local))?;
     let nvars = snap.fields.iter().count();
     let nranks = comm.size() as usize;
     let mine = snap.gids.len() as u64;
@@ -157,6 +200,14 @@ pub fn gather_blocks<C: Communicator>(
             "ranks hold {total} blocks, the mesh has {nblocks}"
         )));
     }
+    if local.len() != snap.gids.len() * payload_len {
+        // The same on every rank: the payload's length is the caller's (a driver bug).
+        return Err(OutputError::Snapshot(format!(
+            "a payload of {} values for {} blocks of {payload_len}",
+            local.len(),
+            snap.gids.len()
+        )));
+    }
     if !fits(payload_len.max(1)) || !fits(nvars + 1) {
         return Err(OutputError::Snapshot(format!(
             "{total} blocks of {payload_len} values exceed one MPI gather"
@@ -172,23 +223,31 @@ pub fn gather_blocks<C: Communicator>(
                 .map(|&a| u64::from(a)),
         );
     }
-    let mut values = Vec::with_capacity(snap.gids.len() * payload_len);
-    for b in 0..snap.gids.len() {
-        // Exactly payload_len per block whatever the closure returns: the counts of the
-        // gather below were agreed from that length.
-        let p = payload(b);
-        values.extend(
-            p.into_iter()
-                .chain(std::iter::repeat(f64::NAN))
-                .take(payload_len),
-        );
+    let raw = |meta, values| Raw {
+        meta,
+        values,
+        nblocks,
+        nvars,
+        payload_len,
+        blocks_per_rank: counts.iter().map(|&n| n as usize).collect(),
+    };
+    if nranks == 1 {
+        return Ok(Some(raw(meta, local)));
     }
+    // Rank 0 makes room for every rank's blocks, or every rank learns that it could not.
+    let room = if comm.rank() == 0 {
+        let what = || format!("gathering {nblocks} blocks of {payload_len} values on rank 0");
+        OutputError::try_vec::<f64>(nblocks * payload_len, what).map(Some)
+    } else {
+        Ok(None)
+    };
+    let room = agree(comm, room)?;
     let root = comm.process_at_rank(0);
-    if comm.rank() != 0 {
+    let Some(mut all_values) = room else {
         root.gather_varcount_into(&meta[..]);
-        root.gather_varcount_into(&values[..]);
+        root.gather_varcount_into(&local[..]);
         return Ok(None);
-    }
+    };
     let layout = |per: usize| -> (Vec<Count>, Vec<Count>) {
         let c: Vec<Count> = counts
             .iter()
@@ -207,54 +266,44 @@ pub fn gather_blocks<C: Communicator>(
     let mut all_meta = vec![0u64; nblocks * (nvars + 1)];
     let (c, d) = layout(nvars + 1);
     root.gather_varcount_into_root(&meta[..], &mut PartitionMut::new(&mut all_meta[..], c, d));
-    let mut all_values = vec![0f64; nblocks * payload_len];
+    all_values.resize(nblocks * payload_len, 0.0);
+    drop(meta);
     let (c, d) = layout(payload_len);
     root.gather_varcount_into_root(
-        &values[..],
+        &local[..],
         &mut PartitionMut::new(&mut all_values[..], c, d),
     );
-    Ok(Some(Raw {
-        meta: all_meta,
-        values: all_values,
-        nblocks,
-        nvars,
-        payload_len,
-        blocks_per_rank: counts.iter().map(|&n| n as usize).collect(),
-    }))
+    Ok(Some(raw(all_meta, Cow::Owned(all_values))))
 }
 
 /// What rank 0 receives, in rank order, before it is checked and sorted.
 #[derive(Debug)]
-pub struct Raw {
+pub struct Raw<'s> {
     meta: Vec<u64>,
-    values: Vec<f64>,
+    values: Cow<'s, [f64]>,
     nblocks: usize,
     nvars: usize,
     payload_len: usize,
     blocks_per_rank: Vec<usize>,
 }
 
-impl Raw {
-    /// Puts the blocks in gid order, checking each appears exactly once (rank 0 only: its
-    /// error must reach the others through [`verdict`]).
-    pub fn assemble(self) -> Result<Gathered, OutputError> {
+impl<'s> Raw<'s> {
+    /// Puts the blocks in gid order, in place, checking each appears exactly once (rank 0
+    /// only: its error must reach the others through [`verdict`]).
+    pub fn assemble(self) -> Result<Gathered<'s>, OutputError> {
         let Raw {
             meta,
-            values,
+            mut values,
             nblocks,
             nvars,
             payload_len,
             blocks_per_rank,
         } = self;
-        let mut g = Gathered {
-            nblocks,
-            payload: vec![0.0; nblocks * payload_len],
-            payload_len,
-            allocated: vec![false; nblocks * nvars],
-            blocks_per_rank,
-        };
+        let mut allocated = vec![false; nblocks * nvars];
+        // The gid of the block at each position, in rank order.
+        let mut gid_at = Vec::with_capacity(nblocks);
         let mut seen = vec![false; nblocks];
-        for (pos, rec) in meta.chunks_exact(nvars + 1).enumerate() {
+        for rec in meta.chunks_exact(nvars + 1) {
             let gid = usize::try_from(rec[0]).unwrap_or(usize::MAX);
             if gid >= nblocks || std::mem::replace(&mut seen[gid], true) {
                 return Err(OutputError::Snapshot(format!(
@@ -262,26 +311,122 @@ impl Raw {
                 )));
             }
             for v in 0..nvars {
-                g.allocated[gid * nvars + v] = rec[1 + v] != 0;
+                allocated[gid * nvars + v] = rec[1 + v] != 0;
             }
-            g.payload[gid * payload_len..(gid + 1) * payload_len]
-                .copy_from_slice(&values[pos * payload_len..(pos + 1) * payload_len]);
+            gid_at.push(gid);
         }
-        Ok(g)
+        // Ranks that hold ascending runs of gids (every partition here) arrive in order; any
+        // other order is permuted in place, cycle by cycle, through one block of room.
+        if gid_at.iter().enumerate().any(|(pos, &g)| pos != g) {
+            let v = values.to_mut();
+            let mut held = vec![0.0; payload_len];
+            let mut done = vec![false; nblocks];
+            for start in 0..nblocks {
+                if std::mem::replace(&mut done[start], true) || gid_at[start] == start {
+                    continue;
+                }
+                held.copy_from_slice(&v[start * payload_len..][..payload_len]);
+                let mut to = gid_at[start];
+                while to != start {
+                    v[to * payload_len..][..payload_len].swap_with_slice(&mut held);
+                    done[to] = true;
+                    to = gid_at[to];
+                }
+                v[start * payload_len..][..payload_len].copy_from_slice(&held);
+            }
+        }
+        Ok(Gathered {
+            nblocks,
+            payload: values,
+            payload_len,
+            allocated,
+            blocks_per_rank,
+        })
     }
 }
 
 /// Gathers the blocks, runs `work` on rank 0, and broadcasts its verdict: the collective frame
 /// of every file writer. Returns `Some` on rank 0.
-pub fn on_root<C: Communicator, T>(
+pub fn on_root<'s, C: Communicator, T>(
     comm: &C,
     snap: &Snapshot,
     payload_len: usize,
-    payload: impl Fn(usize) -> Vec<f64>,
-    work: impl FnOnce(Gathered) -> Result<T, OutputError>,
+    local: Result<Cow<'s, [f64]>, OutputError>,
+    work: impl FnOnce(Gathered<'s>) -> Result<T, OutputError>,
 ) -> Result<Option<T>, OutputError> {
     // Errors up to here are agreed by every rank, so all return together.
-    let raw = gather_blocks(comm, snap, payload_len, payload)?;
+    let raw = gather_blocks(comm, snap, payload_len, local)?;
     let root_result = raw.map(|r| r.assemble().and_then(work));
     verdict(comm, root_result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(gids: &[u64], payload_len: usize) -> Raw<'static> {
+        // Two variables; block g's flags are (g even, true), its values g*10 + i.
+        let meta = gids
+            .iter()
+            .flat_map(|&g| [g, u64::from(g % 2 == 0), 1])
+            .collect();
+        let values = gids
+            .iter()
+            .flat_map(|&g| (0..payload_len).map(move |i| (g * 10 + i as u64) as f64))
+            .collect::<Vec<_>>();
+        Raw {
+            meta,
+            values: Cow::Owned(values),
+            nblocks: gids.len(),
+            nvars: 2,
+            payload_len,
+            blocks_per_rank: vec![gids.len()],
+        }
+    }
+
+    /// Blocks arriving in any order (ranks holding gids apart) come out in gid order, moved
+    /// in place along the permutation's cycles; blocks already in order are left alone.
+    #[test]
+    fn assemble_puts_blocks_in_gid_order() {
+        for gids in [
+            vec![0, 1, 2, 3, 4, 5, 6],
+            vec![3, 0, 1, 2, 6, 5, 4],
+            vec![1, 0, 3, 2, 5, 4, 6],
+            vec![6, 5, 4, 3, 2, 1, 0],
+            vec![2, 4, 6, 0, 1, 3, 5],
+        ] {
+            let g = raw(&gids, 3).assemble().unwrap();
+            for gid in 0..7 {
+                let want: Vec<f64> = (0..3).map(|i| (gid * 10 + i) as f64).collect();
+                assert_eq!(g.block(gid), want, "block {gid} of order {gids:?}");
+                assert_eq!(g.allocated[gid * 2..gid * 2 + 2], [gid % 2 == 0, true]);
+            }
+        }
+    }
+
+    /// A buffer too large for memory is an error naming it, not an allocation abort.
+    #[test]
+    fn a_buffer_that_does_not_fit_is_an_error() {
+        let e = OutputError::try_vec::<f64>(usize::MAX / 16, || "the blocks".into()).unwrap_err();
+        assert!(matches!(e, OutputError::OutOfMemory { .. }), "{e}");
+        let want = format!(
+            "the blocks: {} bytes do not fit in memory",
+            usize::MAX / 16 * 8
+        );
+        assert_eq!(e.to_string(), want);
+        assert_eq!(
+            OutputError::try_vec::<f64>(10, String::new)
+                .unwrap()
+                .capacity(),
+            10
+        );
+    }
+
+    #[test]
+    fn assemble_refuses_a_block_held_twice_or_out_of_range() {
+        for gids in [vec![0, 1, 1], vec![0, 1, 3]] {
+            let e = raw(&gids, 2).assemble().unwrap_err();
+            assert!(matches!(e, OutputError::Snapshot(_)), "{e}");
+        }
+    }
 }

@@ -73,7 +73,7 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
             foreign.len(),
         );
     }
-    super::write_atomically(to, &kept).map_err(io(to))
+    super::write_atomically(to, |w| w.write_all(&kept)).map_err(io(to))
 }
 
 /// The cycle of a history line: numbers only, the third the cycle.
@@ -103,7 +103,7 @@ pub fn write_history<C: Communicator>(
         let ncells: usize = cfg.block_nx.iter().product();
         let vol: f64 = (0..3).map(|d| hi[d] - lo[d]).product();
         let dv = vol / ncells as f64;
-        let block = &snap.data[b * lay.block_len()..(b + 1) * lay.block_len()];
+        let block = snap.block(b);
         let off = |d: usize| if d < ndim { g } else { 0 };
         let mut out = vec![0.0; nslots];
         for v in &vars {
@@ -127,7 +127,8 @@ pub fn write_history<C: Communicator>(
         out
     };
     let columns: Vec<String> = vars.iter().flat_map(|v| v.component_names()).collect();
-    on_root(comm, snap, nslots, integrals, |gathered| {
+    let local = super::gather::per_block(snap, nslots, integrals);
+    on_root(comm, snap, nslots, local, |gathered| {
         let mut totals = vec![0.0; nslots];
         for gid in 0..gathered.nblocks {
             for (t, x) in totals.iter_mut().zip(gathered.block(gid)) {

@@ -47,11 +47,20 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(tmp)
 }
 
-/// Writes `bytes` to `path` through a temporary file renamed over it, so that a failure (a
-/// full disk) leaves the old file or none, never a truncated one under the final name.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes what `write` writes to `path` through a temporary file renamed over it, so that a
+/// failure (a full disk) leaves the old file or none, never a truncated one under the final
+/// name. The writer is buffered, so large files stream out without a copy in memory.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = tmp_path(path);
-    std::fs::write(&tmp, bytes)
+    std::fs::File::create(&tmp)
+        .and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            write(&mut w)?;
+            std::io::Write::flush(&mut w)
+        })
         .and_then(|()| std::fs::rename(&tmp, path))
         .inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
@@ -108,8 +117,12 @@ pub struct Snapshot<'a> {
     pub nghost: usize,
     /// This rank's blocks, ascending gid; data block `b` belongs to `gids[b]`.
     pub gids: &'a [usize],
-    /// `gids.len() * layout.block_len()` values.
+    /// `gids.len() * stride` values: block `b`'s `layout.block_len()` values start at
+    /// `b * stride`.
     pub data: &'a [f64],
+    /// Values from one block's start to the next in `data`: at least `layout.block_len()`,
+    /// more where the storage keeps other arrays per block (coarse buffers), which writers skip.
+    pub stride: usize,
     /// `gids.len() * fields.iter().count()`: entry `b * nvars + v` says whether variable `v`
     /// (registration order, all centrings) is allocated on block `b`; an unallocated variable
     /// reads as its default value.
@@ -126,6 +139,13 @@ pub struct Snapshot<'a> {
     pub deck: &'a str,
     /// Problem parameters written under `/Params` (may be empty).
     pub params: &'a [(String, ParamValue)],
+}
+
+impl Snapshot<'_> {
+    /// The values of local block `b` (in `layout`).
+    pub fn block(&self, b: usize) -> &[f64] {
+        &self.data[b * self.stride..][..self.layout.block_len()]
+    }
 }
 
 /// Checks at set-up what `block` can only find out when it writes: that the variables it names
@@ -191,12 +211,12 @@ mod write_tests {
         let taken = dir.join("taken");
         std::fs::create_dir_all(taken.join("inside")).unwrap();
         // The final name is a directory: the rename fails, and the temporary file goes.
-        assert!(write_atomically(&taken, b"data").is_err());
+        assert!(write_atomically(&taken, |w| w.write_all(b"data")).is_err());
         assert!(!tmp_path(&taken).exists());
         assert!(taken.join("inside").is_dir());
         let file = dir.join("file");
-        write_atomically(&file, b"one").unwrap();
-        write_atomically(&file, b"two").unwrap();
+        write_atomically(&file, |w| w.write_all(b"one")).unwrap();
+        write_atomically(&file, |w| w.write_all(b"two")).unwrap();
         assert_eq!(std::fs::read(&file).unwrap(), b"two");
         assert!(!tmp_path(&file).exists());
         std::fs::remove_dir_all(&dir).unwrap();

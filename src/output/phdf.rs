@@ -32,19 +32,14 @@ pub fn write_phdf<C: Communicator>(
     )?;
     let ext = Extent::new(snap.mesh, snap.nghost, block.ghost_zones);
     let len = snap.layout.block_len();
-    on_root(
-        comm,
-        snap,
-        len,
-        |b| snap.data[b * len..(b + 1) * len].to_vec(),
-        |g| {
-            write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
-            let xml = super::xdmf::xdmf(path, snap, &vars, &ext, block.single_precision);
-            let xpath = xdmf_path(path);
-            super::write_atomically(&xpath, xml.as_bytes())
-                .map_err(|cause| OutputError::Io { path: xpath, cause })
-        },
-    )?;
+    on_root(comm, snap, len, super::gather::stored(snap), |g| {
+        write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
+        let xpath = xdmf_path(path);
+        super::write_atomically(&xpath, |w| {
+            super::xdmf::write_xdmf(w, path, snap, &vars, &ext, block.single_precision)
+        })
+        .map_err(|cause| OutputError::Io { path: xpath, cause })
+    })?;
     Ok(())
 }
 
@@ -213,17 +208,15 @@ fn write_contents(
     dataset(file, "Levels", &[nb], &levels)?;
     dataset(file, "LogicalLocations", &[nb, 3], &lx123)?;
 
-    // Variables: (NB, ncomp, n3, n2, n1), always 5-D.
-    let mut buf = Vec::new();
+    // Variables: (NB, ncomp, n3, n2, n1), always 5-D, written a chunk of blocks at a time so
+    // that no copy of a whole variable is made.
     for v in vars {
-        buf.clear();
-        append_var(&mut buf, g, &snap.layout, nvars, v, ext);
         let shape = [nb, v.ncomp, ext.n[2], ext.n[1], ext.n[0]];
+        let fill = |gids, buf: &mut Vec<f64>| append_var(buf, g, gids, &snap.layout, nvars, v, ext);
         let ds = if single {
-            let f: Vec<f32> = buf.iter().map(|&x| x as f32).collect();
-            dataset(file, &v.name, &shape, &f)?
+            dataset_by_rows::<f32>(file, &v.name, shape, fill)?
         } else {
-            dataset(file, &v.name, &shape, &buf)?
+            dataset_by_rows::<f64>(file, &v.name, shape, fill)?
         };
         attr_str(&ds, "TopologicalLocation", "Cell")?;
     }
@@ -247,28 +240,94 @@ fn write_contents(
 /// enough that a rank reading its own blocks of a restart reads little beyond them.
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// A dataset of `shape` holding `data` in row-major order, stored in chunks of whole rows of
-/// its first index (blocks, for the variables) with HDF5's Fletcher-32 checksum, so a reader
-/// (HDF5 itself, for every tool) rejects corrupted values instead of returning them.
+/// A dataset of `shape` holding `data` in row-major order (see [`new_dataset`]).
 pub fn dataset<T: H5Type>(
     at: &hdf5::Group,
     name: &str,
     shape: &[usize],
     data: &[T],
 ) -> hdf5::Result<hdf5::Dataset> {
-    let builder = at.new_dataset::<T>().shape(shape.to_vec());
-    let ds = match shape.split_first() {
-        // Chunks need a positive extent in every dimension.
-        Some((&rows, rest)) if rows > 0 && rest.iter().all(|&n| n > 0) => {
-            let row_bytes = rest.iter().product::<usize>() * size_of::<T>();
-            let mut chunk = shape.to_vec();
-            chunk[0] = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, rows);
-            builder.chunk(chunk).fletcher32().create(name)?
-        }
-        _ => builder.create(name)?,
-    };
+    let ds = new_dataset::<T>(at, name, shape)?;
     ds.write_raw(data)?;
     Ok(ds)
+}
+
+/// A 5-D dataset of `shape` (see [`new_dataset`]) written a chunk of rows of its first index
+/// at a time, `fill(rows, buf)` appending the values of `rows` to `buf`, so that no copy of
+/// the whole dataset is made; `T` is the type it is stored as.
+pub fn dataset_by_rows<T: H5Type + Copy + FromF64>(
+    at: &hdf5::Group,
+    name: &str,
+    shape: [usize; 5],
+    mut fill: impl FnMut(std::ops::Range<usize>, &mut Vec<f64>),
+) -> hdf5::Result<hdf5::Dataset> {
+    let ds = new_dataset::<T>(at, name, &shape)?;
+    let rows = chunk_rows(&shape, size_of::<T>())
+        .unwrap_or(shape[0])
+        .max(1);
+    let mut buf = Vec::new();
+    let mut stored: Vec<T> = Vec::new();
+    for first in (0..shape[0]).step_by(rows) {
+        let part = first..(first + rows).min(shape[0]);
+        buf.clear();
+        fill(part.clone(), &mut buf);
+        stored.clear();
+        stored.extend(buf.iter().map(|&x| T::from_f64(x)));
+        let dims = (part.len(), shape[1], shape[2], shape[3], shape[4]);
+        let view = ndarray::ArrayView::from_shape(dims, &stored)
+            .map_err(|e| hdf5::Error::from(format!("{name}: {e}").as_str()))?;
+        ds.write_slice(view, (part, .., .., .., ..))?;
+    }
+    Ok(ds)
+}
+
+/// The types values are stored as: `f64` as they are, `f32` rounded (single precision).
+pub trait FromF64 {
+    /// `x` in this type.
+    fn from_f64(x: f64) -> Self;
+}
+
+impl FromF64 for f64 {
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+}
+
+impl FromF64 for f32 {
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+}
+
+/// An empty dataset of `shape`, stored in chunks of whole rows of its first index (blocks,
+/// for the variables; see [`chunk_rows`]) with HDF5's Fletcher-32 checksum, so a reader
+/// (HDF5 itself, for every tool) rejects corrupted values instead of returning them.
+pub fn new_dataset<T: H5Type>(
+    at: &hdf5::Group,
+    name: &str,
+    shape: &[usize],
+) -> hdf5::Result<hdf5::Dataset> {
+    let builder = at.new_dataset::<T>().shape(shape.to_vec());
+    match chunk_rows(shape, size_of::<T>()) {
+        Some(rows) => {
+            let mut chunk = shape.to_vec();
+            chunk[0] = rows;
+            builder.chunk(chunk).fletcher32().create(name)
+        }
+        None => builder.create(name),
+    }
+}
+
+/// Rows of the first index per chunk of a dataset of `shape` with elements of `elem` bytes,
+/// or `None` where it cannot be chunked (chunks need a positive extent in every dimension).
+fn chunk_rows(shape: &[usize], elem: usize) -> Option<usize> {
+    match shape.split_first() {
+        Some((&rows, rest)) if rows > 0 && rest.iter().all(|&n| n > 0) => {
+            let row_bytes = rest.iter().product::<usize>() * elem;
+            Some((CHUNK_BYTES / row_bytes.max(1)).clamp(1, rows))
+        }
+        _ => None,
+    }
 }
 
 /// A scalar attribute.
@@ -303,4 +362,45 @@ pub fn attr_str(at: &Location, name: &str, s: &str) -> hdf5::Result<()> {
 pub fn attr_strs(at: &Location, name: &str, v: &[String], always_1d: bool) -> hdf5::Result<()> {
     let s: Vec<VarLenUnicode> = v.iter().map(|s| varlen(s)).collect::<Result<_, _>>()?;
     attr_vec(at, name, &s, always_1d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dataset of several chunks is written a chunk at a time: every row lands where it
+    /// belongs, in both precisions, and the last, short chunk too.
+    #[test]
+    fn a_dataset_written_by_rows_holds_every_row() {
+        let path = std::env::temp_dir().join(format!("by_rows_{}.h5", std::process::id()));
+        let file = hdf5::File::create(&path).unwrap();
+        // 800 B per row: 1310 rows per chunk of 1 MiB, so 3000 rows make three writes.
+        let shape = [3000, 2, 1, 1, 50];
+        let value = |row: usize, i: usize| (row * 100 + i) as f64 + 0.1;
+        let mut calls = Vec::new();
+        let fill = |rows: std::ops::Range<usize>, buf: &mut Vec<f64>| {
+            calls.push(rows.clone());
+            for r in rows {
+                buf.extend((0..100).map(|i| value(r, i)));
+            }
+        };
+        let ds = dataset_by_rows::<f64>(&file, "d", shape, fill).unwrap();
+        assert_eq!(calls, [0..1310, 1310..2620, 2620..3000]);
+        let back: Vec<f64> = ds.read_raw().unwrap();
+        let want: Vec<f64> = (0..3000)
+            .flat_map(|r| (0..100).map(move |i| value(r, i)))
+            .collect();
+        assert_eq!(back, want);
+        let fill = |rows: std::ops::Range<usize>, buf: &mut Vec<f64>| {
+            for r in rows {
+                buf.extend((0..100).map(|i| value(r, i)));
+            }
+        };
+        let ds = dataset_by_rows::<f32>(&file, "s", shape, fill).unwrap();
+        let back: Vec<f32> = ds.read_raw().unwrap();
+        assert_eq!(back, want.iter().map(|&x| x as f32).collect::<Vec<_>>());
+        assert_eq!(ds.shape(), shape);
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+    }
 }

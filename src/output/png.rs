@@ -119,7 +119,7 @@ pub fn write_png<C: Communicator>(
         if !snap.allocated[b * nvars + var.index] {
             return vec![var.default; n1 * n2];
         }
-        let block = &snap.data[b * lay.block_len()..(b + 1) * lay.block_len()];
+        let block = snap.block(b);
         let kk = if ndim < 3 { 0 } else { k + g };
         let mut out = Vec::with_capacity(n1 * n2);
         for j in 0..n2 {
@@ -128,7 +128,8 @@ pub fn write_png<C: Communicator>(
         }
         out
     };
-    on_root(comm, snap, n1 * n2, plane, |gathered| {
+    let local = super::gather::per_block(snap, n1 * n2, plane);
+    on_root(comm, snap, n1 * n2, local, |gathered| {
         let png_err = |e: String| OutputError::Png {
             path: path.to_path_buf(),
             message: e,

@@ -180,18 +180,19 @@ impl Extent {
     }
 }
 
-/// Appends variable `v` of every block of `g` (gid order) as `(NB, ncomp, n3, n2, n1)`.
+/// Appends variable `v` of blocks `gids` of `g` (in gid order) as `(NB, ncomp, n3, n2, n1)`.
 /// Unallocated blocks write 0, as Parthenon's files hold them (`SparseInfo` says which).
 pub fn append_var(
     out: &mut Vec<f64>,
     g: &Gathered,
+    gids: std::ops::Range<usize>,
     layout: &FieldLayout,
     nvars: usize,
     v: &OutVar,
     ext: &Extent,
 ) {
-    out.reserve(g.nblocks * v.ncomp * ext.len());
-    for gid in 0..g.nblocks {
+    out.reserve(gids.len() * v.ncomp * ext.len());
+    for gid in gids {
         let block = g.block(gid);
         let alloc = v.allocated(g, nvars, gid);
         for c in 0..v.ncomp {

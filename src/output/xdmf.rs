@@ -4,7 +4,7 @@
 
 use super::select::{Extent, OutVar};
 use super::Snapshot;
-use std::fmt::Write;
+use std::io::Write;
 use std::path::Path;
 
 /// Escapes the five XML special characters in attribute values and text.
@@ -16,9 +16,16 @@ fn esc(s: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-/// The XDMF text for the `.phdf` file at `phdf` (referenced by its file name, so the pair can
-/// be moved together).
-pub fn xdmf(phdf: &Path, snap: &Snapshot, vars: &[OutVar], ext: &Extent, single: bool) -> String {
+/// Writes the XDMF text for the `.phdf` file at `phdf` (referenced by its file name, so the
+/// pair can be moved together) to `x`.
+pub fn write_xdmf(
+    x: &mut dyn Write,
+    phdf: &Path,
+    snap: &Snapshot,
+    vars: &[OutVar],
+    ext: &Extent,
+    single: bool,
+) -> std::io::Result<()> {
     let file = esc(&phdf
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -26,79 +33,72 @@ pub fn xdmf(phdf: &Path, snap: &Snapshot, vars: &[OutVar], ext: &Extent, single:
     let nb = snap.mesh.forest().len();
     let [n1, n2, n3] = ext.n;
     let prec = if single { 4 } else { 8 };
-    let mut x = String::new();
-    // Writing into a String cannot fail.
-    let _ = writeln!(x, "<?xml version=\"1.0\" ?>");
-    let _ = writeln!(x, "<!DOCTYPE Xdmf SYSTEM \"Xdmf.dtd\">");
-    let _ = writeln!(x, "<Xdmf Version=\"3.0\">");
-    let _ = writeln!(
+    writeln!(x, "<?xml version=\"1.0\" ?>")?;
+    writeln!(x, "<!DOCTYPE Xdmf SYSTEM \"Xdmf.dtd\">")?;
+    writeln!(x, "<Xdmf Version=\"3.0\">")?;
+    writeln!(
         x,
         "<Information Name=\"TimeVaryingMetaData\" Value=\"True\"/>"
-    );
-    let _ = writeln!(x, "  <Domain>");
-    let _ = writeln!(x, "  <Grid Name=\"Mesh\" GridType=\"Collection\">");
-    let _ = writeln!(
+    )?;
+    writeln!(x, "  <Domain>")?;
+    writeln!(x, "  <Grid Name=\"Mesh\" GridType=\"Collection\">")?;
+    writeln!(
         x,
         "    <Information Name=\"Cycle\" Value=\"{}\"/>",
         snap.cycle
-    );
-    let _ = writeln!(x, "    <Time Value=\"{:e}\"/>", snap.time);
+    )?;
+    writeln!(x, "    <Time Value=\"{:e}\"/>", snap.time)?;
     for b in 0..nb {
-        let _ = writeln!(x, "    <Grid GridType=\"Uniform\" Name=\"{b}\">");
-        let _ = writeln!(
+        writeln!(x, "    <Grid GridType=\"Uniform\" Name=\"{b}\">")?;
+        writeln!(
             x,
             "      <Topology TopologyType=\"3DRectMesh\" Dimensions=\"{} {} {}\"/>",
             n3 + 1,
             n2 + 1,
             n1 + 1
-        );
-        let _ = writeln!(x, "      <Geometry GeometryType=\"VXVYVZ\">");
+        )?;
+        writeln!(x, "      <Geometry GeometryType=\"VXVYVZ\">")?;
         for (axis, n) in [("x", n1), ("y", n2), ("z", n3)] {
             let m = n + 1;
-            let _ = writeln!(
+            writeln!(
                 x,
                 "        <DataItem ItemType=\"HyperSlab\" Dimensions=\"{m}\">"
-            );
-            let _ = writeln!(
-                x,
+            )?;
+            writeln!(x,
                 "          <DataItem Dimensions=\"3 2\" NumberType=\"Int\" Format=\"XML\">{b} 0 1 1 1 {m}</DataItem>"
-            );
-            let _ = writeln!(
-                x,
+            )?;
+            writeln!(x,
                 "          <DataItem Format=\"HDF\" Dimensions=\"{nb} {m}\" Name=\"{axis}\" NumberType=\"Float\" Precision=\"8\">{file}:/Locations/{axis}</DataItem>"
-            );
-            let _ = writeln!(x, "        </DataItem>");
+            )?;
+            writeln!(x, "        </DataItem>")?;
         }
-        let _ = writeln!(x, "      </Geometry>");
+        writeln!(x, "      </Geometry>")?;
         for v in vars {
             let name = esc(&v.name);
             for (c, comp) in v.component_names().iter().enumerate() {
-                let _ = writeln!(
+                writeln!(
                     x,
                     "      <Attribute Name=\"{}\" Center=\"Cell\">",
                     esc(comp)
-                );
-                let _ = writeln!(
+                )?;
+                writeln!(
                     x,
                     "        <DataItem ItemType=\"HyperSlab\" Dimensions=\"{n3} {n2} {n1}\">"
-                );
-                let _ = writeln!(
-                    x,
+                )?;
+                writeln!(x,
                     "          <DataItem Dimensions=\"3 5\" NumberType=\"Int\" Format=\"XML\">{b} {c} 0 0 0 1 1 1 1 1 1 1 {n3} {n2} {n1}</DataItem>"
-                );
-                let _ = writeln!(
-                    x,
+                )?;
+                writeln!(x,
                     "          <DataItem Format=\"HDF\" Dimensions=\"{nb} {} {n3} {n2} {n1}\" Name=\"{name}\" NumberType=\"Float\" Precision=\"{prec}\">{file}:/{name}</DataItem>",
                     v.ncomp
-                );
-                let _ = writeln!(x, "        </DataItem>");
-                let _ = writeln!(x, "      </Attribute>");
+                )?;
+                writeln!(x, "        </DataItem>")?;
+                writeln!(x, "      </Attribute>")?;
             }
         }
-        let _ = writeln!(x, "    </Grid>");
+        writeln!(x, "    </Grid>")?;
     }
-    let _ = writeln!(x, "  </Grid>");
-    let _ = writeln!(x, "  </Domain>");
-    let _ = writeln!(x, "</Xdmf>");
-    x
+    writeln!(x, "  </Grid>")?;
+    writeln!(x, "  </Domain>")?;
+    writeln!(x, "</Xdmf>")
 }

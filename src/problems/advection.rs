@@ -910,7 +910,6 @@ impl Advection {
             g.download(&mut self.data.borrow_mut())?;
         }
         let data = self.data.borrow();
-        let values = data.fine_values();
         let nv = data.vars().len();
         let allocated: Vec<bool> = (0..data.gids().len() * nv)
             .map(|i| data.is_allocated(i / nv, i % nv))
@@ -921,7 +920,8 @@ impl Advection {
             layout: data.layout().fine,
             nghost: self.mesh.config().nghost,
             gids: data.gids(),
-            data: &values,
+            data: data.data(),
+            stride: data.layout().block_len(),
             allocated: &allocated,
             cycle,
             time,

@@ -344,7 +344,7 @@ impl Problem for Heat2d {
         if ctx.is_root() {
             let path = ctx.out_file("heat2d.dat");
             let text = self.result_text(iters, stop, residual, max_error, &all);
-            crate::output::write_atomically(&path, text.as_bytes())
+            crate::output::write_atomically(&path, |w| w.write_all(text.as_bytes()))
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         Ok(Summary {

@@ -272,8 +272,10 @@ impl Problem for Spmv {
             }
             outln!("{}", report.line(size));
             let path = ctx.out_file("spmv.dat");
-            crate::output::write_atomically(&path, report.file_text(&y_all, &z_all).as_bytes())
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            crate::output::write_atomically(&path, |w| {
+                w.write_all(report.file_text(&y_all, &z_all).as_bytes())
+            })
+            .with_context(|| format!("cannot write {}", path.display()))?;
         }
         verdict?;
         let (cycles, stop) = match &cg {
