@@ -86,7 +86,7 @@ struct DataFile {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::input_file::read_text(path)
         .map_err(|e| bad_input!("cannot read {}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| bad_input!("{}: {e}", path.display()))
 }

@@ -28,6 +28,7 @@ mod comm;
 mod deck;
 mod exit;
 mod graph_file;
+mod input_file;
 mod output;
 mod problems;
 mod run;

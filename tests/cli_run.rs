@@ -438,6 +438,56 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
         assert!(stdout(&o).is_empty(), "-n {bad} printed a deck");
         assert!(!out.exists(), "-n {bad} made the output directory");
     }
+    // An output directory that the run could not make fails the dry run too.
+    let file = write(&dir, "afile", "");
+    for d in [file.clone(), format!("{file}/sub")] {
+        let o = run(1, &[&deck, "-n", "-d", &d]);
+        assert_eq!(o.status.code(), Some(2), "-d {d}\n{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("-d {d}: cannot create the output directory")),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// `parthenon/output05` is output number 5, as in Parthenon: its keys are read from its own
+/// block and it writes `out5` files; with `parthenon/output5` beside it both would write the
+/// same files, and the error names both blocks.
+#[test]
+fn an_output_number_with_a_leading_zero_reads_its_own_block() {
+    let dir = scratch("output05");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join("out");
+    let args = [
+        deck.as_str(),
+        "-d",
+        out.to_str().unwrap(),
+        "parthenon/time/nlim=2",
+        "parthenon/output05/file_type=hst",
+        "parthenon/output05/dn=1",
+    ];
+    let o = run(1, &args);
+    common::assert_ok("output05", &o);
+    let hst = std::fs::read_to_string(out.join("advection.out5.hst")).unwrap();
+    // The header, then cycles 0, 1 and 2.
+    assert_eq!(
+        hst.lines().filter(|l| !l.starts_with('#')).count(),
+        3,
+        "{hst}"
+    );
+    let o = run(
+        1,
+        &[&args[..], &["parthenon/output5/file_type=hst"]].concat(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "parthenon/output5/id (default value): `out5` is also the id of parthenon/output05"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Runs on 3 ranks, each through a shell that records its own exit code, and checks that

@@ -18,8 +18,9 @@
 //!   restart), and that file continued with dense fields ends with the same values;
 //! - and on 3 ranks with adaptive refinement, where the mesh still changes after the
 //!   restart point;
-//! - a missing file, a `.phdf` file, a truncated file, a file of another problem and a deck
-//!   whose mesh differs from the file's exit 2 on every rank with a message naming the cause.
+//! - a missing file, a `.phdf` file, a truncated file, a file edited through HDF5 (another
+//!   problem's name, another time, a changed value) and a deck whose mesh differs from the
+//!   file's exit 2 on every rank with a message naming the cause.
 
 mod common;
 
@@ -380,11 +381,16 @@ fn bad_restarts(base: &Path, deck: &str) {
     std::fs::write(&flipped, &bytes).expect("flipped copy");
     expect_bad(deck, &dir, &flipped, &[], "not a usable restart file");
 
-    // The same file, as if another problem had written it.
-    let other = base.join("other.rhdf");
-    std::fs::copy(&rst, &other).expect("copy");
-    {
-        let f = hdf5::File::open_rw(&other).expect("open copy");
+    // Values changed through HDF5 itself, so that every chunk's Fletcher-32 holds: an
+    // attribute (the problem that wrote it, the time) fails the header's checksum, a value of
+    // a block the block's own.
+    let edit = |name: &str, change: &dyn Fn(&hdf5::File)| -> std::path::PathBuf {
+        let copy = base.join(name);
+        std::fs::copy(&rst, &copy).expect("copy");
+        change(&hdf5::File::open_rw(&copy).expect("open copy"));
+        copy
+    };
+    let other = edit("other.rhdf", &|f| {
         let params = f.group("Params").expect("Params");
         params.delete_attr("driver/problem").expect("delete");
         let name: hdf5::types::VarLenUnicode = "heat2d".parse().unwrap();
@@ -394,13 +400,30 @@ fn bad_restarts(base: &Path, deck: &str) {
             .create("driver/problem")
             .and_then(|a| a.write_scalar(&name))
             .expect("rewrite");
-    }
+    });
+    let header = "the attributes do not match their checksum (Info/HeaderChecksum)";
+    expect_bad(deck, &dir, &other, &[], header);
+    let later = edit("later.rhdf", &|f| {
+        let time = f
+            .group("Info")
+            .and_then(|g| g.attr("Time"))
+            .expect("Info/Time");
+        time.write_scalar(&0.25f64).expect("rewrite");
+    });
+    expect_bad(deck, &dir, &later, &[], header);
+    let value = edit("value.rhdf", &|f| {
+        let ds = f.dataset("advected").expect("advected");
+        let mut v: Vec<f64> = ds.read_raw().expect("values");
+        let last = v.len() - 1;
+        v[last] += 1.0;
+        ds.write_raw(&v).expect("rewrite");
+    });
     expect_bad(
         deck,
         &dir,
-        &other,
+        &value,
         &[],
-        "written by problem 'heat2d', this deck runs 'advection'",
+        "do not match their checksum (Blocks/checksums)",
     );
 
     // Decks whose mesh is not the file's.

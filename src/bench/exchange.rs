@@ -99,7 +99,7 @@ pub(super) struct Setup {
 }
 
 pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
-    let text = agree(world, read_on_root(world, a))?;
+    let text = agree(world, crate::run::read_deck_on_root(world, &a.deck))?;
     // Rank 0 checked that the file is UTF-8; the bytes arrive unchanged.
     let text = String::from_utf8_lossy(&broadcast_bytes(world, text.into_bytes())).into_owned();
     let setup = agree(world, set_up(&text, a, Memory::of(world)))?;
@@ -191,14 +191,6 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn read_on_root(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<String> {
-    if world.rank() != 0 {
-        return Ok(String::new());
-    }
-    std::fs::read_to_string(&a.deck)
-        .map_err(|e| bad_input!("cannot read deck {}: {e}", a.deck.display()))
 }
 
 fn set_up(text: &str, a: &ExchangeBenchArgs, memory: Memory) -> Result<Setup> {

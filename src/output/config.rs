@@ -154,10 +154,16 @@ impl OutputBlock {
         )
     }
 
-    /// Reads `parthenon/output<n>/*` from a deck flattened to `block/key` → value strings (the
-    /// form `MeshConfig::from_map` takes). Lists may be written `a, b` or `[a, b]`.
-    pub fn from_map(map: &BTreeMap<String, String>, n: usize) -> Result<Self, OutputError> {
-        let prefix = format!("parthenon/output{n}/");
+    /// Reads the keys of deck block `block`, output number `n` (`parthenon/output<n>`, where
+    /// `parthenon/output01` is number 1 too, as in Parthenon), from a deck flattened to
+    /// `block/key` → value strings (the form `MeshConfig::from_map` takes). Lists may be
+    /// written `a, b` or `[a, b]`.
+    pub fn from_map(
+        map: &BTreeMap<String, String>,
+        block: &str,
+        n: usize,
+    ) -> Result<Self, OutputError> {
+        let prefix = format!("{block}/");
         let given = |k: &str| map.get(&format!("{prefix}{k}")).map(|v| v.trim());
         let bad = |k: &str, v: &str, why: &str| OutputError::Invalid {
             key: format!("{prefix}{k}"),
@@ -173,7 +179,10 @@ impl OutputBlock {
         };
         // Keys of other file types are not read (nor checked).
         let get = |k: &str| given(k).filter(|_| file_type.applies(k));
-        let mut b = Self::new(n, file_type);
+        let mut b = Self {
+            block: block.to_string(),
+            ..Self::new(n, file_type)
+        };
         if let Some(v) = get("id") {
             if v.is_empty() || v.contains(['/', '\\']) || v.chars().any(char::is_whitespace) {
                 return Err(bad(
@@ -289,6 +298,7 @@ mod tests {
                 ("variables", "[rho, \"vel\"]"),
                 ("ghost_zones", "true"),
             ]),
+            "parthenon/output3",
             3,
         )
         .unwrap();
@@ -333,6 +343,7 @@ mod tests {
                 ("width", "0"),
                 ("variables", "rho"),
             ]),
+            "parthenon/output3",
             3,
         )
         .unwrap();
@@ -359,7 +370,7 @@ mod tests {
                 "width",
             ),
         ] {
-            let e = OutputBlock::from_map(&deck(&pairs), 3).unwrap_err();
+            let e = OutputBlock::from_map(&deck(&pairs), "parthenon/output3", 3).unwrap_err();
             assert!(matches!(e, OutputError::Invalid { .. }), "{e:?}");
             assert!(
                 e.to_string()

@@ -210,16 +210,23 @@ fn write_contents(
 
     // Variables: (NB, ncomp, n3, n2, n1), always 5-D, written a chunk of blocks at a time so
     // that no copy of a whole variable is made.
-    for v in vars {
+    // Each block's values of each variable also have a CRC-32 (`Blocks/checksums`, `(NB,
+    // nvars)`): Fletcher-32 checks a chunk, but not which blocks the chunk index says it holds.
+    let mut sums = vec![0u32; nb * vars.len()];
+    for (i, v) in vars.iter().enumerate() {
         let shape = [nb, v.ncomp, ext.n[2], ext.n[1], ext.n[0]];
         let fill = |gids, buf: &mut Vec<f64>| append_var(buf, g, gids, &snap.layout, nvars, v, ext);
-        let ds = if single {
+        let (ds, rows) = if single {
             dataset_by_rows::<f32>(file, &v.name, shape, fill)?
         } else {
             dataset_by_rows::<f64>(file, &v.name, shape, fill)?
         };
+        for (gid, sum) in rows.into_iter().enumerate() {
+            sums[gid * vars.len() + i] = sum;
+        }
         attr_str(&ds, "TopologicalLocation", "Cell")?;
     }
+    dataset(&blocks, "checksums", &[nb, vars.len()], &sums)?;
 
     let sparse: Vec<&OutVar> = vars.iter().filter(|v| v.sparse).collect();
     if !sparse.is_empty() {
@@ -233,7 +240,8 @@ fn write_contents(
         attr_strs(&ds, "SparseFields", &names, false)?;
         dataset(file, "SparseDeallocCount", &[nb, ns], &vec![0i32; nb * ns])?;
     }
-    Ok(())
+    // Last: the checksum of every attribute written above (datasets carry their own).
+    attr_scalar(&info, HEADER_CHECKSUM, &header_checksum(file)?)
 }
 
 /// Bytes per chunk the datasets aim at: large enough that the chunk index stays small, small
@@ -254,17 +262,20 @@ pub fn dataset<T: H5Type>(
 
 /// A 5-D dataset of `shape` (see [`new_dataset`]) written a chunk of rows of its first index
 /// at a time, `fill(rows, buf)` appending the values of `rows` to `buf`, so that no copy of
-/// the whole dataset is made; `T` is the type it is stored as.
-pub fn dataset_by_rows<T: H5Type + Copy + FromF64>(
+/// the whole dataset is made; `T` is the type it is stored as. Also returns each row's
+/// [`row_checksum`].
+pub fn dataset_by_rows<T: H5Type + Stored>(
     at: &hdf5::Group,
     name: &str,
     shape: [usize; 5],
     mut fill: impl FnMut(std::ops::Range<usize>, &mut Vec<f64>),
-) -> hdf5::Result<hdf5::Dataset> {
+) -> hdf5::Result<(hdf5::Dataset, Vec<u32>)> {
     let ds = new_dataset::<T>(at, name, &shape)?;
     let rows = chunk_rows(&shape, size_of::<T>())
         .unwrap_or(shape[0])
         .max(1);
+    let row_len: usize = shape[1..].iter().product();
+    let mut sums = Vec::with_capacity(shape[0]);
     let mut buf = Vec::new();
     let mut stored: Vec<T> = Vec::new();
     for first in (0..shape[0]).step_by(rows) {
@@ -273,29 +284,54 @@ pub fn dataset_by_rows<T: H5Type + Copy + FromF64>(
         fill(part.clone(), &mut buf);
         stored.clear();
         stored.extend(buf.iter().map(|&x| T::from_f64(x)));
+        if row_len > 0 {
+            sums.extend(
+                stored
+                    .chunks(row_len)
+                    .map(|r| row_checksum(r.iter().map(|x| x.to_f64()))),
+            );
+        }
         let dims = (part.len(), shape[1], shape[2], shape[3], shape[4]);
         let view = ndarray::ArrayView::from_shape(dims, &stored)
             .map_err(|e| hdf5::Error::from(format!("{name}: {e}").as_str()))?;
         ds.write_slice(view, (part, .., .., .., ..))?;
     }
-    Ok(ds)
+    sums.resize(shape[0], row_checksum(std::iter::empty()));
+    Ok((ds, sums))
+}
+
+/// CRC-32 of a block's values of one variable as a reader gets them (`f64`, little-endian).
+pub fn row_checksum(values: impl Iterator<Item = f64>) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    for x in values {
+        crc.update(&x.to_le_bytes());
+    }
+    crc.finalize()
 }
 
 /// The types values are stored as: `f64` as they are, `f32` rounded (single precision).
-pub trait FromF64 {
+pub trait Stored: Copy {
     /// `x` in this type.
     fn from_f64(x: f64) -> Self;
+    /// The value a reader gets back.
+    fn to_f64(self) -> f64;
 }
 
-impl FromF64 for f64 {
+impl Stored for f64 {
     fn from_f64(x: f64) -> Self {
         x
     }
+    fn to_f64(self) -> f64 {
+        self
+    }
 }
 
-impl FromF64 for f32 {
+impl Stored for f32 {
     fn from_f64(x: f64) -> Self {
         x as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
     }
 }
 
@@ -318,6 +354,30 @@ pub fn new_dataset<T: H5Type>(
     }
 }
 
+/// Checks, before anything is read from `ds`, that it is stored in the chunks
+/// [`new_dataset`] makes for its shape and type: HDF5 trusts a chunk shape it reads from the
+/// file, and a corrupted one makes it read past its buffers.
+pub fn check_layout(ds: &hdf5::Dataset) -> hdf5::Result<()> {
+    let shape = ds.shape();
+    let want = chunk_rows(&shape, ds.dtype()?.size()).map(|rows| {
+        let mut chunk = shape.clone();
+        chunk[0] = rows;
+        chunk
+    });
+    let got = ds.chunk();
+    if got != want || (got.is_some() && !ds.filters().contains(&hdf5::filters::Filter::Fletcher32))
+    {
+        return Err(hdf5::Error::from(
+            format!(
+                "{}: stored in chunks {got:?}, not as written ({want:?})",
+                ds.name()
+            )
+            .as_str(),
+        ));
+    }
+    Ok(())
+}
+
 /// Rows of the first index per chunk of a dataset of `shape` with elements of `elem` bytes,
 /// or `None` where it cannot be chunked (chunks need a positive extent in every dimension).
 fn chunk_rows(shape: &[usize], elem: usize) -> Option<usize> {
@@ -328,6 +388,85 @@ fn chunk_rows(shape: &[usize], elem: usize) -> Option<usize> {
         }
         _ => None,
     }
+}
+
+/// The `Info` attribute that holds [`header_checksum`]: HDF5's Fletcher-32 covers the
+/// datasets only, and a flipped bit in `Info/Time` would otherwise restart a run at the wrong
+/// time without a word.
+pub const HEADER_CHECKSUM: &str = "HeaderChecksum";
+
+/// CRC-32 of what a reader of the file takes whole: every attribute of `/Info` (but the
+/// checksum itself), `/Input` and `/Params` and `SparseFields` of `/SparseInfo`, each as its
+/// name, type and values in name order, and the values of the small per-block datasets
+/// (levels, locations, derefinement counts, sparse flags, the blocks' checksums), whose chunks
+/// Fletcher-32 checks but whose chunk index it does not.
+pub fn header_checksum(file: &hdf5::File) -> hdf5::Result<u32> {
+    use hdf5::types::TypeDescriptor as T;
+    let mut crc = crc32fast::Hasher::new();
+    let mut add = |label: &str, c: &hdf5::Container| -> hdf5::Result<()> {
+        let ty = c.dtype()?.to_descriptor()?;
+        crc.update(format!("{label}:{ty}:{:?}=", c.shape()).as_bytes());
+        let le = |v: Vec<[u8; 8]>| v.concat();
+        let strings = |v: Vec<String>| v.concat().into_bytes();
+        let bytes: Vec<u8> = match ty {
+            T::Integer(_) => le(c
+                .read_raw::<i64>()?
+                .iter()
+                .map(|x| x.to_le_bytes())
+                .collect()),
+            T::Unsigned(_) => le(c
+                .read_raw::<u64>()?
+                .iter()
+                .map(|x| x.to_le_bytes())
+                .collect()),
+            T::Float(_) => le(c
+                .read_raw::<f64>()?
+                .iter()
+                .map(|x| x.to_le_bytes())
+                .collect()),
+            T::Boolean => c.read_raw::<bool>()?.iter().map(|&b| u8::from(b)).collect(),
+            T::VarLenUnicode => strings(
+                c.read_raw::<VarLenUnicode>()?
+                    .iter()
+                    .map(|s| format!("{}\0", s.as_str()))
+                    .collect(),
+            ),
+            T::VarLenAscii => strings(
+                c.read_raw::<hdf5::types::VarLenAscii>()?
+                    .iter()
+                    .map(|s| format!("{}\0", s.as_str()))
+                    .collect(),
+            ),
+            // No writer here makes other types: their type alone is covered.
+            _ => Vec::new(),
+        };
+        crc.update(&bytes);
+        Ok(())
+    };
+    for group in ["Info", "Input", "Params"] {
+        let Ok(g) = file.group(group) else { continue };
+        let mut names = g.attr_names()?;
+        names.sort();
+        for name in names.iter().filter(|n| *n != HEADER_CHECKSUM) {
+            add(&format!("{group}/{name}"), &*g.attr(name)?)?;
+        }
+    }
+    if let Ok(ds) = file.dataset("SparseInfo") {
+        add("SparseInfo/SparseFields", &*ds.attr("SparseFields")?)?;
+    }
+    for name in [
+        "Levels",
+        "LogicalLocations",
+        "Blocks/derefinement_count",
+        "Blocks/checksums",
+        "SparseInfo",
+    ] {
+        if let Ok(ds) = file.dataset(name) {
+            check_layout(&ds)?;
+            add(name, &ds)?;
+        }
+    }
+    Ok(crc.finalize())
 }
 
 /// A scalar attribute.
@@ -384,22 +523,27 @@ mod tests {
                 buf.extend((0..100).map(|i| value(r, i)));
             }
         };
-        let ds = dataset_by_rows::<f64>(&file, "d", shape, fill).unwrap();
+        let (ds, sums) = dataset_by_rows::<f64>(&file, "d", shape, fill).unwrap();
         assert_eq!(calls, [0..1310, 1310..2620, 2620..3000]);
         let back: Vec<f64> = ds.read_raw().unwrap();
         let want: Vec<f64> = (0..3000)
             .flat_map(|r| (0..100).map(move |i| value(r, i)))
             .collect();
         assert_eq!(back, want);
+        let row = |r: usize| row_checksum((0..100).map(|i| value(r, i)));
+        assert_eq!(sums, (0..3000).map(row).collect::<Vec<_>>());
         let fill = |rows: std::ops::Range<usize>, buf: &mut Vec<f64>| {
             for r in rows {
                 buf.extend((0..100).map(|i| value(r, i)));
             }
         };
-        let ds = dataset_by_rows::<f32>(&file, "s", shape, fill).unwrap();
+        let (ds, single) = dataset_by_rows::<f32>(&file, "s", shape, fill).unwrap();
         let back: Vec<f32> = ds.read_raw().unwrap();
         assert_eq!(back, want.iter().map(|&x| x as f32).collect::<Vec<_>>());
         assert_eq!(ds.shape(), shape);
+        let row = |r: usize| row_checksum((0..100).map(|i| f64::from(value(r, i) as f32)));
+        assert_eq!(single, (0..3000).map(row).collect::<Vec<_>>());
+        assert_ne!(single[0], sums[0]);
         drop(file);
         let _ = std::fs::remove_file(&path);
     }

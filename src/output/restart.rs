@@ -8,7 +8,7 @@
 
 use super::error::OutputError;
 use super::gather::on_root;
-use super::phdf::write_file;
+use super::phdf::{check_layout, header_checksum, row_checksum, write_file, HEADER_CHECKSUM};
 use super::select::{cell_vars, Extent};
 use super::{ParamValue, Snapshot};
 use hdf5::types::VarLenUnicode;
@@ -74,6 +74,9 @@ pub struct RestartData {
     /// Variables by name: their number of components (the values, `(NB, ncomp, n3, n2, n1)`,
     /// stay in the file until [`block_data`](Self::block_data) reads some blocks).
     pub variables: BTreeMap<String, usize>,
+    /// Variables by name: the CRC-32 of each block's values ([`super::phdf::row_checksum`]),
+    /// which [`block_data`](Self::block_data) checks.
+    pub checksums: BTreeMap<String, Vec<u32>>,
     /// Sparse variables by name: allocation flag of each block.
     pub sparse: BTreeMap<String, Vec<bool>>,
     /// The `/Params` attributes (what the writing run passed in [`Snapshot::params`]), by
@@ -138,6 +141,23 @@ impl RestartData {
             } else {
                 read_blocks(&file, &v.name, lo..hi).map_err(bad)?
             };
+            let Some(sums) = self
+                .checksums
+                .get(&v.name)
+                .filter(|s| s.len() == self.nblocks())
+            else {
+                return Err(bad(format!("no checksums of `{}`", v.name)));
+            };
+            let row = v.ncomp * stored_len;
+            if let Some(&gid) = gids.iter().find(|&&gid| {
+                row_checksum(values[(gid - lo) * row..][..row].iter().copied()) != sums[gid]
+            }) {
+                return Err(bad(format!(
+                    "`{}` of block {gid}: the values do not match their checksum \
+                     (Blocks/checksums): the file is corrupted",
+                    v.name
+                )));
+            }
             let flags = self.sparse.get(&v.name);
             for (b, &gid) in gids.iter().enumerate() {
                 if let Some(f) = flags {
@@ -171,6 +191,7 @@ impl RestartData {
 /// Values of variable `name` for blocks `gids` (`(NB, ncomp, n3, n2, n1)`, flattened).
 fn read_blocks(file: &hdf5::File, name: &str, gids: Range<usize>) -> Result<Vec<f64>, String> {
     let ds = file.dataset(name).map_err(|e| format!("{name}: {e}"))?;
+    check_layout(&ds).map_err(|e| e.to_string())?;
     let values: ndarray::ArrayD<f64> = ds
         .read_slice((gids, .., .., .., ..))
         .map_err(|e| format!("{name}: {e}"))?;
@@ -188,6 +209,21 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let h = |e: hdf5::Error| bad(e.to_string());
     let file = hdf5::File::open(path).map_err(h)?;
     let info = file.group("Info").map_err(h)?;
+    let stored_sum = info
+        .attr(HEADER_CHECKSUM)
+        .and_then(|a| a.read_scalar::<u32>())
+        .map_err(|e| {
+            bad(format!(
+                "Info/{HEADER_CHECKSUM}: {e} (not written by this version)"
+            ))
+        })?;
+    if header_checksum(&file).map_err(h)? != stored_sum {
+        return Err(bad(
+            "the attributes do not match their checksum (Info/HeaderChecksum): the file is \
+             corrupted"
+                .into(),
+        ));
+    }
     let scalar_i64 = |name: &str| -> Result<i64, OutputError> {
         info.attr(name)
             .and_then(|a| a.read_scalar::<i64>())
@@ -246,6 +282,7 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
                 ds.shape()
             )));
         }
+        check_layout(&ds).map_err(h)?;
         Ok(ds)
     };
     fn raw<T: H5Type>(ds: &hdf5::Dataset, path: &Path) -> Result<Vec<T>, OutputError> {
@@ -302,11 +339,15 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
             "OutputDatasetNames and NumComponents differ in length".into()
         ));
     }
+    let sums: Vec<u32> = raw(&read("Blocks/checksums", &[nb, names.len()])?, path)?;
     let mut variables = BTreeMap::new();
-    for (name, &nc) in names.iter().zip(&ncomps) {
+    let mut checksums = BTreeMap::new();
+    for (i, (name, &nc)) in names.iter().zip(&ncomps).enumerate() {
         let nc = nc as usize;
         read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
         variables.insert(name.as_str().to_string(), nc);
+        let column = (0..nb).map(|b| sums[b * names.len() + i]).collect();
+        checksums.insert(name.as_str().to_string(), column);
     }
     let mut sparse = BTreeMap::new();
     if let Ok(ds) = file.dataset("SparseInfo") {
@@ -327,13 +368,22 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         }
     }
     let params = read_params(&file).map_err(|e| bad(format!("Params: {e}")))?;
+    // A run resumed at a time that is not a number would never reach its end.
+    let time = scalar_f64("Time")?;
+    let dt = scalar_f64("dt")?;
+    let wall_time = scalar_f64("WallTime")?;
+    for (name, x) in [("Time", time), ("dt", dt), ("WallTime", wall_time)] {
+        if !(x.is_finite() && x >= 0.0) {
+            return Err(bad(format!("Info/{name} = {x}: not a finite number >= 0")));
+        }
+    }
     Ok(RestartData {
         path: path.to_path_buf(),
         deck,
         cycle,
-        time: scalar_f64("Time")?,
-        dt: scalar_f64("dt")?,
-        wall_time: scalar_f64("WallTime")?,
+        time,
+        dt,
+        wall_time,
         ndim,
         nghost,
         includes_ghost,
@@ -345,6 +395,7 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         boundary_conditions: bcs.iter().map(|b| b.as_str().to_string()).collect(),
         blocks_per_rank,
         variables,
+        checksums,
         sparse,
         params,
     })

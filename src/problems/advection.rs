@@ -348,7 +348,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             )
         })?;
         deck.mark_read(&b.name, &OutputBlock::keys().collect::<Vec<_>>());
-        let o = OutputBlock::from_map(&map, n).map_err(|e| output_error(deck, e))?;
+        let o = OutputBlock::from_map(&map, &b.name, n).map_err(|e| output_error(deck, e))?;
         // A key of another file type (left by an override of file_type, say) is ignored.
         for k in OutputBlock::keys().filter(|k| !o.file_type.applies(k)) {
             if let Some(at) = deck.origin(&b.name, k) {

@@ -41,7 +41,7 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
             .map(clock::parse_wall_time)
             .transpose(),
     )?;
-    let text = agree(world, read_on_root(world, a))?;
+    let text = agree(world, read_deck_on_root(world, &a.deck))?;
     // Rank 0 checked that the file is UTF-8; the bytes arrive unchanged.
     let text = String::from_utf8_lossy(&broadcast_bytes(world, text.into_bytes())).into_owned();
     let deck = agree(world, parse(&text, a))?;
@@ -59,6 +59,7 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     let (name, mut problem) = agree(world, set_up(&deck, &mut ctx))?;
     if a.dry_run {
         // The deck has been checked as a run would check it; nothing runs or is written.
+        agree(world, check_out_dir(world, &ctx))?;
         if world.rank() == 0 {
             out!("{}", deck.to_yaml());
         }
@@ -91,13 +92,14 @@ pub fn init_logging(speaker: bool) {
         .try_init();
 }
 
-/// Rank 0 reads the deck file; the other ranks wait for its text.
-fn read_on_root(world: &SimpleCommunicator, a: &RunArgs) -> Result<String> {
+/// Rank 0 reads the deck file at `path`; the other ranks get an empty text (and wait for
+/// its verdict, then its text).
+pub fn read_deck_on_root(world: &SimpleCommunicator, path: &std::path::Path) -> Result<String> {
     if world.rank() != 0 {
         return Ok(String::new());
     }
-    std::fs::read_to_string(&a.deck)
-        .map_err(|e| bad_input!("cannot read deck {}: {e}", a.deck.display()))
+    crate::input_file::read_text(path)
+        .map_err(|e| bad_input!("cannot read deck {}: {e}", path.display()))
 }
 
 fn parse(text: &str, a: &RunArgs) -> Result<Deck> {
@@ -189,6 +191,32 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
     // After every deck check, so that bad input is reported as such first.
     problem.acquire()?;
     Ok((info.name, problem))
+}
+
+/// Rank 0 checks, without creating anything, that the output directory exists or could be
+/// made: the nearest existing path of `-d` and its parents is a directory.
+fn check_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
+    if world.rank() != 0 {
+        return Ok(());
+    }
+    let cannot = |why: String| {
+        bad_input!(
+            "-d {}: cannot create the output directory: {why}",
+            ctx.out_dir.display()
+        )
+    };
+    let mut at = ctx.out_dir.as_path();
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) => return Err(cannot(format!("{} is not a directory", at.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => return Ok(()),
+            },
+            Err(e) => return Err(cannot(format!("{}: {e}", at.display()))),
+        }
+    }
 }
 
 /// Rank 0 creates the output directory.

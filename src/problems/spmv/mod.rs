@@ -88,7 +88,7 @@ fn setup(deck: &Deck, _ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
         (Some(path), false) => {
             let name = path.display().to_string();
-            let text = std::fs::read_to_string(&path).map_err(|e| {
+            let text = crate::input_file::read_text(&path).map_err(|e| {
                 deck.invalid(BLOCK, "matrix", format!("cannot read {name}: {e}"))
             })?;
             let triplets = mtx::parse(&text, &name, MAX_ROWS)
