@@ -298,6 +298,7 @@ fn child() {
             coalesced: rng.gen_bool(0.5),
             ordering: Ordering::Random(rng.gen()),
             policy: Policy::Serial,
+            split: true,
         };
         let types: &[BoundaryType] = if rng.gen_bool(0.5) {
             &[BoundaryType::Any]

@@ -21,7 +21,7 @@ fn main() {
 fn child() {
     let universe = starhalo_sf::mpi::initialize().expect("MPI init");
     let world = universe.world();
-    let mut arena = MsgArena::with_len(LEN);
+    let mut arena = MsgArena::with_len(LEN).unwrap();
     let ok = if world.rank() == 0 {
         let values = arena.buf_mut().expect("idle buffer");
         for (i, v) in values.iter_mut().enumerate() {

@@ -302,7 +302,7 @@ pub(crate) fn agree(
     sends: &[(i32, i32, [f64; 3])],
     recvs: &[(i32, i32, [f64; 3])],
 ) -> Result<(), BoundaryError> {
-    let mut out = MsgArena::with_len_in(pool, sends.len() * 3);
+    let mut out = MsgArena::with_len_in(pool, sends.len() * 3)?;
     for (i, (_, _, d)) in sends.iter().enumerate() {
         out.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
     }
@@ -371,7 +371,7 @@ mod tests {
         let mut g = groups([Some((1, ())), Some((1, ())), Some((1, ()))], |_| Ok(0)).unwrap();
         let len = place_status(&mut g, 6);
         assert_eq!((g[0].status_at, len), (6, 9));
-        let mut arena = MsgArena::with_len(9);
+        let mut arena = MsgArena::with_len(9).unwrap();
         let values = [1.0, 2.0, -1.0, -1.0, -1.0, 3.0, 0.0, 0.0, 0.0];
         arena.buf_mut().unwrap().copy_from_slice(&values);
         compact(&mut g, &mut arena, |i| (ranges[i].clone(), live[i])).unwrap();

@@ -45,7 +45,7 @@ pub enum BoundaryError {
     Geometry(String),
     /// A message could not be posted (a bug in the exchange's bookkeeping, or a peer that
     /// sent more than the channel holds).
-    #[error("messaging: {0}")]
+    #[error(transparent)]
     Messaging(#[from] starhalo_sf::p2p::P2pError),
     /// Two ranks disagree about what a channel or message carries.
     #[error("ranks disagree: {0}")]

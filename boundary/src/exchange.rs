@@ -184,6 +184,11 @@ pub struct ExchangeOptions {
     pub ordering: Ordering,
     /// Pack and unpack loops: serial or threaded.
     pub policy: Policy,
+    /// Also serve [`BoundaryType::Local`] and [`BoundaryType::Nonlocal`]: a ghost fill split
+    /// into its same-rank channels and its messages, to overlap one with the other (default
+    /// on). Every channel then has two routes, `any` and one of those, so an exchange that
+    /// only runs `any` (every driver here) turns it off and holds and builds half as much.
+    pub split: bool,
 }
 
 impl Default for ExchangeOptions {
@@ -192,6 +197,7 @@ impl Default for ExchangeOptions {
             coalesced: true,
             ordering: Ordering::Natural,
             policy: Policy::Serial,
+            split: true,
         }
     }
 }
@@ -602,18 +608,21 @@ impl Exchange {
         let mut routes = Vec::with_capacity(parts.len() * 3);
         for p in 0..parts.len() {
             for ty in GHOST_TYPES {
+                // A type the exchange does not serve keeps an empty route, so that routes are
+                // numbered alike either way.
+                let served = opts.split || ty == BoundaryType::Any;
                 // Send ends: sorted by (peer rank, peer partition, key) so that each coalesced
                 // group is one contiguous run of the buffer.
                 let mut send: Vec<&Channel> = sends_of[p]
                     .iter()
                     .copied()
-                    .filter(|c| ty.admits(c))
+                    .filter(|c| served && ty.admits(c))
                     .collect();
                 send.sort_by_key(|c| (c.receiver_rank, part_of[c.key.receiver], c.key));
                 let mut recv: Vec<&Channel> = recvs_of[p]
                     .iter()
                     .copied()
-                    .filter(|c| ty.admits(c))
+                    .filter(|c| served && ty.admits(c))
                     .collect();
                 recv.sort_by_key(|c| (c.sender_rank, part_of[c.key.sender], c.key));
 
@@ -692,7 +701,7 @@ impl Exchange {
 
                 // Send buffer: the packed sub-halos, then the coalesced groups' status values.
                 let len = coalesce::place_status(&mut send_groups, send_cache.buffer_len());
-                let send_buf = MsgArena::with_len_in(pool, len);
+                let send_buf = MsgArena::with_len_in(pool, len)?;
                 let recv_buf =
                     MsgArena::new_in(pool, recv_ends.iter().map(|e| e.buf.clone()).collect())?;
                 let coal = coalesce::recv_arena(pool, &recv_groups)?;
@@ -854,6 +863,7 @@ impl Exchange {
     fn route_index(&self, part: usize, ty: BoundaryType) -> Result<usize, BoundaryError> {
         let t = ty
             .ghost_index()
+            .filter(|&t| t == 0 || self.opts.split)
             .ok_or(BoundaryError::Unsupported(ty.name()))?;
         if part >= self.parts.len() {
             return Err(BoundaryError::Geometry(format!(

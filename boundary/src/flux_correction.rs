@@ -650,7 +650,7 @@ impl FluxCorrection {
         Ok(Self {
             shape,
             coalesced,
-            send_buf: MsgArena::with_len_in(pool, send_len),
+            send_buf: MsgArena::with_len_in(pool, send_len)?,
             recv_buf: MsgArena::new_in(pool, recv.iter().map(|e| e.buf.clone()).collect())?,
             coal: coalesce::recv_arena(pool, &recv_groups)?,
             comm: own,

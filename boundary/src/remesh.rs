@@ -96,7 +96,7 @@ pub fn redistribute(
         }
     }
     let own = comm.duplicate();
-    let mut out = MsgArena::with_len(sends.len() * item);
+    let mut out = MsgArena::with_len(sends.len() * item)?;
     {
         let buf = out.buf_mut()?;
         for (chunk, &(_, gid)) in buf.chunks_exact_mut(item).zip(&sends) {

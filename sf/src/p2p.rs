@@ -49,6 +49,9 @@ pub enum P2pError {
     /// The buffer was asked for while messages are in flight.
     #[error("the buffer is in use by {0} messages in flight")]
     InFlight(usize),
+    /// A message buffer larger than this process can allocate.
+    #[error("a message buffer of {0} values does not fit in memory")]
+    OutOfMemory(usize),
     /// Host slices of a buffer placed in device memory were asked for.
     #[error("the message buffer is in device memory, not readable as host values")]
     NotHost,
@@ -189,33 +192,36 @@ impl MsgArena {
     /// assert_eq!((pool.available(6), pool.created()), (0, 1));
     /// ```
     pub fn new_in(pool: &BufferPool, segs: Vec<Range<usize>>) -> Result<Self, P2pError> {
-        let mut a = Self::empty(pool, segs.last().map_or(0, |s| s.end));
+        let mut a = Self::empty(pool, segs.last().map_or(0, |s| s.end))?;
         a.reshape(segs)?;
         Ok(a)
     }
 
     /// An arena of one segment of `len` values (a send buffer).
-    pub fn with_len(len: usize) -> Self {
+    pub fn with_len(len: usize) -> Result<Self, P2pError> {
         Self::with_len_in(&BufferPool::new(), len)
     }
 
     /// As [`with_len`](Self::with_len), with the buffer drawn from `pool`.
-    pub fn with_len_in(pool: &BufferPool, len: usize) -> Self {
-        let mut a = Self::empty(pool, len);
+    pub fn with_len_in(pool: &BufferPool, len: usize) -> Result<Self, P2pError> {
+        let mut a = Self::empty(pool, len)?;
         a.segs = std::iter::once(0..len).collect();
         a.busy = vec![false];
-        a
+        Ok(a)
     }
 
-    fn empty(pool: &BufferPool, len: usize) -> Self {
-        Self {
-            buf: Store::Pool(pool.get(len)),
+    /// An arena without segments over a buffer of `len` values, or
+    /// [`P2pError::OutOfMemory`] (not an abort) where the buffer does not fit.
+    fn empty(pool: &BufferPool, len: usize) -> Result<Self, P2pError> {
+        let buf = pool.try_get(len).map_err(|_| P2pError::OutOfMemory(len))?;
+        Ok(Self {
+            buf: Store::Pool(buf),
             segs: Vec::new(),
             busy: Vec::new(),
             receiving: 0,
             reqs: raw::Requests::default(),
             queued: Cell::new(false),
-        }
+        })
     }
 
     /// Moves the values into a new buffer in the memory space (and on the device) of

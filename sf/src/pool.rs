@@ -58,25 +58,35 @@ impl BufferPool {
     /// assert_eq!((&*b, pool.created()), (&[0.0; 4][..], 1));
     /// ```
     pub fn get(&self, len: usize) -> Owned {
+        match self.try_get(len) {
+            Ok(o) => o,
+            Err(_) => std::alloc::handle_alloc_error(Lines::layout(len)),
+        }
+    }
+
+    /// As [`get`](Self::get), or an error (not the allocator's abort) where a new buffer of
+    /// `len` values does not fit in memory: for the large buffers of an exchange.
+    pub fn try_get(&self, len: usize) -> Result<Owned, std::collections::TryReserveError> {
         let mut g = lock(&self.inner);
         let reused = g.free.get_mut(&len).and_then(Vec::pop);
         let (id, mut data) = match reused {
             Some(r) => r,
             None => {
+                let data = Lines::try_zeroed(len)?;
                 let id = g.generation.len();
                 g.generation.push(0);
-                (id, Lines::zeroed(len))
+                (id, data)
             }
         };
         let generation = g.generation[id];
         drop(g);
         data.values_mut().fill(0.0);
-        Owned {
+        Ok(Owned {
             pool: Arc::clone(&self.inner),
             id,
             generation,
             data,
-        }
+        })
     }
 
     /// Reserves free-list room for `n` more returned buffers of `len` values, so returns do
@@ -183,15 +193,23 @@ struct Lines {
 }
 
 impl Lines {
-    fn zeroed(len: usize) -> Self {
+    fn try_zeroed(len: usize) -> Result<Self, std::collections::TryReserveError> {
         if len == 0 {
-            return Self::default();
+            return Ok(Self::default());
         }
-        let store = vec![0.0; len + LINE - 1];
+        let mut store = Vec::new();
+        store.try_reserve_exact(len.saturating_add(LINE - 1))?;
+        store.resize(len + LINE - 1, 0.0);
         // At most LINE - 1 for an 8-byte-aligned pointer; the `min` only keeps the slice
         // in bounds should the offset ever be unknown (`usize::MAX`).
         let start = store.as_ptr().align_offset(LINE * 8).min(LINE - 1);
-        Self { store, start, len }
+        Ok(Self { store, start, len })
+    }
+
+    /// The layout of the store of `len` values (for the allocator's error).
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::array::<f64>(len.saturating_add(LINE - 1))
+            .unwrap_or(std::alloc::Layout::new::<f64>())
     }
 
     fn values(&self) -> &[f64] {
@@ -232,6 +250,18 @@ impl WeakHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A buffer too large for memory is an error (an exchange reports it), not an abort, and
+    /// the pool is unchanged by it.
+    #[test]
+    fn a_buffer_that_does_not_fit_is_an_error() {
+        let pool = BufferPool::new();
+        assert!(pool.try_get(usize::MAX / 16).is_err());
+        assert_eq!(pool.created(), 0);
+        assert_eq!(&*pool.try_get(3).unwrap(), &[0.0; 3][..]);
+        let e = crate::p2p::MsgArena::with_len_in(&pool, usize::MAX / 16).unwrap_err();
+        assert!(matches!(e, crate::p2p::P2pError::OutOfMemory(_)), "{e}");
+    }
 
     #[test]
     fn sizes_are_kept_apart_and_reused_zeroed() {

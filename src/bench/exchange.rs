@@ -123,6 +123,7 @@ pub fn run(world: &SimpleCommunicator, a: &ExchangeBenchArgs) -> Result<()> {
             coalesced,
             ordering: setup.ordering,
             policy: Policy::Serial,
+            split: false,
         };
         world.barrier();
         let t0 = Instant::now();

@@ -55,6 +55,7 @@ pub(super) fn run(
             coalesced: true,
             ordering: setup.ordering,
             policy: Policy::Serial,
+            split: false,
         };
         let mut ex = agree(
             world,

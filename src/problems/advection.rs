@@ -996,6 +996,8 @@ impl Comms {
         let (mesh, data, coalesced) = (&a.mesh, &*a.data.borrow(), a.coalesced);
         let opts = ExchangeOptions {
             coalesced,
+            // The tasks fill ghosts with `any` only.
+            split: false,
             ..ExchangeOptions::default()
         };
         let exchange = Exchange::new_in(ctx.world, mesh, data, opts, pool)

@@ -2,9 +2,9 @@
 //! blocks are made, with a message saying why, instead of ending in the allocator's abort or
 //! the kernel's OOM killer half-way through building it or through a runaway refinement.
 //!
-//! The cost of a block is a lower bound (0.8 to 0.9 of what advection measures on uniform
-//! meshes of 2 to 64 cells a side in 2-D and 3-D), so a mesh is refused only when it surely
-//! does not fit. A remesh builds the new blocks beside the old ones, so it is checked against
+//! The cost of a block is a lower bound (0.6 to 0.98 of what advection measures on uniform
+//! meshes of 2 to 64 cells a side in 2-D and 3-D, the least for the smallest blocks), so a
+//! mesh is refused only when it surely does not fit. A remesh builds the new blocks beside the old ones, so it is checked against
 //! the memory left at that moment.
 
 use crate::deck::Deck;
@@ -14,8 +14,8 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use starhalo_mesh::{MeshConfig, MeshError};
 
-/// Bytes of a block's channel ends per neighbour and variable (measured: about 2 KiB).
-const CHANNEL_BYTES: u64 = 1536;
+/// Bytes of a block's channel ends per neighbour and variable (measured: 760 to 960 B).
+const CHANNEL_BYTES: u64 = 512;
 /// Bytes of a block's place in the tree, its neighbour records and partition entry, which
 /// every rank holds for every block (measured: about 2.4 KiB in 2-D).
 const TREE_BYTES: u64 = 512;

@@ -164,7 +164,7 @@ impl Transfer {
             });
             off += n;
         }
-        let send_buf = MsgArena::with_len(off);
+        let send_buf = MsgArena::with_len(off)?;
 
         // Receive side: remote items back to back, one segment per peer; same-rank items
         // point into the send buffer.
