@@ -373,18 +373,20 @@ fn child() {
             data: &l.data[..l.data.len() - cut],
             ..snap
         };
-        let e = output::write_output(
-            &world,
-            &short,
-            &OutputBlock::new(6, FileType::Hdf5),
-            case,
-            &dir,
-            FileNumber::Step(0),
-        )
-        .unwrap_err();
-        match (rank == nranks - 1, &e) {
-            (true, OutputError::Snapshot(_)) | (false, OutputError::Peer(_)) => {}
-            _ => panic!("rank {rank}: unexpected {e}"),
+        // Every writer, those that compute a payload per block (history, png) too.
+        let mut png = OutputBlock::new(6, FileType::Png);
+        png.png_variable = Some("rho".into());
+        for block in [
+            OutputBlock::new(6, FileType::Hdf5),
+            OutputBlock::new(6, FileType::History),
+            png,
+        ] {
+            let e = output::write_output(&world, &short, &block, case, &dir, FileNumber::Step(0))
+                .unwrap_err();
+            match (rank == nranks - 1, &e) {
+                (true, OutputError::Snapshot(_)) | (false, OutputError::Peer(_)) => {}
+                _ => panic!("rank {rank}: unexpected {e}"),
+            }
         }
     }
 }

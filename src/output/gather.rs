@@ -170,7 +170,7 @@ pub fn per_block(
     Ok(Cow::Owned(v))
 }
 
-/// Gathers `local` (this rank's payload, `payload_len` values per block, from [`stored`] or
+/// Gathers `local()` (this rank's payload, `payload_len` values per block, from [`stored`] or
 /// [`per_block`]) with the allocation flags of every block of every rank to rank 0. Returns
 /// `Some` on rank 0, `None` elsewhere; its errors (a bad snapshot, a payload that did not fit
 /// in memory here or on rank 0, too much data for MPI counts) are agreed by all ranks. Rank 0
@@ -179,9 +179,10 @@ pub fn gather_blocks<'s, C: Communicator>(
     comm: &C,
     snap: &Snapshot,
     payload_len: usize,
-    local: Result<Cow<'s, [f64]>, OutputError>,
+    local: impl FnOnce() -> Result<Cow<'s, [f64]>, OutputError>,
 ) -> Result<Option<Raw<'s>>, OutputError> {
-    let local = agree(comm, check_snapshot(snap).and(local))?;
+    // The payload is made only from a snapshot found consistent.
+    let local = agree(comm, check_snapshot(snap).and_then(|()| local()))?;
     let nvars = snap.fields.iter().count();
     let nranks = comm.size() as usize;
     let mine = snap.gids.len() as u64;
@@ -351,7 +352,7 @@ pub fn on_root<'s, C: Communicator, T>(
     comm: &C,
     snap: &Snapshot,
     payload_len: usize,
-    local: Result<Cow<'s, [f64]>, OutputError>,
+    local: impl FnOnce() -> Result<Cow<'s, [f64]>, OutputError>,
     work: impl FnOnce(Gathered<'s>) -> Result<T, OutputError>,
 ) -> Result<Option<T>, OutputError> {
     // Errors up to here are agreed by every rank, so all return together.

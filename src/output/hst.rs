@@ -127,7 +127,7 @@ pub fn write_history<C: Communicator>(
         out
     };
     let columns: Vec<String> = vars.iter().flat_map(|v| v.component_names()).collect();
-    let local = super::gather::per_block(snap, nslots, integrals);
+    let local = || super::gather::per_block(snap, nslots, integrals);
     on_root(comm, snap, nslots, local, |gathered| {
         let mut totals = vec![0.0; nslots];
         for gid in 0..gathered.nblocks {

@@ -32,14 +32,20 @@ pub fn write_phdf<C: Communicator>(
     )?;
     let ext = Extent::new(snap.mesh, snap.nghost, block.ghost_zones);
     let len = snap.layout.block_len();
-    on_root(comm, snap, len, super::gather::stored(snap), |g| {
-        write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
-        let xpath = xdmf_path(path);
-        super::write_atomically(&xpath, |w| {
-            super::xdmf::write_xdmf(w, path, snap, &vars, &ext, block.single_precision)
-        })
-        .map_err(|cause| OutputError::Io { path: xpath, cause })
-    })?;
+    on_root(
+        comm,
+        snap,
+        len,
+        || super::gather::stored(snap),
+        |g| {
+            write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
+            let xpath = xdmf_path(path);
+            super::write_atomically(&xpath, |w| {
+                super::xdmf::write_xdmf(w, path, snap, &vars, &ext, block.single_precision)
+            })
+            .map_err(|cause| OutputError::Io { path: xpath, cause })
+        },
+    )?;
     Ok(())
 }
 

@@ -128,7 +128,7 @@ pub fn write_png<C: Communicator>(
         }
         out
     };
-    let local = super::gather::per_block(snap, n1 * n2, plane);
+    let local = || super::gather::per_block(snap, n1 * n2, plane);
     on_root(comm, snap, n1 * n2, local, |gathered| {
         let png_err = |e: String| OutputError::Png {
             path: path.to_path_buf(),

@@ -30,9 +30,13 @@ pub fn write_restart<C: Communicator>(
     vars.sort_by(|a, b| a.name.cmp(&b.name));
     let ext = Extent::new(snap.mesh, snap.nghost, true);
     let len = snap.layout.block_len();
-    on_root(comm, snap, len, super::gather::stored(snap), |g| {
-        write_file(path, snap, &g, &vars, &ext, false)
-    })?;
+    on_root(
+        comm,
+        snap,
+        len,
+        || super::gather::stored(snap),
+        |g| write_file(path, snap, &g, &vars, &ext, false),
+    )?;
     Ok(())
 }
 
