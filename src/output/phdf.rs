@@ -277,8 +277,8 @@ pub fn dataset_by_rows<T: H5Type + Stored>(
     mut fill: impl FnMut(std::ops::Range<usize>, &mut Vec<f64>),
 ) -> hdf5::Result<(hdf5::Dataset, Vec<u32>)> {
     let ds = new_dataset::<T>(at, name, &shape)?;
-    let rows = chunk_rows(&shape, size_of::<T>())
-        .unwrap_or(shape[0])
+    let rows = chunk_shape(&shape, size_of::<T>())
+        .map_or(shape[0], |c| c[0])
         .max(1);
     let row_len: usize = shape[1..].iter().product();
     let mut sums = Vec::with_capacity(shape[0]);
@@ -342,7 +342,7 @@ impl Stored for f32 {
 }
 
 /// An empty dataset of `shape`, stored in chunks of whole rows of its first index (blocks,
-/// for the variables; see [`chunk_rows`]) with HDF5's Fletcher-32 checksum, so a reader
+/// for the variables; see [`chunk_shape`]) with HDF5's Fletcher-32 checksum, so a reader
 /// (HDF5 itself, for every tool) rejects corrupted values instead of returning them.
 pub fn new_dataset<T: H5Type>(
     at: &hdf5::Group,
@@ -350,12 +350,8 @@ pub fn new_dataset<T: H5Type>(
     shape: &[usize],
 ) -> hdf5::Result<hdf5::Dataset> {
     let builder = at.new_dataset::<T>().shape(shape.to_vec());
-    match chunk_rows(shape, size_of::<T>()) {
-        Some(rows) => {
-            let mut chunk = shape.to_vec();
-            chunk[0] = rows;
-            builder.chunk(chunk).fletcher32().create(name)
-        }
+    match chunk_shape(shape, size_of::<T>()) {
+        Some(chunk) => builder.chunk(chunk).fletcher32().create(name),
         None => builder.create(name),
     }
 }
@@ -364,12 +360,7 @@ pub fn new_dataset<T: H5Type>(
 /// [`new_dataset`] makes for its shape and type: HDF5 trusts a chunk shape it reads from the
 /// file, and a corrupted one makes it read past its buffers.
 pub fn check_layout(ds: &hdf5::Dataset) -> hdf5::Result<()> {
-    let shape = ds.shape();
-    let want = chunk_rows(&shape, ds.dtype()?.size()).map(|rows| {
-        let mut chunk = shape.clone();
-        chunk[0] = rows;
-        chunk
-    });
+    let want = chunk_shape(&ds.shape(), ds.dtype()?.size());
     let got = ds.chunk();
     if got != want || (got.is_some() && !ds.filters().contains(&hdf5::filters::Filter::Fletcher32))
     {
@@ -384,13 +375,16 @@ pub fn check_layout(ds: &hdf5::Dataset) -> hdf5::Result<()> {
     Ok(())
 }
 
-/// Rows of the first index per chunk of a dataset of `shape` with elements of `elem` bytes,
-/// or `None` where it cannot be chunked (chunks need a positive extent in every dimension).
-fn chunk_rows(shape: &[usize], elem: usize) -> Option<usize> {
+/// The chunk shape of a dataset of `shape` with elements of `elem` bytes: whole rows of its
+/// first index, about [`CHUNK_BYTES`] of them, or `None` where it cannot be chunked (chunks
+/// need a positive extent in every dimension).
+fn chunk_shape(shape: &[usize], elem: usize) -> Option<Vec<usize>> {
     match shape.split_first() {
         Some((&rows, rest)) if rows > 0 && rest.iter().all(|&n| n > 0) => {
             let row_bytes = rest.iter().product::<usize>() * elem;
-            Some((CHUNK_BYTES / row_bytes.max(1)).clamp(1, rows))
+            let mut chunk = shape.to_vec();
+            chunk[0] = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, rows);
+            Some(chunk)
         }
         _ => None,
     }
@@ -412,41 +406,37 @@ pub fn header_checksum(file: &hdf5::File) -> hdf5::Result<u32> {
     let mut add = |label: &str, c: &hdf5::Container| -> hdf5::Result<()> {
         let ty = c.dtype()?.to_descriptor()?;
         crc.update(format!("{label}:{ty}:{:?}=", c.shape()).as_bytes());
-        let le = |v: Vec<[u8; 8]>| v.concat();
-        let strings = |v: Vec<String>| v.concat().into_bytes();
-        let bytes: Vec<u8> = match ty {
-            T::Integer(_) => le(c
+        match ty {
+            T::Integer(_) => c
                 .read_raw::<i64>()?
                 .iter()
-                .map(|x| x.to_le_bytes())
-                .collect()),
-            T::Unsigned(_) => le(c
+                .for_each(|x| crc.update(&x.to_le_bytes())),
+            T::Unsigned(_) => c
                 .read_raw::<u64>()?
                 .iter()
-                .map(|x| x.to_le_bytes())
-                .collect()),
-            T::Float(_) => le(c
+                .for_each(|x| crc.update(&x.to_le_bytes())),
+            T::Float(_) => c
                 .read_raw::<f64>()?
                 .iter()
-                .map(|x| x.to_le_bytes())
-                .collect()),
-            T::Boolean => c.read_raw::<bool>()?.iter().map(|&b| u8::from(b)).collect(),
-            T::VarLenUnicode => strings(
-                c.read_raw::<VarLenUnicode>()?
-                    .iter()
-                    .map(|s| format!("{}\0", s.as_str()))
-                    .collect(),
-            ),
-            T::VarLenAscii => strings(
-                c.read_raw::<hdf5::types::VarLenAscii>()?
-                    .iter()
-                    .map(|s| format!("{}\0", s.as_str()))
-                    .collect(),
-            ),
+                .for_each(|x| crc.update(&x.to_le_bytes())),
+            T::Boolean => c
+                .read_raw::<bool>()?
+                .iter()
+                .for_each(|&b| crc.update(&[u8::from(b)])),
+            T::VarLenUnicode => c.read_raw::<VarLenUnicode>()?.iter().for_each(|s| {
+                crc.update(s.as_bytes());
+                crc.update(&[0]);
+            }),
+            T::VarLenAscii => c
+                .read_raw::<hdf5::types::VarLenAscii>()?
+                .iter()
+                .for_each(|s| {
+                    crc.update(s.as_bytes());
+                    crc.update(&[0]);
+                }),
             // No writer here makes other types: their type alone is covered.
-            _ => Vec::new(),
-        };
-        crc.update(&bytes);
+            _ => {}
+        }
         Ok(())
     };
     for group in ["Info", "Input", "Params"] {
