@@ -145,6 +145,48 @@ fn wave_3d_converges_and_ranks_agree_bit_for_bit() {
     }
 }
 
+/// History integrals are exact sums: the same bits for any block size and rank count, and
+/// an odd field's integral at cycle 0 is exactly zero (float sums left +-1e-17 there,
+/// different for each block size).
+#[test]
+fn history_integrals_do_not_depend_on_block_size_or_ranks() {
+    let deck = "\
+parthenon/job: {problem: advection, problem_id: adv}
+parthenon/mesh:
+  {nx1: 32, x1min: -0.5, x1max: 0.5, nx2: 32, x2min: -0.5, x2max: 0.5,
+   ix1_bc: periodic, ox1_bc: periodic, ix2_bc: periodic, ox2_bc: periodic}
+parthenon/time: {tlim: 0.1, ncycle_out: 0}
+parthenon/output1: {file_type: hst, dt: 0.02}
+advection: {profile: linear, linear_coeffs: [0.0, 1.0, 0.3], vx: 1.0, vy: 0.5}
+";
+    let mut histories = Vec::new();
+    for (ranks, nx) in [(1, 32), (2, 8), (3, 4), (4, 16)] {
+        let dir = scratch(&format!("hst{ranks}"));
+        let o = run(
+            ranks,
+            &dir,
+            deck,
+            &ov(&[
+                ("parthenon/meshblock/nx1", nx),
+                ("parthenon/meshblock/nx2", nx),
+            ]),
+        );
+        common::assert_ok(&format!("history on {ranks} ranks, blocks of {nx}"), &o);
+        histories.push(std::fs::read_to_string(dir.join("out/adv.out1.hst")).unwrap());
+    }
+    let first: Vec<&str> = histories[0]
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(first[2..], ["0", "0.00000000000000e0"], "{}", histories[0]);
+    assert!(histories[0].lines().count() >= 7, "{}", histories[0]);
+    for h in &histories {
+        assert_eq!(h, &histories[0]);
+    }
+}
+
 #[test]
 fn outputs_and_progress() {
     let dir = scratch("out");

@@ -228,6 +228,26 @@ impl Mesh {
         Some((lo, hi))
     }
 
+    /// Volume of one cell of block `gid`: across each active direction the mesh's extent over
+    /// the cells of the block's level, across an inactive one the extent itself. Blocks of one
+    /// level share it bit for bit, whatever their size.
+    pub fn cell_volume(&self, gid: usize) -> Option<f64> {
+        let n = self.forest.grid().extent(self.forest.loc(gid)?.level());
+        let c = &self.config;
+        Some(
+            (0..3)
+                .map(|d| {
+                    let width = c.xmax[d] - c.xmin[d];
+                    if d < self.ndim() {
+                        width / (n[d] as f64 * c.block_nx[d] as f64)
+                    } else {
+                        width
+                    }
+                })
+                .product(),
+        )
+    }
+
     /// The physical boundary condition on face `side` (0 inner, 1 outer) of direction `dir` of
     /// block `gid`, or `None` if that face lies inside the domain (or `dir` is inactive).
     /// Periodic faces report [`BoundaryCondition::Periodic`].

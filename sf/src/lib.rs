@@ -12,11 +12,13 @@
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
 //! `transport` (how bytes move: one implementation per [`SfType`]), `raw` (the only MPI FFI),
 //! `staged` (the traffic through packed arrays, for data in device memory), `device` (pack
-//! plans and the staged forest on a CUDA device).
+//! plans and the staged forest on a CUDA device), `exact_sum` (reductions whose bits do not
+//! depend on the decomposition).
 
 pub mod device;
 mod discovery;
 mod error;
+mod exact_sum;
 mod forest;
 mod graph;
 mod link;
@@ -30,6 +32,7 @@ mod unit;
 
 pub use discovery::{Discovery, NBX_FROM_RANKS};
 pub use error::SfError;
+pub use exact_sum::ExactSum;
 pub use forest::{Pending, SfOptions, StarForest};
 pub use graph::{Graph, RootRef};
 pub use mpi;

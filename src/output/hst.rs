@@ -1,14 +1,15 @@
 //! The history file: one line per output step with time, dt, cycle and the volume integral of
 //! every component of every cell-centred variable over the interior of all blocks.
 //!
-//! Per-block integrals are gathered to rank 0 and summed in gid order, so the numbers do not
-//! depend on the number of ranks.
+//! The integrals are exact sums of `value * cell volume` ([`ExactSum`]) reduced over the
+//! ranks, so their bits depend neither on the number of ranks nor on the size of the blocks.
 
 use super::error::OutputError;
-use super::gather::on_root;
+use super::gather::{agree, check_snapshot, verdict};
 use super::select::cell_vars;
 use super::Snapshot;
 use mpi::topology::Communicator;
+use starhalo_sf::ExactSum;
 use std::path::Path;
 
 /// The history file's name, `<problem_id>.<id>.hst`: one file per run, no number.
@@ -91,50 +92,38 @@ pub fn write_history<C: Communicator>(
     path: &Path,
 ) -> Result<(), OutputError> {
     let vars = cell_vars(snap.fields);
-    let nslots = snap.layout.nvar;
+    agree(comm, check_snapshot(snap))?;
     let nvars = snap.fields.iter().count();
     let cfg = snap.mesh.config();
     let ndim = snap.mesh.ndim();
-    let g = snap.nghost;
-    let lay = snap.layout;
-    let integrals = |b: usize| -> Vec<f64> {
-        let gid = snap.gids[b];
-        let (lo, hi) = snap.mesh.bounds(gid).unwrap_or(([0.0; 3], [0.0; 3]));
-        let ncells: usize = cfg.block_nx.iter().product();
-        let vol: f64 = (0..3).map(|d| hi[d] - lo[d]).product();
-        let dv = vol / ncells as f64;
-        let block = snap.block(b);
-        let off = |d: usize| if d < ndim { g } else { 0 };
-        let mut out = vec![0.0; nslots];
-        for v in &vars {
-            let alloc = snap.allocated[b * nvars + v.index];
-            for c in 0..v.ncomp {
-                out[v.slot + c] = if alloc {
-                    let mut s = 0.0;
-                    for k in 0..cfg.block_nx[2] {
-                        for j in 0..cfg.block_nx[1] {
-                            let i0 =
-                                lay.index_in_block(v.slot + c, [off(0), j + off(1), k + off(2)]);
-                            s += block[i0..i0 + cfg.block_nx[0]].iter().sum::<f64>();
-                        }
-                    }
-                    s * dv
-                } else {
-                    v.default * vol
-                };
-            }
+    let off = |d: usize| if d < ndim { snap.nghost } else { 0 };
+    let [nx, ny, nz] = cfg.block_nx;
+    let mut totals = vec![ExactSum::default(); snap.layout.nvar];
+    for v in &vars {
+        for c in 0..v.ncomp {
+            let slot = v.slot + c;
+            // Every interior cell of every block: an unallocated block counts as holding its
+            // default value.
+            let terms = snap.gids.iter().enumerate().flat_map(|(b, &gid)| {
+                let dv = snap.mesh.cell_volume(gid).unwrap_or(0.0);
+                let block = snap.block(b);
+                let allocated = snap.allocated[b * nvars + v.index];
+                (0..nz).flat_map(move |k| {
+                    (0..ny).flat_map(move |j| {
+                        let i0 = snap
+                            .layout
+                            .index_in_block(slot, [off(0), j + off(1), k + off(2)]);
+                        let u = move |i: usize| if allocated { block[i] } else { v.default };
+                        (i0..i0 + nx).map(move |i| u(i) * dv)
+                    })
+                })
+            });
+            totals[slot].extend(terms);
         }
-        out
-    };
+    }
+    ExactSum::all_reduce(comm, &mut totals);
     let columns: Vec<String> = vars.iter().flat_map(|v| v.component_names()).collect();
-    let local = || super::gather::per_block(snap, nslots, integrals);
-    on_root(comm, snap, nslots, local, |gathered| {
-        let mut totals = vec![0.0; nslots];
-        for gid in 0..gathered.nblocks {
-            for (t, x) in totals.iter_mut().zip(gathered.block(gid)) {
-                *t += x;
-            }
-        }
+    let write = || {
         let io = |cause| OutputError::Io {
             path: path.to_path_buf(),
             cause,
@@ -150,11 +139,12 @@ pub fn write_history<C: Communicator>(
         header.push('\n');
         let mut line = format!("{:.14e} {:.14e} {}", snap.time, snap.dt, snap.cycle);
         for t in &totals {
-            line.push_str(&format!(" {t:.14e}"));
+            line.push_str(&format!(" {:.14e}", t.value()));
         }
         line.push('\n');
         super::append_whole(path, &header, &line).map_err(io)
-    })?;
+    };
+    verdict(comm, (comm.rank() == 0).then(write))?;
     Ok(())
 }
 

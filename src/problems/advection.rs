@@ -16,8 +16,8 @@
 //! `linear` (`a0 + ax x + ay y + az z` from `linear_coeffs`).
 //!
 //! Every cell's arithmetic depends only on its global position (cell centres and spacings
-//! come from global indices), the time step is a minimum and the L1 error is summed in fixed
-//! point, so results are bit-for-bit identical for any block size and number of ranks.
+//! come from global indices), the time step is a minimum and the L1 error is an exact sum
+//! ([`ExactSum`]), so results are bit-for-bit identical for any block size and number of ranks.
 //!
 //! On a multilevel mesh the boundary crate's flux correction keeps the update conservative.
 //! With `parthenon/mesh/refinement: adaptive` the mesh follows the first field's gradient (see
@@ -73,6 +73,7 @@ use starhalo_exec::{MemSpace, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{BoundaryCondition, Mesh};
 use starhalo_sf::device::GpuMpi;
+use starhalo_sf::ExactSum;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::path::Path;
@@ -92,10 +93,6 @@ pub const INFO: ProblemInfo = ProblemInfo {
     restarts: true,
     setup,
 };
-
-/// Scale of the fixed-point L1 sum: each term is rounded to a multiple of 2^-80, and integer
-/// sums do not depend on their order.
-const L1_SCALE: f64 = (1u128 << 80) as f64;
 
 /// The initial profile.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -950,30 +947,24 @@ impl Advection {
     /// L1 (volume-weighted mean) and Linf errors of the first field against the exact
     /// solution at `t`; collective, the same on every rank and for every decomposition.
     fn errors(&self, ctx: &RunContext, t: f64) -> (f64, f64) {
-        let mut sum: i128 = 0;
+        let mut l1 = [ExactSum::default()];
         let mut linf = 0.0f64;
         let data = self.data.borrow();
         for b in 0..data.gids().len() {
             let geo = Geo::new(&self.mesh, data.gids()[b]);
             let u = data.fine(b, 0);
             let vol = geo.volume();
-            for p in geo.interior() {
+            l1[0].extend(geo.interior().map(|p| {
                 let e = (u[geo.at(p)] - self.exact(geo.center(p), t)).abs();
                 linf = linf.max(if e.is_nan() { f64::INFINITY } else { e });
-                sum = sum.saturating_add((e * vol * L1_SCALE) as i128);
-            }
+                e * vol
+            }));
         }
         let world = ctx.world;
-        let parts = [(sum >> 64) as i64, sum as u64 as i64];
-        let mut all = vec![0i64; 2 * world.size() as usize];
-        world.all_gather_into(&parts[..], &mut all[..]);
-        let total = all
-            .chunks(2)
-            .map(|c| ((c[0] as i128) << 64) | (c[1] as u64 as i128))
-            .fold(0i128, i128::saturating_add);
+        ExactSum::all_reduce(world, &mut l1);
         let c = self.mesh.config();
         let volume: f64 = (0..self.ndim()).map(|d| c.xmax[d] - c.xmin[d]).product();
-        (total as f64 / L1_SCALE / volume, max_f64(world, linf))
+        (l1[0].value() / volume, max_f64(world, linf))
     }
 }
 

@@ -1,11 +1,12 @@
-//! Conjugate gradients (unpreconditioned) on a [`DistMatrix`], dot products by allreduce.
+//! Conjugate gradients (unpreconditioned) on a [`DistMatrix`]. Dot products are exact sums
+//! reduced over the ranks ([`ExactSum`]), so every iterate, residual and iteration count is
+//! the same bit for bit on any number of ranks, as `y = A x` is.
 
 use super::dist::DistMatrix;
 use crate::run::stats::{CommTimer, Stop};
 use crate::run::RunContext;
 use anyhow::{bail, Result};
-use mpi::collective::SystemOperation;
-use mpi::traits::CommunicatorCollectives;
+use starhalo_sf::ExactSum;
 
 /// How the solve ended.
 pub struct CgResult {
@@ -17,18 +18,14 @@ pub struct CgResult {
     pub stop: Stop,
 }
 
-/// Sums `parts` over the ranks in one reduction.
-fn allreduce_sum<const N: usize>(ctx: &RunContext, comm: &CommTimer, parts: [f64; N]) -> [f64; N] {
-    let mut out = [0.0; N];
-    comm.time(|| {
-        ctx.world
-            .all_reduce_into(&parts[..], &mut out[..], SystemOperation::sum())
-    });
-    out
-}
-
-fn local_dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// Sums `parts` over the ranks in one reduction, each correctly rounded.
+fn allreduce_sum<const N: usize>(
+    ctx: &RunContext,
+    comm: &CommTimer,
+    mut parts: [ExactSum; N],
+) -> [f64; N] {
+    comm.time(|| ExactSum::all_reduce(ctx.world, &mut parts));
+    parts.map(|s| s.value())
 }
 
 /// Solves `A x = b` from `x = 0` until `||r|| <= tol ||b||`, `max_iters`, or the wall-time
@@ -48,7 +45,7 @@ pub fn solve(
     let mut r = b.to_vec();
     let mut p = r.clone();
     let mut ap = vec![0.0; n];
-    let [bb] = allreduce_sum(ctx, comm, [local_dot(b, b)]);
+    let [bb] = allreduce_sum(ctx, comm, [ExactSum::dot(b, b)]);
     let bnorm = bb.sqrt();
     let mut rr = bb;
     let mut iterations = 0;
@@ -65,7 +62,7 @@ pub fn solve(
     }
     while stop == Stop::CycleLimit && iterations < max_iters {
         a.matvec(&p, &mut ap, &mut ghost, comm)?;
-        let [pap] = allreduce_sum(ctx, comm, [local_dot(&p, &ap)]);
+        let [pap] = allreduce_sum(ctx, comm, [ExactSum::dot(&p, &ap)]);
         if !(pap > 0.0 && pap.is_finite()) {
             // Decided on a reduced value: every rank fails here together.
             bail!(
@@ -78,8 +75,9 @@ pub fn solve(
             x[i] += alpha * p[i];
             r[i] -= alpha * ap[i];
         }
-        let expired = f64::from(u8::from(ctx.deadline.expired()));
-        let [rr_new, any_expired] = allreduce_sum(ctx, comm, [local_dot(&r, &r), expired]);
+        let mut expired = ExactSum::default();
+        expired.add(f64::from(u8::from(ctx.deadline.expired())));
+        let [rr_new, any_expired] = allreduce_sum(ctx, comm, [ExactSum::dot(&r, &r), expired]);
         iterations += 1;
         ctx.progress(iterations, || {
             format!("relative_residual={:.6e}", rel(rr_new))
