@@ -102,23 +102,28 @@ pub fn write_history<C: Communicator>(
     for v in &vars {
         for c in 0..v.ncomp {
             let slot = v.slot + c;
-            // Every interior cell of every block: an unallocated block counts as holding its
+            let total = &mut totals[slot];
+            let allocated = |b: usize| snap.allocated[b * nvars + v.index];
+            let dv = |b: usize| snap.mesh.cell_volume(snap.gids[b]).unwrap_or(0.0);
+            // Every interior cell of every block; an unallocated block counts as holding its
             // default value.
-            let terms = snap.gids.iter().enumerate().flat_map(|(b, &gid)| {
-                let dv = snap.mesh.cell_volume(gid).unwrap_or(0.0);
-                let block = snap.block(b);
-                let allocated = snap.allocated[b * nvars + v.index];
-                (0..nz).flat_map(move |k| {
-                    (0..ny).flat_map(move |j| {
+            for b in (0..snap.gids.len()).filter(|&b| !allocated(b)) {
+                total.extend(std::iter::repeat_n(v.default * dv(b), nx * ny * nz));
+            }
+            let rows = (0..snap.gids.len())
+                .filter(|&b| allocated(b))
+                .flat_map(|b| {
+                    let block = snap.block(b);
+                    let dv = dv(b);
+                    (0..nz * ny).flat_map(move |row| {
+                        let [j, k] = [row % ny, row / ny];
                         let i0 = snap
                             .layout
                             .index_in_block(slot, [off(0), j + off(1), k + off(2)]);
-                        let u = move |i: usize| if allocated { block[i] } else { v.default };
-                        (i0..i0 + nx).map(move |i| u(i) * dv)
+                        block[i0..i0 + nx].iter().map(move |u| u * dv)
                     })
-                })
-            });
-            totals[slot].extend(terms);
+                });
+            total.extend(rows);
         }
     }
     ExactSum::all_reduce(comm, &mut totals);

@@ -6,8 +6,8 @@
 //! `x_i = 1 + (i mod 7)/8` the run computes `y = A x` and `z = A^T x`, checks both against
 //! the serial products on rank 0 (`spmv/check`), and with `spmv/solver: cg` solves
 //! `A u = y`, whose exact solution is `x`. Results go to `<problem_id>-spmv.dat`: `y` is the
-//! same bit for bit on any number of ranks (rows are summed in column order); CG's numbers
-//! depend on the order of the dot-product sums, so they agree only to rounding.
+//! same bit for bit on any number of ranks (rows are summed in column order), and so is CG:
+//! its dot products are exact sums reduced over the ranks ([`starhalo_sf::ExactSum`]).
 
 mod cg;
 mod dist;
