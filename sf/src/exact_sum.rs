@@ -23,6 +23,7 @@ const WORDS: usize = DIGITS + 3;
 const TERMS_BEFORE_CARRY: u32 = 1 << 30;
 /// Mantissas (below 2^53) summed in a `u64` bin before it must be emptied.
 const BATCH: usize = 1 << 11;
+const _: () = assert!((BATCH as u128) * ((1 << 53) - 1) <= u64::MAX as u128);
 
 /// An exact sum of `f64` terms; see the module documentation.
 ///
@@ -34,7 +35,7 @@ const BATCH: usize = 1 << 11;
 /// }
 /// assert_eq!(s.value(), 1.0); // a sum in `f64` gives 0.0 in this order
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ExactSum {
     /// Word `k < DIGITS` weighs 2^(32k - 1074); after [`Self::carry`] all digits but the
     /// last lie in [0, 2^32) and the last holds the sign.

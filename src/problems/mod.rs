@@ -11,6 +11,7 @@
 
 pub mod advection;
 pub mod heat2d;
+pub mod poisson;
 pub mod spmv;
 
 use crate::deck::Deck;
@@ -47,7 +48,7 @@ pub struct ProblemInfo {
 }
 
 /// Every problem the driver knows.
-pub const PROBLEMS: &[ProblemInfo] = &[heat2d::INFO, spmv::INFO, advection::INFO];
+pub const PROBLEMS: &[ProblemInfo] = &[heat2d::INFO, spmv::INFO, advection::INFO, poisson::INFO];
 
 /// The problem called `name`.
 pub fn find(name: &str) -> Option<&'static ProblemInfo> {

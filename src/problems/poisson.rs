@@ -1,0 +1,544 @@
+//! `poisson`: Poisson's equation `∇²u = f` on a periodic box by geometric multigrid, every
+//! level's ghosts, restrictions and prolongations moved by the boundary crate's multigrid
+//! exchange ([`GmgExchange`]).
+//!
+//! The right-hand side is that of a known solution, `u = Π_d sin(2π k_d (x_d - xmin_d) / L_d)`
+//! over the active directions (wave numbers `poisson/kx, ky, kz`), so
+//! `f = -Σ_d (2π k_d / L_d)² u`. The mesh is uniform and periodic; its multigrid hierarchy
+//! runs from the leaf blocks down to the root blocks halved as far as the ghosts allow
+//! (`starhalo_mesh::multigrid`), so keep the root grid small: its coarsest level is relaxed,
+//! not solved exactly.
+//!
+//! A V-cycle, level by level from the finest: `pre_smooth` weighted-Jacobi sweeps (`omega`),
+//! the residual restricted (volume average) into the next level's right-hand side, whose
+//! correction starts at zero; on the coarsest level `coarse_sweeps` sweeps; back up, the
+//! coarse correction prolongated (limited linear) and added, then `post_smooth` sweeps. The
+//! solve stops when `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters`
+//! V-cycles. With periodic boundaries `u` is fixed up to a constant: the error against the
+//! exact solution is taken after removing the mean.
+//!
+//! Norms and the mean are exact sums ([`ExactSum`]) and every cell's arithmetic is the same on
+//! any number of ranks, so the whole solve is the same bits on any number of ranks.
+
+use super::{Problem, ProblemInfo};
+use crate::deck::Deck;
+use crate::exit::bad_input;
+use crate::run::collective::max_f64;
+use crate::run::stats::{CommTimer, Stop, Summary};
+use crate::run::RunContext;
+use anyhow::{Context as _, Result};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_boundary::{ExchangeOptions, GmgData, GmgExchange};
+use starhalo_mesh::field::{Centering, Fields, Metadata};
+use starhalo_mesh::multigrid::GmgLevel;
+use starhalo_mesh::{BoundaryCondition, Mesh};
+use starhalo_sf::ExactSum;
+use std::fmt::Write as _;
+
+const BLOCK: &str = "poisson";
+const MESH: &str = "parthenon/mesh";
+
+/// The driver's entry for this problem.
+pub const INFO: ProblemInfo = ProblemInfo {
+    name: "poisson",
+    block: BLOCK,
+    restarts: false,
+    setup,
+};
+
+struct Poisson {
+    mesh: Mesh,
+    /// Wave numbers of the exact solution per direction (0 along inactive ones).
+    k: [f64; 3],
+    tol: f64,
+    max_iters: u64,
+    pre_smooth: usize,
+    post_smooth: usize,
+    coarse_sweeps: usize,
+    omega: f64,
+}
+
+fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
+    let mut config = deck.mesh_config()?;
+    let ndim = config.ndim();
+    for d in 0..ndim {
+        for (side, name) in ["ix", "ox"].iter().enumerate() {
+            if config.bc[d][side] != BoundaryCondition::Periodic {
+                return Err(deck
+                    .invalid(
+                        MESH,
+                        &format!("{name}{}_bc", d + 1),
+                        "poisson solves on a periodic box: every boundary must be periodic",
+                    )
+                    .into());
+            }
+        }
+    }
+    if config.is_multilevel() || !config.static_regions.is_empty() {
+        return Err(deck
+            .invalid(
+                MESH,
+                "refinement",
+                "poisson solves on a uniform mesh (refinement: none, no static regions)",
+            )
+            .into());
+    }
+    let mut k = [0.0; 3];
+    for (d, key) in ["kx", "ky", "kz"].iter().enumerate().take(ndim) {
+        k[d] = deck.get_usize_or(BLOCK, key, 1)? as f64;
+    }
+    if k.iter().all(|&kd| kd == 0.0) {
+        return Err(deck
+            .invalid(
+                BLOCK,
+                "kx",
+                "the exact solution would be constant: give a wave number of at least 1",
+            )
+            .into());
+    }
+    let tol = deck.get_nonneg_f64_or(BLOCK, "tol", 1e-10)?;
+    let at_least = |key: &str, default: usize, least: usize| -> Result<usize> {
+        match deck.get_usize_or(BLOCK, key, default)? {
+            n if n < least => Err(deck
+                .invalid(BLOCK, key, format!("must be at least {least}"))
+                .into()),
+            n => Ok(n),
+        }
+    };
+    let max_iters = at_least("max_iters", 30, 1)? as u64;
+    let pre_smooth = at_least("pre_smooth", 2, 0)?;
+    let post_smooth = at_least("post_smooth", 2, 0)?;
+    let coarse_sweeps = at_least("coarse_sweeps", 40, 1)?;
+    let omega = deck.get_f64_or(BLOCK, "omega", 0.8)?;
+    if !(omega > 0.0 && omega <= 1.0) {
+        return Err(deck
+            .invalid(BLOCK, "omega", "the Jacobi weight must lie in (0, 1]")
+            .into());
+    }
+    // u and the residual with their multigrid copies, f and a scratch copy per level: about
+    // six copies of one variable.
+    let budget = ctx.memory.budget(&config, 1, 6);
+    config.max_blocks = budget.max_blocks();
+    let nranks = ctx.world.size() as usize;
+    let mesh = Mesh::new(config, nranks).map_err(|e| budget.deck_error(deck, e))?;
+    Ok(Box::new(Poisson {
+        mesh,
+        k,
+        tol,
+        max_iters,
+        pre_smooth,
+        post_smooth,
+        coarse_sweeps,
+        omega,
+    }))
+}
+
+/// The cells of one level of this rank: shape, spacing and where each block sits.
+struct Grid {
+    ndim: usize,
+    /// Interior cells per block.
+    n: [usize; 3],
+    /// Ghost layers per direction (0 along inactive ones).
+    g: [usize; 3],
+    /// Block array sizes with ghosts.
+    dims: [usize; 3],
+    /// Cell widths.
+    h: [f64; 3],
+    /// First global cell index of each local block.
+    first: Vec<[usize; 3]>,
+}
+
+impl Grid {
+    fn new(mesh: &Mesh, level: &GmgLevel, gids: &[usize]) -> Self {
+        let c = mesh.config();
+        let ndim = mesh.ndim();
+        let mut grid = Grid {
+            ndim,
+            n: level.block_nx,
+            g: [0; 3],
+            dims: [1; 3],
+            h: [1.0; 3],
+            first: Vec::with_capacity(gids.len()),
+        };
+        // A uniform mesh: every block of a level has the tree level of block 0.
+        let tree_level = level.forest.loc(0).map_or(0, |l| l.level());
+        let across = level.forest.grid().extent(tree_level);
+        for (d, &blocks) in across.iter().enumerate().take(ndim) {
+            grid.g[d] = c.nghost;
+            grid.dims[d] = grid.n[d] + 2 * c.nghost;
+            grid.h[d] = (c.xmax[d] - c.xmin[d]) / (blocks as f64 * grid.n[d] as f64);
+        }
+        for &gid in gids {
+            let loc = level.forest.loc(gid).expect("a block of this level");
+            grid.first
+                .push(std::array::from_fn(|d| loc.lx_dir(d) as usize * grid.n[d]));
+        }
+        grid
+    }
+
+    fn stride(&self, d: usize) -> usize {
+        self.dims[..d].iter().product()
+    }
+
+    /// Array index of interior cell `p` of a block.
+    fn at(&self, p: [usize; 3]) -> usize {
+        (0..3).map(|d| (p[d] + self.g[d]) * self.stride(d)).sum()
+    }
+
+    fn interior(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
+        let n = self.n;
+        (0..n[2]).flat_map(move |k| (0..n[1]).flat_map(move |j| (0..n[0]).map(move |i| [i, j, k])))
+    }
+
+    fn cells(&self) -> usize {
+        self.n.iter().product()
+    }
+
+    /// `∇²u` at array index `i` (the 2nd-order central stencil).
+    fn laplacian(&self, u: &[f64], i: usize) -> f64 {
+        (0..self.ndim)
+            .map(|d| {
+                let s = self.stride(d);
+                (u[i + s] + u[i - s] - 2.0 * u[i]) / (self.h[d] * self.h[d])
+            })
+            .sum()
+    }
+
+    /// `2 Σ_d 1/h_d²`: minus the stencil's diagonal.
+    fn diagonal(&self) -> f64 {
+        (0..self.ndim).map(|d| 2.0 / (self.h[d] * self.h[d])).sum()
+    }
+}
+
+/// The storage and exchanges of the solve on one rank.
+struct Solver<'a> {
+    world: &'a SimpleCommunicator,
+    grids: Vec<Grid>,
+    /// The unknown (correction on coarse levels), with ghosts; its exchange fills and
+    /// prolongates.
+    u: GmgData,
+    u_ex: GmgExchange,
+    /// The residual; its exchange restricts it into the next level.
+    r: GmgData,
+    r_ex: GmgExchange,
+    /// The right-hand side of each level, laid out as the block arrays.
+    f: Vec<Vec<f64>>,
+    /// One level's worth of block arrays: Jacobi's new values, the pre-prolongation copy.
+    scratch: Vec<f64>,
+    comm: &'a CommTimer,
+    omega: f64,
+}
+
+impl Solver<'_> {
+    fn block_len(&self, l: usize) -> usize {
+        self.grids[l].dims.iter().product()
+    }
+
+    /// One weighted-Jacobi sweep on level `l`.
+    fn smooth(&mut self, l: usize) -> Result<()> {
+        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        let len = self.block_len(l);
+        let grid = &self.grids[l];
+        let w = self.omega / grid.diagonal();
+        let data = self.u.level_mut(l)?;
+        for b in 0..data.gids().len() {
+            let (u, f) = (data.fine(b, 0), &self.f[l][b * len..(b + 1) * len]);
+            let new = &mut self.scratch[b * len..(b + 1) * len];
+            for p in grid.interior() {
+                let i = grid.at(p);
+                new[i] = u[i] - w * (f[i] - grid.laplacian(u, i));
+            }
+            let u = data.fine_mut(b, 0);
+            for p in grid.interior() {
+                let i = grid.at(p);
+                u[i] = new[i];
+            }
+        }
+        Ok(())
+    }
+
+    /// `r = f - ∇²u` on level `l` into the residual storage; returns this rank's `Σ r²`.
+    fn residual(&mut self, l: usize) -> Result<ExactSum> {
+        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        let len = self.block_len(l);
+        let grid = &self.grids[l];
+        let (u, r) = (self.u.level(l)?, self.r.level_mut(l)?);
+        let mut rr = ExactSum::default();
+        for b in 0..u.gids().len() {
+            let (ub, f) = (u.fine(b, 0), &self.f[l][b * len..(b + 1) * len]);
+            let rb = r.fine_mut(b, 0);
+            rr.extend(grid.interior().map(|p| {
+                let i = grid.at(p);
+                rb[i] = f[i] - grid.laplacian(ub, i);
+                rb[i] * rb[i]
+            }));
+        }
+        Ok(rr)
+    }
+
+    /// One V-cycle from level `l` down.
+    fn v_cycle(&mut self, l: usize, pre: usize, post: usize, coarse: usize) -> Result<()> {
+        let coarsest = l + 1 == self.grids.len();
+        for _ in 0..if coarsest { coarse } else { pre } {
+            self.smooth(l)?;
+        }
+        if coarsest {
+            return Ok(());
+        }
+        self.residual(l)?;
+        self.comm.time(|| self.r_ex.restrict(l, &mut self.r))?;
+        // The coarse right-hand side is the restricted residual; its correction starts at 0.
+        let len = self.block_len(l + 1);
+        let (r, u) = (self.r.level(l + 1)?, self.u.level_mut(l + 1)?);
+        for b in 0..r.gids().len() {
+            self.f[l + 1][b * len..(b + 1) * len].copy_from_slice(r.fine(b, 0));
+            u.fine_mut(b, 0).fill(0.0);
+        }
+        self.v_cycle(l + 1, pre, post, coarse)?;
+        // u += P e: keep u, let the prolongation overwrite the interior, add u back.
+        let len = self.block_len(l);
+        let u = self.u.level(l)?;
+        for b in 0..u.gids().len() {
+            self.scratch[b * len..(b + 1) * len].copy_from_slice(u.fine(b, 0));
+        }
+        self.comm.time(|| -> Result<()> {
+            self.u_ex.fill(l + 1, &mut self.u)?;
+            Ok(self.u_ex.prolongate(l, &mut self.u)?)
+        })?;
+        let grid = &self.grids[l];
+        let u = self.u.level_mut(l)?;
+        for b in 0..u.gids().len() {
+            let (ub, kept) = (u.fine_mut(b, 0), &self.scratch[b * len..(b + 1) * len]);
+            for p in grid.interior() {
+                let i = grid.at(p);
+                ub[i] += kept[i];
+            }
+        }
+        for _ in 0..post {
+            self.smooth(l)?;
+        }
+        Ok(())
+    }
+
+    /// The 2-norm of the finest level's residual over all ranks, and whether any rank's
+    /// wall time ran out (in the same reduction, so that every rank stops together).
+    fn residual_norm(&mut self, deadline_passed: bool) -> Result<(f64, bool)> {
+        let mut expired = ExactSum::default();
+        expired.add(f64::from(u8::from(deadline_passed)));
+        let mut sums = [self.residual(0)?, expired];
+        self.comm
+            .time(|| ExactSum::all_reduce(self.world, &mut sums));
+        Ok((sums[0].value().sqrt(), sums[1].value() > 0.0))
+    }
+}
+
+impl Poisson {
+    /// The exact solution at `x`.
+    fn exact(&self, x: [f64; 3]) -> f64 {
+        let c = self.mesh.config();
+        (0..self.mesh.ndim())
+            .map(|d| {
+                let w = std::f64::consts::TAU * self.k[d] / (c.xmax[d] - c.xmin[d]);
+                (w * (x[d] - c.xmin[d])).sin()
+            })
+            .product()
+    }
+
+    /// `-Σ_d (2π k_d / L_d)²`: the exact solution's `∇²u / u`.
+    fn eigenvalue(&self) -> f64 {
+        let c = self.mesh.config();
+        -(0..self.mesh.ndim())
+            .map(|d| (std::f64::consts::TAU * self.k[d] / (c.xmax[d] - c.xmin[d])).powi(2))
+            .sum::<f64>()
+    }
+
+    fn center(&self, grid: &Grid, b: usize, p: [usize; 3]) -> [f64; 3] {
+        let c = self.mesh.config();
+        std::array::from_fn(|d| {
+            if d < grid.ndim {
+                c.xmin[d] + ((grid.first[b][d] + p[d]) as f64 + 0.5) * grid.h[d]
+            } else {
+                0.0
+            }
+        })
+    }
+}
+
+impl Problem for Poisson {
+    fn run(&mut self, ctx: &RunContext) -> Result<Summary> {
+        let world = ctx.world;
+        let rank = world.rank() as usize;
+        let mut fields = Fields::default();
+        fields
+            .add("u", Metadata::new(Centering::Cell).fill_ghost())
+            .map_err(|e| bad_input!("{e}"))?;
+        let mut rfields = Fields::default();
+        rfields
+            .add("r", Metadata::new(Centering::Cell).fill_ghost())
+            .map_err(|e| bad_input!("{e}"))?;
+        let storage =
+            |f: &Fields| GmgData::new(&self.mesh, f, rank).map_err(crate::exit::storage_error);
+        let (u, r) = (storage(&fields)?, storage(&rfields)?);
+        let opts = ExchangeOptions {
+            split: false,
+            ..ExchangeOptions::default()
+        };
+        let exchange = |d: &GmgData| {
+            GmgExchange::new(world, &self.mesh, d, opts).context("poisson: multigrid exchange")
+        };
+        let (u_ex, r_ex) = (exchange(&u)?, exchange(&r)?);
+        let levels = u.multigrid().levels();
+        let grids: Vec<Grid> = (0..levels.len())
+            .map(|l| Ok(Grid::new(&self.mesh, &levels[l], u.level(l)?.gids())))
+            .collect::<Result<_>>()?;
+        let nlevels = grids.len();
+        let f: Vec<Vec<f64>> = (0..nlevels)
+            .map(|l| Ok(vec![0.0; u.level(l)?.data().len()]))
+            .collect::<Result<_>>()?;
+        let scratch = vec![0.0; f[0].len()];
+        let comm = CommTimer::default();
+        let mut s = Solver {
+            world,
+            grids,
+            u,
+            u_ex,
+            r,
+            r_ex,
+            f,
+            scratch,
+            comm: &comm,
+            omega: self.omega,
+        };
+
+        // f on the finest level, and its norm.
+        let lambda = self.eigenvalue();
+        let len = s.block_len(0);
+        let mut ff = [ExactSum::default()];
+        for b in 0..s.grids[0].first.len() {
+            let fb = &mut s.f[0][b * len..(b + 1) * len];
+            let grid = &s.grids[0];
+            ff[0].extend(grid.interior().map(|p| {
+                let i = grid.at(p);
+                fb[i] = lambda * self.exact(self.center(grid, b, p));
+                fb[i] * fb[i]
+            }));
+        }
+        comm.time(|| ExactSum::all_reduce(world, &mut ff));
+        let fnorm = ff[0].value().sqrt();
+
+        let rel = |r: f64| if fnorm > 0.0 { r / fnorm } else { r };
+        let (r0, _) = s.residual_norm(false)?;
+        let mut residuals = vec![rel(r0)];
+        let mut stop = if residuals[0] <= self.tol {
+            Stop::Converged
+        } else {
+            Stop::CycleLimit
+        };
+        let mut cycles = 0;
+        while stop == Stop::CycleLimit && cycles < self.max_iters {
+            s.v_cycle(0, self.pre_smooth, self.post_smooth, self.coarse_sweeps)?;
+            cycles += 1;
+            let (r, expired) = s.residual_norm(ctx.deadline.expired())?;
+            let r = rel(r);
+            residuals.push(r);
+            ctx.progress(cycles, || format!("relative_residual={r:.6e}"));
+            // Decided on reduced values: every rank takes the same branch.
+            if !r.is_finite() {
+                anyhow::bail!(
+                    "poisson: the residual is {r} after V-cycle {cycles}: the iteration diverged (lower poisson/omega)"
+                );
+            } else if r <= self.tol {
+                stop = Stop::Converged;
+            } else if expired {
+                stop = Stop::WallTime;
+            }
+        }
+
+        // The error against the exact solution, less the mean (u is fixed up to a constant).
+        let grid = &s.grids[0];
+        let data = s.u.level(0)?;
+        let c = self.mesh.config();
+        let volume: f64 = (0..grid.ndim).map(|d| c.xmax[d] - c.xmin[d]).product();
+        let cell: f64 = grid.h[..grid.ndim].iter().product();
+        let mut sum = [ExactSum::default()];
+        for b in 0..data.gids().len() {
+            let ub = data.fine(b, 0);
+            sum[0].extend(grid.interior().map(|p| ub[grid.at(p)] * cell));
+        }
+        comm.time(|| ExactSum::all_reduce(world, &mut sum));
+        let mean = sum[0].value() / volume;
+        let mut err = 0.0f64;
+        for b in 0..data.gids().len() {
+            let ub = data.fine(b, 0);
+            for p in grid.interior() {
+                let e = (ub[grid.at(p)] - mean - self.exact(self.center(grid, b, p))).abs();
+                err = err.max(if e.is_nan() { f64::INFINITY } else { e });
+            }
+        }
+        let max_error = max_f64(world, err);
+        let last = *residuals.last().unwrap_or(&f64::INFINITY);
+        let cells = (self.mesh.forest().len() * grid.cells()) as f64;
+        if ctx.is_root() {
+            outln!(
+                "poisson: {nlevels} levels, {cycles} V-cycles, relative residual {last:.6e}, max error vs exact {max_error:.6e}"
+            );
+            if stop == Stop::CycleLimit {
+                tracing::warn!(
+                    "poisson: relative residual {last:.3e} above tol {:.3e} after max_iters {}",
+                    self.tol,
+                    self.max_iters
+                );
+            }
+            let path = ctx.out_file("poisson.dat");
+            let text = self.result_text(nlevels, cycles, stop, &residuals, max_error);
+            crate::output::write_atomically(&path, |w| w.write_all(text.as_bytes()))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(Summary {
+            cycles,
+            work: cycles as f64 * cells,
+            work_unit: "cell-V-cycles",
+            comm: comm.total(),
+            stop,
+        })
+    }
+}
+
+impl Poisson {
+    /// The result file: settings, outcome and the residual after each V-cycle.
+    fn result_text(
+        &self,
+        nlevels: usize,
+        cycles: u64,
+        stop: Stop,
+        residuals: &[f64],
+        max_error: f64,
+    ) -> String {
+        let c = self.mesh.config();
+        let mut s = String::new();
+        let _ = writeln!(s, "# poisson: multigrid V-cycles on a periodic box");
+        let _ = writeln!(
+            s,
+            "nx {} {} {}\nblock_nx {} {} {}\nlevels {nlevels}",
+            c.nx[0], c.nx[1], c.nx[2], c.block_nx[0], c.block_nx[1], c.block_nx[2]
+        );
+        let stop = match stop {
+            Stop::Converged => "converged",
+            Stop::CycleLimit => "max_iters",
+            Stop::WallTime => "wall_time",
+        };
+        let last = residuals.last().copied().unwrap_or(f64::INFINITY);
+        let _ = writeln!(
+            s,
+            "v_cycles {cycles}\nstop {stop}\nrelative_residual {last:e}\nmax_error {max_error:e}"
+        );
+        let _ = writeln!(
+            s,
+            "# relative residual before the first V-cycle and after each"
+        );
+        for r in residuals {
+            let _ = writeln!(s, "{r:e}");
+        }
+        s
+    }
+}
