@@ -10,7 +10,7 @@
 //!
 //! Many terms go faster through [`Extend`] than through [`ExactSum::add`] one by one: it first adds the mantissas of each sign and exponent as integers, as Neal's large
 //! superaccumulator does ("Fast exact summation using small and large superaccumulators",
-//! 2015), and moves those partial sums into the digits every [`BATCH`] terms.
+//! 2015), and moves those partial sums into the digits every 2048 terms.
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 
@@ -178,7 +178,7 @@ impl ExactSum {
 
 impl Extend<f64> for ExactSum {
     /// Adds every term, as [`ExactSum::add`] would, faster: mantissas are first summed per
-    /// sign and exponent in `u64` bins (at most [`BATCH`] to a bin), and only the bins a
+    /// sign and exponent in `u64` bins (at most 2048 to a bin), and only the bins a
     /// batch touched are moved into the digits.
     fn extend<I: IntoIterator<Item = f64>>(&mut self, terms: I) {
         let mut bins = [0u64; 1 << 12];
