@@ -1123,4 +1123,30 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("poisson solves on a"), "{}", stderr(&o));
     }
+    // A wave the grid cannot resolve, a vanishing solution, no smoothing, a box too large.
+    for (bad, key) in [
+        (["poisson/kx=16", "poisson/ky=2"], "poisson/kx"),
+        (["poisson/ky=0", "poisson/kx=1"], "poisson/ky"),
+        (
+            ["poisson/post_smooth=0", "poisson/pre_smooth=0"],
+            "poisson/pre_smooth",
+        ),
+        (
+            ["parthenon/mesh/x2max=1e200", "poisson/tol=0"],
+            "parthenon/mesh/x2max",
+        ),
+    ] {
+        let o = run(
+            1,
+            &[
+                &deck,
+                "-d",
+                dir.join("bad").to_str().unwrap(),
+                bad[0],
+                bad[1],
+            ],
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(key), "{key}: {}", stderr(&o));
+    }
 }

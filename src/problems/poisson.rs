@@ -14,8 +14,15 @@
 //! correction starts at zero; on the coarsest level `coarse_sweeps` sweeps; back up, the
 //! coarse correction prolongated (limited linear) and added, then `post_smooth` sweeps. The
 //! solve stops when `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters`
-//! V-cycles. With periodic boundaries `u` is fixed up to a constant: the error against the
+//! V-cycles; a residual above where it started stops the run (exit 1). Point-Jacobi smoothing
+//! wants cells close to square: at an aspect ratio of 2 the V-cycles slow down, at 4 they
+//! diverge. With periodic boundaries `u` is fixed up to a constant: the error against the
 //! exact solution is taken after removing the mean.
+//!
+//! Every wave number must be at least 1 and below half the cells across, sweeps per level
+//! are bounded (100 before and after, 10,000 on the coarsest) since the wall-time limit is
+//! checked between V-cycles, and the box's scales must keep the squares of the residual
+//! normal numbers.
 //!
 //! Norms and the mean are exact sums ([`ExactSum`]) and every cell's arithmetic is the same on
 //! any number of ranks, so the whole solve is the same bits on any number of ranks.
@@ -85,16 +92,36 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }
     let mut k = [0.0; 3];
     for (d, key) in ["kx", "ky", "kz"].iter().enumerate().take(ndim) {
-        k[d] = deck.get_usize_or(BLOCK, key, 1)? as f64;
-    }
-    if k.iter().all(|&kd| kd == 0.0) {
-        return Err(deck
-            .invalid(
-                BLOCK,
-                "kx",
-                "the exact solution would be constant: give a wave number of at least 1",
-            )
-            .into());
+        let kd = deck.get_usize_or(BLOCK, key, 1)?;
+        // A zero factor makes the solution vanish; the grid must resolve the wave.
+        if kd == 0 || kd.saturating_mul(2) >= config.nx[d] {
+            return Err(deck
+                .invalid(
+                    BLOCK,
+                    key,
+                    format!(
+                        "the wave number must be at least 1 and below half the {} cells across",
+                        config.nx[d]
+                    ),
+                )
+                .into());
+        }
+        k[d] = kd as f64;
+        // The exact solution's -(2 pi k / L)^2 per direction and the stencil's 1/h^2 must be
+        // normal numbers, with room for the residual's squares.
+        let width = config.xmax[d] - config.xmin[d];
+        let wave = (std::f64::consts::TAU * k[d] / width).powi(2);
+        let stencil = (config.nx[d] as f64 / width).powi(2);
+        if !(1e-100..=1e100).contains(&wave) || !(1e-100..=1e100).contains(&stencil) {
+            let key = format!("x{}max", d + 1);
+            return Err(deck
+                .invalid(
+                    MESH,
+                    &key,
+                    format!("a box {width:e} wide is beyond the scales poisson solves at"),
+                )
+                .into());
+        }
     }
     let tol = deck.get_nonneg_f64_or(BLOCK, "tol", 1e-10)?;
     let at_least = |key: &str, default: usize, least: usize| -> Result<usize> {
@@ -106,9 +133,27 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     };
     let max_iters = at_least("max_iters", 30, 1)? as u64;
-    let pre_smooth = at_least("pre_smooth", 2, 0)?;
-    let post_smooth = at_least("post_smooth", 2, 0)?;
-    let coarse_sweeps = at_least("coarse_sweeps", 40, 1)?;
+    // Sweeps run between wall-time checks: bounded, so that -t can stop the run.
+    let at_most = |key: &str, n: usize, most: usize| -> Result<usize> {
+        match n {
+            n if n > most => Err(deck
+                .invalid(BLOCK, key, format!("must be at most {most}"))
+                .into()),
+            n => Ok(n),
+        }
+    };
+    let pre_smooth = at_most("pre_smooth", at_least("pre_smooth", 2, 0)?, 100)?;
+    let post_smooth = at_most("post_smooth", at_least("post_smooth", 2, 0)?, 100)?;
+    if pre_smooth + post_smooth == 0 {
+        return Err(deck
+            .invalid(
+                BLOCK,
+                "pre_smooth",
+                "V-cycles need a smoothing sweep: pre_smooth and post_smooth are both 0",
+            )
+            .into());
+    }
+    let coarse_sweeps = at_most("coarse_sweeps", at_least("coarse_sweeps", 40, 1)?, 10_000)?;
     let omega = deck.get_f64_or(BLOCK, "omega", 0.8)?;
     if !(omega > 0.0 && omega <= 1.0) {
         return Err(deck
@@ -227,6 +272,9 @@ struct Solver<'a> {
     scratch: Vec<f64>,
     comm: &'a CommTimer,
     omega: f64,
+    /// Residuals are squared after this scaling (one over the size of `f`), so that their
+    /// squares neither underflow nor overflow.
+    scale: f64,
 }
 
 impl Solver<'_> {
@@ -257,7 +305,7 @@ impl Solver<'_> {
         Ok(())
     }
 
-    /// `r = f - ∇²u` on level `l` into the residual storage; returns this rank's `Σ r²`.
+    /// `r = f - ∇²u` on level `l` into the residual storage; returns this rank's `Σ (r scale)²`.
     fn residual(&mut self, l: usize) -> Result<ExactSum> {
         self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
         let len = self.block_len(l);
@@ -270,7 +318,7 @@ impl Solver<'_> {
             rr.extend(grid.interior().map(|p| {
                 let i = grid.at(p);
                 rb[i] = f[i] - grid.laplacian(ub, i);
-                rb[i] * rb[i]
+                (rb[i] * self.scale).powi(2)
             }));
         }
         Ok(rr)
@@ -408,6 +456,7 @@ impl Problem for Poisson {
             scratch,
             comm: &comm,
             omega: self.omega,
+            scale: 1.0 / self.eigenvalue().abs(),
         };
 
         // f on the finest level, and its norm.
@@ -420,7 +469,7 @@ impl Problem for Poisson {
             ff[0].extend(grid.interior().map(|p| {
                 let i = grid.at(p);
                 fb[i] = lambda * self.exact(self.center(grid, b, p));
-                fb[i] * fb[i]
+                (fb[i] / lambda).powi(2)
             }));
         }
         comm.time(|| ExactSum::all_reduce(world, &mut ff));
@@ -443,9 +492,10 @@ impl Problem for Poisson {
             residuals.push(r);
             ctx.progress(cycles, || format!("relative_residual={r:.6e}"));
             // Decided on reduced values: every rank takes the same branch.
-            if !r.is_finite() {
+            if r.is_nan() || r > 1.0 {
                 anyhow::bail!(
-                    "poisson: the residual is {r} after V-cycle {cycles}: the iteration diverged (lower poisson/omega)"
+                    "poisson: the V-cycles diverge: relative residual {r:e} after V-cycle {cycles}, above where it started (cell widths {:?}: multigrid with point-Jacobi smoothing needs cells close to square)",
+                    &s.grids[0].h[..s.grids[0].ndim]
                 );
             } else if r <= self.tol {
                 stop = Stop::Converged;
