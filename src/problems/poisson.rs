@@ -460,7 +460,7 @@ impl Problem for Poisson {
         };
 
         // f on the finest level, and its norm.
-        let lambda = self.eigenvalue();
+        let (lambda, scale) = (self.eigenvalue(), s.scale);
         let len = s.block_len(0);
         let mut ff = [ExactSum::default()];
         for b in 0..s.grids[0].first.len() {
@@ -469,7 +469,7 @@ impl Problem for Poisson {
             ff[0].extend(grid.interior().map(|p| {
                 let i = grid.at(p);
                 fb[i] = lambda * self.exact(self.center(grid, b, p));
-                (fb[i] / lambda).powi(2)
+                (fb[i] * scale).powi(2)
             }));
         }
         comm.time(|| ExactSum::all_reduce(world, &mut ff));
