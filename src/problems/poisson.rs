@@ -6,22 +6,24 @@
 //! over the active directions (wave numbers `poisson/kx, ky, kz`), so
 //! `f = -Σ_d (2π k_d / L_d)² u`. The mesh is uniform and periodic; its multigrid hierarchy
 //! runs from the leaf blocks down to the root blocks halved as far as the ghosts allow
-//! (`starhalo_mesh::multigrid`), so keep the root grid small: its coarsest level is relaxed,
-//! not solved exactly.
+//! (`starhalo_mesh::multigrid`). Its coarsest level is solved by conjugate gradients, which
+//! keeps the number of V-cycles independent of the resolution; their iterations grow with the
+//! root grid's cells across, so keep the root grid small.
 //!
 //! A V-cycle, level by level from the finest: `pre_smooth` weighted-Jacobi sweeps (`omega`),
 //! the residual restricted (volume average) into the next level's right-hand side, whose
-//! correction starts at zero; on the coarsest level `coarse_sweeps` sweeps; back up, the
-//! coarse correction prolongated (limited linear) and added, then `post_smooth` sweeps. The
+//! correction starts at zero; on the coarsest level conjugate gradients until its residual
+//! falls by `coarse_tol` (at most `coarse_iters` iterations); back up, the coarse correction
+//! prolongated (linear) and added, then `post_smooth` sweeps. The
 //! solve stops when `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters`
 //! V-cycles; a residual above where it started stops the run (exit 1). Point-Jacobi smoothing
 //! wants cells close to square: at an aspect ratio of 2 the V-cycles slow down, at 4 they
 //! diverge. With periodic boundaries `u` is fixed up to a constant: the error against the
 //! exact solution is taken after removing the mean.
 //!
-//! Every wave number must be at least 1 and below half the cells across, sweeps per level
-//! are bounded (100 before and after, 10,000 on the coarsest) since the wall-time limit is
-//! checked between V-cycles, and the box's scales must keep the squares of the residual
+//! Every wave number must be at least 1 and below half the cells across, sweeps and
+//! iterations per level are bounded (100 sweeps before and after, 10,000 iterations on the
+//! coarsest) since the wall-time limit is checked between V-cycles, and the box's scales must keep the squares of the residual
 //! normal numbers.
 //!
 //! Norms and the mean are exact sums ([`ExactSum`]) and every cell's arithmetic is the same on
@@ -62,7 +64,8 @@ struct Poisson {
     max_iters: u64,
     pre_smooth: usize,
     post_smooth: usize,
-    coarse_sweeps: usize,
+    coarse_tol: f64,
+    coarse_iters: usize,
     omega: f64,
 }
 
@@ -153,7 +156,13 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             )
             .into());
     }
-    let coarse_sweeps = at_most("coarse_sweeps", at_least("coarse_sweeps", 40, 1)?, 10_000)?;
+    let coarse_tol = deck.get_nonneg_f64_or(BLOCK, "coarse_tol", 1e-6)?;
+    if !(coarse_tol > 0.0 && coarse_tol < 1.0) {
+        return Err(deck
+            .invalid(BLOCK, "coarse_tol", "must lie in (0, 1)")
+            .into());
+    }
+    let coarse_iters = at_most("coarse_iters", at_least("coarse_iters", 1000, 1)?, 10_000)?;
     let omega = deck.get_f64_or(BLOCK, "omega", 0.8)?;
     if !(omega > 0.0 && omega <= 1.0) {
         return Err(deck
@@ -173,7 +182,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         max_iters,
         pre_smooth,
         post_smooth,
-        coarse_sweeps,
+        coarse_tol,
+        coarse_iters,
         omega,
     }))
 }
@@ -270,6 +280,13 @@ struct Solver<'a> {
     f: Vec<Vec<f64>>,
     /// One level's worth of block arrays: Jacobi's new values, the pre-prolongation copy.
     scratch: Vec<f64>,
+    /// The coarsest level's conjugate-gradient vectors: solution, residual, `-∇²p` (the
+    /// search direction `p` lives in `u`, whose exchange fills its ghosts).
+    cg: [Vec<f64>; 3],
+    coarse_tol: f64,
+    coarse_iters: usize,
+    /// Conjugate-gradient iterations on the coarsest level, over the whole solve.
+    coarse_total: u64,
     comm: &'a CommTimer,
     omega: f64,
     /// Residuals are squared after this scaling (one over the size of `f`), so that their
@@ -322,14 +339,113 @@ impl Solver<'_> {
         Ok(())
     }
 
-    /// One V-cycle from level `l` down.
-    fn v_cycle(&mut self, l: usize, pre: usize, post: usize, coarse: usize) -> Result<()> {
-        let coarsest = l + 1 == self.grids.len();
-        for _ in 0..if coarsest { coarse } else { pre } {
-            self.smooth(l)?;
+    /// Solves the coarsest level's `∇²u = f` by conjugate gradients on `-∇²`, from the `u`
+    /// it holds (zero below the finest level), until the residual falls by `coarse_tol` or after `coarse_iters` iterations. On a
+    /// periodic box `-∇²` is singular with the constants as its null space; CG stays in their
+    /// complement once `f` loses its mean (zero but for rounding after restriction). Dot
+    /// products are exact sums over scaled values, so every rank count gives the same bits.
+    fn coarse_solve(&mut self) -> Result<()> {
+        let l = self.grids.len() - 1;
+        let (len, scale) = (self.block_len(l), self.scale);
+        let grid = &self.grids[l];
+        let [x, r, q] = &mut self.cg;
+        let f = &self.f[l];
+        let blocks = f.len() / len;
+        let mut sums = [ExactSum::default(), ExactSum::default()];
+        for b in 0..blocks {
+            let fb = &f[b * len..(b + 1) * len];
+            sums[0].extend(grid.interior().map(|p| fb[grid.at(p)]));
+            sums[1].extend(grid.interior().map(|_| 1.0));
         }
-        if coarsest {
-            return Ok(());
+        self.comm
+            .time(|| ExactSum::all_reduce(self.world, &mut sums));
+        let mean = sums[0].value() / sums[1].value();
+        // x = u, r = ∇²x - (f - mean) (the residual of -∇²x = -f), p = r.
+        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        let u = self.u.level_mut(l)?;
+        for b in 0..blocks {
+            let (fb, rb) = (&f[b * len..(b + 1) * len], &mut r[b * len..(b + 1) * len]);
+            let xb = &mut x[b * len..(b + 1) * len];
+            xb.copy_from_slice(u.fine(b, 0));
+            for p in grid.interior() {
+                let i = grid.at(p);
+                rb[i] = grid.laplacian(xb, i) - (fb[i] - mean);
+            }
+            let pb = u.fine_mut(b, 0);
+            for p in grid.interior() {
+                let i = grid.at(p);
+                pb[i] = rb[i];
+            }
+        }
+        let norm2 = |v: &[f64]| {
+            let mut s = ExactSum::default();
+            s.extend(grid.interior().map(|p| (v[grid.at(p)] * scale).powi(2)));
+            s
+        };
+        let mut rr = [ExactSum::default()];
+        for b in 0..blocks {
+            rr[0].merge(&norm2(&r[b * len..(b + 1) * len]));
+        }
+        self.comm.time(|| ExactSum::all_reduce(self.world, &mut rr));
+        let (rr0, mut rr) = (rr[0].value(), rr[0].value());
+        let mut iters = 0;
+        while rr > self.coarse_tol * self.coarse_tol * rr0 && iters < self.coarse_iters {
+            self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+            let u = self.u.level(l)?;
+            let mut pq = [ExactSum::default()];
+            for b in 0..blocks {
+                let (pb, qb) = (u.fine(b, 0), &mut q[b * len..(b + 1) * len]);
+                pq[0].extend(grid.interior().map(|p| {
+                    let i = grid.at(p);
+                    qb[i] = -grid.laplacian(pb, i);
+                    (pb[i] * scale) * (qb[i] * scale)
+                }));
+            }
+            self.comm.time(|| ExactSum::all_reduce(self.world, &mut pq));
+            let alpha = rr / pq[0].value();
+            let mut next = [ExactSum::default()];
+            for b in 0..blocks {
+                let (xb, rb) = (
+                    &mut x[b * len..(b + 1) * len],
+                    &mut r[b * len..(b + 1) * len],
+                );
+                let (pb, qb) = (u.fine(b, 0), &q[b * len..(b + 1) * len]);
+                for p in grid.interior() {
+                    let i = grid.at(p);
+                    xb[i] += alpha * pb[i];
+                    rb[i] -= alpha * qb[i];
+                }
+                next[0].merge(&norm2(rb));
+            }
+            self.comm
+                .time(|| ExactSum::all_reduce(self.world, &mut next));
+            let beta = next[0].value() / rr;
+            rr = next[0].value();
+            let u = self.u.level_mut(l)?;
+            for b in 0..blocks {
+                let (pb, rb) = (u.fine_mut(b, 0), &r[b * len..(b + 1) * len]);
+                for p in grid.interior() {
+                    let i = grid.at(p);
+                    pb[i] = rb[i] + beta * pb[i];
+                }
+            }
+            iters += 1;
+        }
+        self.coarse_total += iters as u64;
+        let u = self.u.level_mut(l)?;
+        for b in 0..blocks {
+            u.fine_mut(b, 0).copy_from_slice(&x[b * len..(b + 1) * len]);
+        }
+        Ok(())
+    }
+
+    /// One V-cycle from level `l` down.
+    fn v_cycle(&mut self, l: usize, pre: usize, post: usize) -> Result<()> {
+        if l + 1 == self.grids.len() {
+            return self.coarse_solve();
+        }
+        for _ in 0..pre {
+            self.smooth(l)?;
         }
         self.residual(l)?;
         self.comm.time(|| self.r_ex.restrict(l, &mut self.r))?;
@@ -340,7 +456,7 @@ impl Solver<'_> {
             self.f[l + 1][b * len..(b + 1) * len].copy_from_slice(r.fine(b, 0));
             u.fine_mut(b, 0).fill(0.0);
         }
-        self.v_cycle(l + 1, pre, post, coarse)?;
+        self.v_cycle(l + 1, pre, post)?;
         // u += P e: keep u, let the prolongation overwrite the interior, add u back.
         let len = self.block_len(l);
         let u = self.u.level(l)?;
@@ -447,6 +563,7 @@ impl Problem for Poisson {
             .map(|l| Ok(vec![0.0; u.level(l)?.data().len()]))
             .collect::<Result<_>>()?;
         let scratch = vec![0.0; f[0].len()];
+        let cg = std::array::from_fn(|_| vec![0.0; f[nlevels - 1].len()]);
         let comm = CommTimer::default();
         let mut s = Solver {
             world,
@@ -457,6 +574,10 @@ impl Problem for Poisson {
             r_ex,
             f,
             scratch,
+            cg,
+            coarse_tol: self.coarse_tol,
+            coarse_iters: self.coarse_iters,
+            coarse_total: 0,
             comm: &comm,
             omega: self.omega,
             scale: 1.0 / self.eigenvalue().abs(),
@@ -488,7 +609,7 @@ impl Problem for Poisson {
         };
         let mut cycles = 0;
         while stop == Stop::CycleLimit && cycles < self.max_iters {
-            s.v_cycle(0, self.pre_smooth, self.post_smooth, self.coarse_sweeps)?;
+            s.v_cycle(0, self.pre_smooth, self.post_smooth)?;
             cycles += 1;
             let (r, expired) = s.residual_norm(ctx.deadline.expired())?;
             let r = rel(r);
@@ -543,7 +664,8 @@ impl Problem for Poisson {
                 );
             }
             let path = ctx.out_file("poisson.dat");
-            let text = self.result_text(nlevels, cycles, stop, &residuals, max_error);
+            let text =
+                self.result_text(nlevels, cycles, s.coarse_total, stop, &residuals, max_error);
             crate::output::write_atomically(&path, |w| w.write_all(text.as_bytes()))
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
@@ -563,6 +685,7 @@ impl Poisson {
         &self,
         nlevels: usize,
         cycles: u64,
+        coarse_iterations: u64,
         stop: Stop,
         residuals: &[f64],
         max_error: f64,
@@ -583,7 +706,7 @@ impl Poisson {
         let last = residuals.last().copied().unwrap_or(f64::INFINITY);
         let _ = writeln!(
             s,
-            "v_cycles {cycles}\nstop {stop}\nrelative_residual {last:e}\nmax_error {max_error:e}"
+            "v_cycles {cycles}\ncoarse_cg_iterations {coarse_iterations}\nstop {stop}\nrelative_residual {last:e}\nmax_error {max_error:e}"
         );
         let _ = writeln!(
             s,
