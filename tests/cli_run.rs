@@ -1060,24 +1060,46 @@ poisson: {kx: 1, ky: 2, tol: 1.0e-10}
 /// Multigrid V-cycles through the multigrid exchange: each cuts the residual (by 0.15 or
 /// better on average), their number does not grow with the resolution (the coarsest level
 /// is solved, not just relaxed), the error against the exact solution falls at second order,
-/// and every rank count gives the same bits.
+/// and every rank count gives the same bits, with either smoother and in 3-D.
 #[test]
 fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
     let dir = scratch("poisson");
     let deck = write(&dir, "poisson.yaml", POISSON);
-    let mut results = Vec::new();
-    for n in [1, 2, 3, 4] {
-        let out_dir = dir.join(format!("out{n}"));
-        let o = run(n, &[&deck, "-d", out_dir.to_str().unwrap()]);
-        common::assert_ok(&format!("poisson on {n} ranks"), &o);
+    let solve = |ranks: usize, args: &[&str]| {
+        let out_dir = dir.join(format!("out{ranks}{}", args.join("_").replace('/', "-")));
+        let mut all = vec![deck.as_str(), "-d", out_dir.to_str().unwrap()];
+        all.extend(args);
+        let o = run(ranks, &all);
+        common::assert_ok(&format!("poisson on {ranks} ranks with {args:?}"), &o);
         assert!(
             stdout(&o).contains("cycle=3 relative_residual="),
             "{}",
             stdout(&o)
         );
-        results.push(std::fs::read_to_string(out_dir.join("p-poisson.dat")).unwrap());
+        let d = read_dat(&out_dir.join("p-poisson.dat"));
+        assert_eq!(d.keys["stop"], "converged", "{args:?}");
+        std::fs::read_to_string(out_dir.join("p-poisson.dat")).unwrap()
+    };
+    let cube = [
+        "parthenon/mesh/nx1=16",
+        "parthenon/mesh/nx2=16",
+        "parthenon/mesh/nx3=16",
+        "parthenon/mesh/ix3_bc=periodic",
+        "parthenon/mesh/ox3_bc=periodic",
+        "parthenon/meshblock/nx3=8",
+        "poisson/kz=1",
+    ];
+    for (args, ranks) in [
+        (&[][..], &[1, 2, 3, 4][..]),
+        (
+            &["poisson/smoother=jacobi", "poisson/omega=0.7"][..],
+            &[1, 3][..],
+        ),
+        (&cube[..], &[1, 3][..]),
+    ] {
+        let results: Vec<String> = ranks.iter().map(|&n| solve(n, args)).collect();
+        assert!(results.iter().all(|r| r == &results[0]), "{results:#?}");
     }
-    assert!(results.iter().all(|r| r == &results[0]), "{results:#?}");
     let (mut errors, mut v_cycles) = (Vec::new(), Vec::new());
     for nx in ["16", "32", "64", "128"] {
         let out_dir = dir.join(format!("nx{nx}"));
@@ -1133,6 +1155,11 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
             ["poisson/coarse_tol=1", "poisson/tol=0"],
             "poisson/coarse_tol",
         ),
+        (
+            ["poisson/smoother=sor", "poisson/tol=0"],
+            "poisson/smoother",
+        ),
+        (["poisson/omega=0.7", "poisson/tol=0"], "poisson/omega"),
     ] {
         let o = run(
             2,
