@@ -1095,35 +1095,61 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
             &["poisson/smoother=jacobi", "poisson/omega=0.7"][..],
             &[1, 3][..],
         ),
+        (&["poisson/solver=mg"][..], &[1, 3][..]),
         (&cube[..], &[1, 3][..]),
     ] {
         let results: Vec<String> = ranks.iter().map(|&n| solve(n, args)).collect();
         assert!(results.iter().all(|r| r == &results[0]), "{results:#?}");
     }
-    let (mut errors, mut v_cycles) = (Vec::new(), Vec::new());
-    for nx in ["16", "32", "64", "128"] {
-        let out_dir = dir.join(format!("nx{nx}"));
-        let (n1, n2) = (
-            format!("parthenon/mesh/nx1={nx}"),
-            format!("parthenon/mesh/nx2={nx}"),
-        );
-        let o = run(1, &[&deck, "-d", out_dir.to_str().unwrap(), &n1, &n2]);
-        common::assert_ok(&format!("poisson at nx {nx}"), &o);
-        let d = read_dat(&out_dir.join("p-poisson.dat"));
-        assert_eq!(d.keys["stop"], "converged");
-        assert!(d.f64("relative_residual") <= 1e-10);
-        assert!(d.f64("levels") >= 3.0, "{:?}", d.keys);
-        assert!(d.f64("v_cycles") <= 12.0, "{:?}", d.keys);
-        v_cycles.push(d.f64("v_cycles"));
-        let r = &d.sections[1];
-        assert_eq!(r[0], 1.0);
-        assert!(r.windows(2).all(|w| w[1] < 0.35 * w[0]), "{r:?}");
-        let rate = r.last().unwrap().powf(1.0 / (r.len() - 1) as f64);
-        assert!(rate < 0.15, "mean reduction {rate} per V-cycle: {r:?}");
-        errors.push(d.f64("max_error"));
+    // V-cycles alone, and as the preconditioner of flexible CG (the default): reduction per
+    // V-cycle at worst and on average, V-cycles at most.
+    for (solver, worst, mean, most) in [("mg", 0.35, 0.15, 12.0), ("cg", 0.15, 0.05, 7.0)] {
+        let (mut errors, mut v_cycles) = (Vec::new(), Vec::new());
+        for nx in ["16", "32", "64", "128"] {
+            let out_dir = dir.join(format!("{solver}{nx}"));
+            let (n1, n2, sv) = (
+                format!("parthenon/mesh/nx1={nx}"),
+                format!("parthenon/mesh/nx2={nx}"),
+                format!("poisson/solver={solver}"),
+            );
+            let o = run(1, &[&deck, "-d", out_dir.to_str().unwrap(), &n1, &n2, &sv]);
+            common::assert_ok(&format!("poisson {solver} at nx {nx}"), &o);
+            let d = read_dat(&out_dir.join("p-poisson.dat"));
+            assert_eq!(d.keys["stop"], "converged");
+            assert!(d.f64("relative_residual") <= 1e-10);
+            assert!(d.f64("levels") >= 3.0, "{:?}", d.keys);
+            assert!(d.f64("v_cycles") <= most, "{solver}: {:?}", d.keys);
+            v_cycles.push(d.f64("v_cycles"));
+            let r = &d.sections[1];
+            assert_eq!(r[0], 1.0);
+            assert!(r.windows(2).all(|w| w[1] < worst * w[0]), "{solver}: {r:?}");
+            let rate = r.last().unwrap().powf(1.0 / (r.len() - 1) as f64);
+            assert!(
+                rate < mean,
+                "{solver}: mean reduction {rate} per V-cycle: {r:?}"
+            );
+            errors.push(d.f64("max_error"));
+        }
+        assert!(errors.windows(2).all(|w| w[0] / w[1] >= 3.6), "{errors:?}");
+        assert!(v_cycles[3] <= v_cycles[2], "{solver}: {v_cycles:?}");
     }
-    assert!(errors.windows(2).all(|w| w[0] / w[1] >= 3.6), "{errors:?}");
-    assert!(v_cycles[3] <= v_cycles[2], "{v_cycles:?}");
+    // Cells 4 times taller than wide: 20 V-cycles are too few alone, enough under CG.
+    for (solver, stop) in [("mg", "max_iters"), ("cg", "converged")] {
+        let out_dir = dir.join(format!("tall-{solver}"));
+        let sv = format!("poisson/solver={solver}");
+        let args = [deck.as_str(), "-d", out_dir.to_str().unwrap(), &sv];
+        let o = run(
+            1,
+            &[
+                &args[..],
+                &["parthenon/mesh/x2max=4", "poisson/max_iters=20"],
+            ]
+            .concat(),
+        );
+        common::assert_ok(&format!("poisson {solver} on tall cells"), &o);
+        let d = read_dat(&out_dir.join("p-poisson.dat"));
+        assert_eq!(d.keys["stop"], stop, "{solver}: {:?}", d.keys);
+    }
     // Not a periodic box, not a uniform mesh, a wave the grid cannot resolve, a vanishing
     // solution, no smoothing, a box too large: bad input on every rank, naming what is wrong.
     for (bad, says) in [
@@ -1158,6 +1184,10 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         (
             ["poisson/smoother=sor", "poisson/tol=0"],
             "poisson/smoother",
+        ),
+        (
+            ["poisson/solver=bicgstab", "poisson/tol=0"],
+            "poisson/solver",
         ),
         (["poisson/omega=0.7", "poisson/tol=0"], "poisson/omega"),
     ] {
