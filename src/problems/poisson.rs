@@ -419,10 +419,11 @@ impl Solver<'_> {
     }
 
     /// Solves the coarsest level's `∇²u = f` by conjugate gradients on `-∇²`, from the `u`
-    /// it holds (zero below the finest level), until the residual falls by `coarse_tol` or after `coarse_iters` iterations. On a
-    /// periodic box `-∇²` is singular with the constants as its null space; CG stays in their
-    /// complement once `f` loses its mean (zero but for rounding after restriction). Dot
-    /// products are exact sums over scaled values, so every rank count gives the same bits.
+    /// it holds (zero below the finest level), until the residual falls by `coarse_tol` or
+    /// after `coarse_iters` iterations. On a periodic box `-∇²` is singular with the
+    /// constants as its null space; CG stays in their complement once `f` loses its mean
+    /// (zero but for rounding after restriction). Dot products are exact sums over scaled
+    /// values, so every rank count gives the same bits.
     fn coarse_solve(&mut self) -> Result<()> {
         let l = self.grids.len() - 1;
         let (len, scale) = (self.block_len(l), self.scale);
@@ -604,9 +605,11 @@ struct Fcg {
 impl Fcg {
     fn new(s: &Solver) -> Result<Self> {
         let len = s.f[0].len();
+        let mut x = vec![0.0; len];
+        s.get_finest(&s.u, &mut x)?;
         Ok(Fcg {
             b: s.f[0].clone(),
-            x: s.finest(&s.u)?,
+            x,
             z: vec![0.0; len],
             p: vec![0.0; len],
             q: vec![0.0; len],
@@ -616,13 +619,6 @@ impl Fcg {
 }
 
 impl Solver<'_> {
-    /// The finest level's block arrays of `data`, one after the other.
-    fn finest(&self, data: &GmgData) -> Result<Vec<f64>> {
-        let mut v = vec![0.0; self.f[0].len()];
-        self.get_finest(data, &mut v)?;
-        Ok(v)
-    }
-
     /// Copies the finest level's block arrays of `data` into `v` (laid out as `f[0]`).
     fn get_finest(&self, data: &GmgData, v: &mut [f64]) -> Result<()> {
         let level = data.level(0)?;
