@@ -1133,6 +1133,36 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         assert!(errors.windows(2).all(|w| w[0] / w[1] >= 3.6), "{errors:?}");
         assert!(v_cycles[3] <= v_cycles[2], "{solver}: {v_cycles:?}");
     }
+    // Solved to rounding, the solve stays there: blocks of 2 cells leave one level, whose
+    // CG starts from the answer each V-cycle; and a coarse tolerance below rounding.
+    for (args, stop) in [
+        (
+            &[
+                "parthenon/meshblock/nx1=2",
+                "parthenon/meshblock/nx2=2",
+                "poisson/solver=mg",
+                "poisson/tol=0",
+                "poisson/max_iters=40",
+            ][..],
+            "max_iters",
+        ),
+        (&["poisson/coarse_tol=1e-300"][..], "converged"),
+    ] {
+        let out_dir = dir.join("rounding");
+        let o = run(
+            1,
+            &[&[deck.as_str(), "-d", out_dir.to_str().unwrap()][..], args].concat(),
+        );
+        common::assert_ok(&format!("poisson with {args:?}"), &o);
+        let d = read_dat(&out_dir.join("p-poisson.dat"));
+        assert_eq!(d.keys["stop"], stop, "{args:?}: {:?}", d.keys);
+        assert!(
+            d.sections[1][1..].iter().all(|&r| r < 0.1),
+            "{:?}",
+            d.sections[1]
+        );
+        assert!(d.f64("max_error") < 0.011, "{:?}", d.keys);
+    }
     // Cells 4 times taller than wide: 20 V-cycles are too few alone, enough under CG.
     for (solver, stop) in [("mg", "max_iters"), ("cg", "converged")] {
         let out_dir = dir.join(format!("tall-{solver}"));
@@ -1170,8 +1200,12 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         (["poisson/kx=16", "poisson/ky=2"], "poisson/kx"),
         (["poisson/ky=0", "poisson/kx=1"], "poisson/ky"),
         (
-            ["poisson/post_smooth=0", "poisson/pre_smooth=0"],
-            "poisson/pre_smooth",
+            ["poisson/post_smooth=0", "poisson/pre_smooth=2"],
+            "poisson/post_smooth",
+        ),
+        (
+            ["parthenon/mesh/x2max=1e6", "poisson/tol=0"],
+            "parthenon/mesh/x2max",
         ),
         (
             ["parthenon/mesh/x2max=1e200", "poisson/tol=0"],
