@@ -264,6 +264,8 @@ struct Grid {
     h: [f64; 3],
     /// First global cell index of each local block.
     first: Vec<[usize; 3]>,
+    /// Cells of the level on all ranks.
+    total_cells: f64,
 }
 
 impl Grid {
@@ -277,6 +279,7 @@ impl Grid {
             dims: [1; 3],
             h: [1.0; 3],
             first: Vec::with_capacity(gids.len()),
+            total_cells: (level.forest.len() * level.block_nx.iter().product::<usize>()) as f64,
         };
         // A uniform mesh: every block of a level has the tree level of block 0.
         let tree_level = level.forest.loc(0).map_or(0, |l| l.level());
@@ -313,8 +316,10 @@ impl Grid {
         self.interior().map(|p| v[self.at(p)])
     }
 
-    fn cells(&self) -> usize {
-        self.n.iter().product()
+    /// The squares of the interior values of a block array times `scale`: the terms of a
+    /// scaled 2-norm.
+    fn squares<'a>(&'a self, v: &'a [f64], scale: f64) -> impl Iterator<Item = f64> + 'a {
+        self.values(v).map(move |x| (x * scale).powi(2))
     }
 
     /// `∇²u` at array index `i` (the 2nd-order central stencil).
@@ -458,10 +463,10 @@ impl Solver<'_> {
         let [x, r, q] = &mut self.cg;
         let f = &self.f[l];
         let blocks = f.len() / len;
-        // x = u, r = ∇²x - f (the residual of -∇²x = -f), with the cell count and |f|².
+        // x = u, r = ∇²x - f (the residual of -∇²x = -f), with |f|².
         self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
         let u = self.u.level(l)?;
-        let mut sums: [ExactSum; 3] = Default::default();
+        let mut sums: [ExactSum; 2] = Default::default();
         for b in 0..blocks {
             let (fb, rb) = (&f[b * len..(b + 1) * len], &mut r[b * len..(b + 1) * len]);
             let xb = &mut x[b * len..(b + 1) * len];
@@ -471,13 +476,12 @@ impl Solver<'_> {
                 rb[i] = grid.laplacian(xb, i) - fb[i];
             }
             sums[0].extend(grid.values(rb));
-            sums[1].extend(grid.interior().map(|_| 1.0));
-            sums[2].extend(grid.values(fb).map(|v| (v * scale).powi(2)));
+            sums[1].extend(grid.squares(fb, scale));
         }
         self.comm
             .time(|| ExactSum::all_reduce(self.world, &mut sums));
-        let cells = sums[1].value();
-        let (mean, ff) = (sums[0].value() / cells, sums[2].value());
+        let cells = grid.total_cells;
+        let (mean, ff) = (sums[0].value() / cells, sums[1].value());
         // r loses its mean; p = r, held in u so that its exchange fills the ghosts.
         let u = self.u.level_mut(l)?;
         let mut rr = [ExactSum::default()];
@@ -488,7 +492,7 @@ impl Solver<'_> {
                 rb[i] -= mean;
                 pb[i] = rb[i];
             }
-            rr[0].extend(grid.values(rb).map(|v| (v * scale).powi(2)));
+            rr[0].extend(grid.squares(rb, scale));
         }
         self.comm.time(|| ExactSum::all_reduce(self.world, &mut rr));
         let mut rr = rr[0].value();
@@ -530,7 +534,7 @@ impl Solver<'_> {
                     xb[i] += alpha * pb[i];
                     rb[i] -= alpha * (qb[i] - q_mean);
                 }
-                next[0].extend(grid.values(rb).map(|v| (v * scale).powi(2)));
+                next[0].extend(grid.squares(rb, scale));
             }
             self.comm
                 .time(|| ExactSum::all_reduce(self.world, &mut next));
@@ -607,11 +611,7 @@ impl Solver<'_> {
         let r = self.r.level(0)?;
         let mut rr = ExactSum::default();
         for b in 0..r.gids().len() {
-            let rb = r.fine(b, 0);
-            rr.extend(
-                grid.interior()
-                    .map(|p| (rb[grid.at(p)] * self.scale).powi(2)),
-            );
+            rr.extend(grid.squares(r.fine(b, 0), self.scale));
         }
         let mut sums = [rr, expired];
         self.comm
@@ -902,7 +902,7 @@ impl Problem for Poisson {
         }
         let max_error = max_f64(world, err);
         let last = *residuals.last().unwrap_or(&f64::INFINITY);
-        let cells = (self.mesh.forest().len() * grid.cells()) as f64;
+        let cells = grid.total_cells;
         if ctx.is_root() {
             outln!(
                 "poisson: {nlevels} levels, {cycles} V-cycles, relative residual {last:.6e}, max error vs exact {max_error:.6e}"
