@@ -19,6 +19,7 @@ mod value;
 pub mod yaml;
 
 pub use error::{DeckError, Origin, UnknownKey};
+use value::parse_real;
 pub use value::Value;
 
 use starhalo_mesh::{MeshConfig, MeshError};
@@ -379,6 +380,16 @@ fn typed<T>(
                 msg: format!("{} is beyond the 64-bit integer range", found.trim()),
             };
         }
+        if expected == "a number" && found.trim().parse::<f64>() == Ok(0.0) {
+            return DeckError::Invalid {
+                path,
+                origin: Some(e.origin.clone()),
+                msg: format!(
+                    "{} is below the smallest 64-bit float (it would be read as 0)",
+                    found.trim()
+                ),
+            };
+        }
         DeckError::Type {
             path,
             origin: e.origin.clone(),
@@ -400,7 +411,7 @@ fn to_f64(v: &Value) -> Option<f64> {
     match v {
         Value::Float(f) => Some(*f),
         Value::Int(i) => Some(*i as f64),
-        Value::Str(s) | Value::Text(s) => s.trim().parse().ok(),
+        Value::Str(s) | Value::Text(s) => parse_real(s),
         _ => None,
     }
 }

@@ -456,3 +456,29 @@ b:
     }
     assert_eq!(back.get_str("parthenon/job", "problem_id").unwrap(), "1e5");
 }
+
+#[test]
+fn numbers_that_round_to_zero_are_refused() {
+    // Read as 0, a tolerance of 1e-400 would ask for something else than what was written.
+    for (text, origin) in [
+        ("b:\n  tol: 1e-400\n", "t.yaml:2"),
+        ("<b>\ntol = 2.5E-999\n", "t.in:2"),
+    ] {
+        let name = if text.starts_with('<') {
+            "t.in"
+        } else {
+            "t.yaml"
+        };
+        let d = Deck::from_str_auto(text, name).unwrap();
+        let e = d.get_f64("b", "tol").unwrap_err().to_string();
+        assert!(
+            e.contains(origin) && e.contains("it would be read as 0"),
+            "{e}"
+        );
+    }
+    let mut d = yaml();
+    d.apply_override("b/tol=0.0e-400").unwrap();
+    d.apply_override("b/eps=1e-310").unwrap();
+    assert_eq!(d.get_f64("b", "tol").unwrap(), 0.0);
+    assert_eq!(d.get_f64("b", "eps").unwrap(), 1e-310);
+}

@@ -60,7 +60,7 @@ impl Value {
         if t.bytes().any(|b| b.is_ascii_digit()) {
             // `1e400` overflows: it stays text, refused by a reader wanting a number, as a
             // YAML deck refuses it.
-            if let Some(f) = t.parse::<f64>().ok().filter(|f| f.is_finite()) {
+            if let Some(f) = parse_real(t).filter(|f| f.is_finite()) {
                 return Value::Float(f);
             }
         }
@@ -109,6 +109,19 @@ impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text())
     }
+}
+
+/// `t` as an `f64`, except a literal with a nonzero digit that rounds to zero (`1e-400`):
+/// read as 0, a tolerance or a step would silently mean something else.
+pub(crate) fn parse_real(t: &str) -> Option<f64> {
+    let f = t.trim().parse::<f64>().ok()?;
+    (f != 0.0 || !underflows(t)).then_some(f)
+}
+
+/// Whether the mantissa of the number `t` has a nonzero digit (so 0 is not what it says).
+fn underflows(t: &str) -> bool {
+    let mantissa = t.trim().split(['e', 'E']).next().unwrap_or("");
+    mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 /// Shortest text that parses back to the same `f64`, always with a `.` or an exponent so
@@ -186,6 +199,10 @@ mod tests {
         assert_eq!(Value::infer("-3"), Value::Int(-3));
         assert_eq!(Value::infer("0.4"), Value::Float(0.4));
         assert_eq!(Value::infer("1e-8"), Value::Float(1e-8));
+        assert_eq!(Value::infer("0e5"), Value::Float(0.0));
+        assert_eq!(Value::infer("1e-400"), Value::Str("1e-400".into()));
+        assert_eq!(parse_real("-0.0e-400"), Some(-0.0));
+        assert_eq!(parse_real("2.5E-999"), None);
         assert_eq!(Value::infer("true"), Value::Bool(true));
         assert_eq!(Value::infer("periodic"), Value::Str("periodic".into()));
         assert_eq!(Value::infer("inf"), Value::Str("inf".into()));
