@@ -1223,7 +1223,14 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
             ["poisson/solver=bicgstab", "poisson/tol=0"],
             "poisson/solver",
         ),
-        (["poisson/omega=0.7", "poisson/tol=0"], "poisson/omega"),
+        (
+            ["poisson/omega=0.7", "poisson/tol=0"],
+            "poisson/omega at the command line: weights smoother: jacobi only",
+        ),
+        (
+            ["poisson/tol=1e-400", "poisson/max_iters=1"],
+            "poisson/tol at the command line: 1e-400 is below the smallest 64-bit float",
+        ),
     ] {
         let o = run(
             2,

@@ -198,6 +198,11 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }
     let coarse_iters = at_most("coarse_iters", at_least("coarse_iters", 1000, 1)?, 10_000)?;
     let smoother = match deck.get_str_or(BLOCK, "smoother", "rbgs")?.as_str() {
+        "rbgs" if deck.has(BLOCK, "omega") => {
+            return Err(deck
+                .invalid(BLOCK, "omega", "weights smoother: jacobi only, not rbgs")
+                .into());
+        }
         "rbgs" => Smoother::RedBlack,
         "jacobi" => {
             let omega = deck.get_f64_or(BLOCK, "omega", 0.8)?;
