@@ -530,6 +530,39 @@ fn a_receive_timeout_stops_every_rank() {
     }
 }
 
+/// The multigrid exchange's rounds honour the same timeout: a rank stuck waiting stops the
+/// job (exit 1) naming the round, where it waited for ever before.
+#[test]
+fn a_multigrid_receive_timeout_stops_every_rank() {
+    let deck = Path::new(env!("CARGO_MANIFEST_DIR")).join("inputs/poisson.yaml");
+    let dir = scratch("gmg-timeout");
+    let mut stopped = false;
+    for _ in 0..4 {
+        let out = run(
+            4,
+            &[
+                deck.to_str().unwrap(),
+                "-d",
+                dir.to_str().unwrap(),
+                "parthenon/time/recv_bdry_buf_timeout_sec=1e-6",
+            ],
+        );
+        let code = out.status.code();
+        assert_ne!(code, Some(124), "hung:\n{}", stderr(&out));
+        if code != Some(0) {
+            assert_eq!(code, Some(1), "{}", stderr(&out));
+            assert!(
+                stderr(&out).contains("still waited for messages after 0.000001 s"),
+                "{}",
+                stderr(&out)
+            );
+            stopped = true;
+        }
+    }
+    // Four ranks on two cores: some round of dozens of V-cycles waits longer than 1 µs.
+    assert!(stopped, "no run hit a 1 µs timeout");
+}
+
 fn assert_bad_input_everywhere(what: &str, args: &[&str], needle: &str) {
     let dir = scratch(&format!("codes-{}", what.replace(' ', "_")));
     let script = format!(

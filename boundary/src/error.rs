@@ -63,6 +63,20 @@ pub enum BoundaryError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A multigrid round whose messages had not all arrived when its timeout ran out: a
+    /// peer is stuck or gone. The ranks cannot agree on it (the peers may never answer).
+    #[error(
+        "multigrid `{ty}` at level {level} still waited for messages after {} s",
+        .after.as_secs_f64()
+    )]
+    Timeout {
+        /// The boundary type of the round's receive.
+        ty: &'static str,
+        /// The level receiving.
+        level: usize,
+        /// How long it waited.
+        after: std::time::Duration,
+    },
     /// An error from the mesh layer.
     #[error(transparent)]
     Mesh(#[from] starhalo_mesh::MeshError),

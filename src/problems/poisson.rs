@@ -31,6 +31,9 @@
 //! V-cycles, cells may be at most 10^4 times longer one way than another, and the box's
 //! scales must keep the squares of the residual normal numbers.
 //!
+//! A multigrid round still waiting for its messages after
+//! `parthenon/time/recv_bdry_buf_timeout_sec` stops the job (exit 1) naming the round.
+//!
 //! Norms and the mean are exact sums ([`ExactSum`]) and every cell's arithmetic is the same on
 //! any number of ranks, so the whole solve is the same bits on any number of ranks.
 
@@ -789,7 +792,10 @@ impl Problem for Poisson {
             ..ExchangeOptions::default()
         };
         let exchange = |d: &GmgData| {
-            GmgExchange::new(world, &self.mesh, d, opts).context("poisson: multigrid exchange")
+            let mut ex = GmgExchange::new(world, &self.mesh, d, opts)
+                .context("poisson: multigrid exchange")?;
+            ex.set_timeout(ctx.recv_timeout);
+            anyhow::Ok(ex)
         };
         let (u_ex, r_ex) = (exchange(&u)?, exchange(&r)?);
         let levels = u.multigrid().levels();

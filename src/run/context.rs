@@ -50,13 +50,19 @@ impl RunContext<'_> {
     pub fn execute(&self, region: &mut TaskRegion<'_>) -> Result<(), TaskError> {
         let done = region.execute();
         if let Err(e @ TaskError::Timeout { .. }) = &done {
-            crate::exit::say_error(self.world, format_args!("{e}"));
-            // The launcher tears the job down at the abort and drops output it has not yet
-            // forwarded: give it a moment to pass the line on.
-            std::thread::sleep(Duration::from_millis(500));
-            self.world.abort(1);
+            self.abort_stuck(e);
         }
         done
+    }
+
+    /// Says `e` (a wait that timed out) and aborts the whole job, for the reason given at
+    /// [`execute`](Self::execute).
+    pub fn abort_stuck(&self, e: impl std::fmt::Display) -> ! {
+        crate::exit::say_error(self.world, format_args!("{e}"));
+        // The launcher tears the job down at the abort and drops output it has not yet
+        // forwarded: give it a moment to pass the line on.
+        std::thread::sleep(Duration::from_millis(500));
+        self.world.abort(1)
     }
 
     /// `<out_dir>/<problem_id>-<suffix>`.

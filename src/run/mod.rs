@@ -70,7 +70,23 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     let t0 = Instant::now();
     // Problems fail collectively; a failure seen by one rank at the very end (rank 0's
     // result file) still stops every rank with the same code.
-    let summary = agree(world, problem.run(&ctx))?;
+    let summary = problem.run(&ctx);
+    if let Err(e) = &summary {
+        // A multigrid round that waited past recv_bdry_buf_timeout_sec: its peers may never
+        // reach the agreement below.
+        let stuck = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref(),
+                Some(starhalo_boundary::BoundaryError::Timeout { .. })
+            )
+        });
+        if stuck {
+            ctx.abort_stuck(format_args!(
+                "{e:#} (parthenon/time/recv_bdry_buf_timeout_sec)"
+            ));
+        }
+    }
+    let summary = agree(world, summary)?;
     summary.print(world, name, t0.elapsed());
     Ok(())
 }

@@ -33,6 +33,7 @@ pub use ops::Placement;
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p;
+use std::time::{Duration, Instant};
 
 use crate::collective;
 use crate::error::BoundaryError;
@@ -114,6 +115,8 @@ pub struct GmgExchange {
     slots: Vec<std::ops::Range<usize>>,
     /// Prolongation operator per variable slot.
     slot_ops: Vec<Prolongation>,
+    /// How long a round waits for its messages; `None`: as long as it takes.
+    timeout: Option<Duration>,
 }
 
 impl GmgExchange {
@@ -199,6 +202,7 @@ impl GmgExchange {
             fill_ghost: vars.iter().map(|v| v.fill_ghost).collect(),
             slots: vars.iter().map(|v| v.slots.clone()).collect(),
             slot_ops: vec![Prolongation::Constant; data.level(0)?.slot_defaults().len()],
+            timeout: None,
         };
         for v in 0..ex.names.len() {
             let op = if ex.fill_ghost[v] {
@@ -209,6 +213,13 @@ impl GmgExchange {
             ex.set_prolongation(v, op)?;
         }
         Ok(ex)
+    }
+
+    /// Makes each round of [`fill`](Self::fill), [`restrict`](Self::restrict) and
+    /// [`prolongate`](Self::prolongate) fail with [`BoundaryError::Timeout`] once it has
+    /// waited `timeout` for its messages, rather than wait for ever on a stuck peer.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = Some(timeout);
     }
 
     /// Number of levels.
@@ -357,12 +368,26 @@ impl GmgExchange {
         (to, recv_ty): (usize, BoundaryType),
         data: &mut GmgData,
     ) -> Result<(), BoundaryError> {
+        let (start, timeout) = (Instant::now(), self.timeout);
+        let waiting = || -> Result<(), BoundaryError> {
+            match timeout {
+                Some(after) if start.elapsed() > after => Err(BoundaryError::Timeout {
+                    ty: recv_ty.name(),
+                    level: to,
+                    after,
+                }),
+                _ => {
+                    std::hint::spin_loop();
+                    Ok(())
+                }
+            }
+        };
         self.start_receive(to, recv_ty)?;
         while self.send(from, send_ty, data)? == TaskStatus::Incomplete {
-            std::hint::spin_loop();
+            waiting()?;
         }
         while self.receive(to, recv_ty)? == TaskStatus::Incomplete {
-            std::hint::spin_loop();
+            waiting()?;
         }
         match self.set_bounds(to, recv_ty, data)? {
             TaskStatus::Complete => Ok(()),
