@@ -1,14 +1,18 @@
-//! `poisson`: Poisson's equation `∇²u = f` on a periodic box by geometric multigrid, every
-//! level's ghosts, restrictions and prolongations moved by the boundary crate's multigrid
-//! exchange ([`GmgExchange`]).
+//! `poisson`: Poisson's equation `∇²u = f` on a box by geometric multigrid, every level's
+//! ghosts, restrictions and prolongations moved by the boundary crate's multigrid exchange
+//! ([`GmgExchange`]).
 //!
-//! The right-hand side is that of a known solution, `u = Π_d sin(2π k_d (x_d - xmin_d) / L_d)`
-//! over the active directions (wave numbers `poisson/kx, ky, kz`), so
-//! `f = -Σ_d (2π k_d / L_d)² u`. The mesh is uniform and periodic; its multigrid hierarchy
-//! runs from the leaf blocks down to the root blocks halved as far as the ghosts allow
-//! (`starhalo_mesh::multigrid`). Its coarsest level is solved by conjugate gradients, which
-//! keeps the number of V-cycles independent of the resolution; their iterations grow with the
-//! root grid's cells across, so keep the root grid small.
+//! Each face of the box is `periodic`, Neumann `∂u/∂n = 0` (`reflecting` or `outflow`), or
+//! Dirichlet `u = 0` (`user`: the problem's own condition, which it applies after every
+//! ghost exchange). The right-hand side is that of a known solution,
+//! `u = Π_d sin(a_d (x_d - xmin_d) + φ_d)` over the active directions, which meets them:
+//! `k_d` whole periods across a periodic direction, `k_d` half periods between like faces (a
+//! sine between Dirichlet ones, a cosine between Neumann ones), `k_d - 1/2` between unlike
+//! ones (wave numbers `poisson/kx, ky, kz`); so `f = -Σ_d a_d² u`. The mesh is uniform; its
+//! multigrid hierarchy runs from the leaf blocks down to the root blocks halved as far as
+//! the ghosts allow (`starhalo_mesh::multigrid`). Its coarsest level is solved by conjugate
+//! gradients, which keeps the number of V-cycles independent of the resolution; their
+//! iterations grow with the root grid's cells across, so keep the root grid small.
 //!
 //! A V-cycle, level by level from the finest: `pre_smooth` sweeps of the `smoother`
 //! (`rbgs`, red-black Gauss-Seidel, the default; or `jacobi`, weighted by `omega`), the
@@ -22,8 +26,8 @@
 //! `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters` V-cycles; a
 //! residual above where it started stops the run (exit 1). Point smoothers want cells close
 //! to square: at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the
-//! V-cycles it needs on square cells. With periodic boundaries `u` is fixed up to a constant:
-//! the error against the exact solution is taken after removing the mean.
+//! V-cycles it needs on square cells. Without a Dirichlet face `u` is fixed up to a constant:
+//! the error against the exact solution is then taken after removing the mean.
 //!
 //! Every wave number must be at least 1 and below half the cells across, sweeps and
 //! iterations per level are bounded (100 sweeps before and after, at least one after;
@@ -65,9 +69,12 @@ pub const INFO: ProblemInfo = ProblemInfo {
 
 struct Poisson {
     mesh: Mesh,
-    /// Angular wave number of the exact solution per direction, `2π k_d / L_d` (0 along
-    /// inactive directions).
+    /// The condition on each face of the box (`[direction][low, high]`).
+    faces: [[Face; 2]; 3],
+    /// Angular wave number and phase of the exact solution per direction (see
+    /// [`Face::mode`]; 0 along inactive directions).
     wave: [f64; 3],
+    phase: [f64; 3],
     tol: f64,
     max_iters: u64,
     pre_smooth: usize,
@@ -77,6 +84,36 @@ struct Poisson {
     smoother: Smoother,
     /// Flexible CG preconditioned by the V-cycle rather than V-cycles alone.
     krylov: bool,
+}
+
+/// What a face of the box holds `u` to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Face {
+    /// The box wraps around (`periodic`).
+    Periodic,
+    /// `∂u/∂n = 0` (`reflecting` or `outflow`, which the exchange fills by mirror and copy:
+    /// the same first ghost layer, the only one the stencil reads).
+    Neumann,
+    /// `u = 0` (`user`: this problem's own boundary), its ghosts the interior mirrored with
+    /// the sign flipped.
+    Dirichlet,
+}
+
+impl Face {
+    /// The exact solution's factor along a direction `width` wide with faces `[low, high]`,
+    /// `sin(wave (x - xmin) + phase)`, as `(wave, phase)`: `k` whole periods across a
+    /// periodic box, `k` half periods between like faces (a sine between Dirichlet faces, a
+    /// cosine between Neumann ones), `k - 1/2` between unlike ones.
+    fn mode([low, high]: [Face; 2], k: f64, width: f64) -> (f64, f64) {
+        use std::f64::consts::{FRAC_PI_2, PI, TAU};
+        let phase = if low == Face::Neumann { FRAC_PI_2 } else { 0.0 };
+        let half_periods = match (low, high) {
+            (Face::Periodic, _) => return (TAU * k / width, 0.0),
+            (a, b) if a == b => k,
+            _ => k - 0.5,
+        };
+        (PI * half_periods / width, phase)
+    }
 }
 
 /// How a sweep relaxes a level.
@@ -92,19 +129,13 @@ enum Smoother {
 fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     let mut config = deck.mesh_config()?;
     let ndim = config.ndim();
-    for d in 0..ndim {
-        for (side, name) in ["ix", "ox"].iter().enumerate() {
-            if config.bc[d][side] != BoundaryCondition::Periodic {
-                return Err(deck
-                    .invalid(
-                        MESH,
-                        &format!("{name}{}_bc", d + 1),
-                        "poisson solves on a periodic box: every boundary must be periodic",
-                    )
-                    .into());
-            }
-        }
-    }
+    let faces: [[Face; 2]; 3] = std::array::from_fn(|d| {
+        std::array::from_fn(|side| match config.bc[d][side] {
+            BoundaryCondition::Periodic => Face::Periodic,
+            BoundaryCondition::Outflow | BoundaryCondition::Reflecting => Face::Neumann,
+            BoundaryCondition::User => Face::Dirichlet,
+        })
+    });
     if config.is_multilevel() || !config.static_regions.is_empty() {
         return Err(deck
             .invalid(
@@ -114,7 +145,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             )
             .into());
     }
-    let mut wave = [0.0; 3];
+    let (mut wave, mut phase) = ([0.0; 3], [0.0; 3]);
     for (d, key) in ["kx", "ky", "kz"].iter().enumerate().take(ndim) {
         let kd = deck.get_usize_or(BLOCK, key, 1)?;
         // A zero factor makes the solution vanish; the grid must resolve the wave.
@@ -131,8 +162,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .into());
         }
         let width = config.xmax[d] - config.xmin[d];
-        wave[d] = std::f64::consts::TAU * kd as f64 / width;
-        // The exact solution's -(2 pi k / L)^2 per direction and the stencil's 1/h^2 must be
+        (wave[d], phase[d]) = Face::mode(faces[d], kd as f64, width);
+        // The exact solution's -wave^2 per direction and the stencil's 1/h^2 must be
         // normal numbers, with room for the residual's squares.
         let stencil = (config.nx[d] as f64 / width).powi(2);
         if !(1e-100..=1e100).contains(&wave[d].powi(2)) || !(1e-100..=1e100).contains(&stencil) {
@@ -247,7 +278,9 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     let mesh = Mesh::new(config, nranks).map_err(|e| budget.deck_error(deck, e))?;
     Ok(Box::new(Poisson {
         mesh,
+        faces,
         wave,
+        phase,
         tol,
         max_iters,
         pre_smooth,
@@ -272,12 +305,16 @@ struct Grid {
     h: [f64; 3],
     /// First global cell index of each local block.
     first: Vec<[usize; 3]>,
+    /// Cells across the level.
+    across: [usize; 3],
+    /// The condition on each face of the box.
+    faces: [[Face; 2]; 3],
     /// Cells of the level on all ranks.
     total_cells: f64,
 }
 
 impl Grid {
-    fn new(mesh: &Mesh, level: &GmgLevel, gids: &[usize]) -> Self {
+    fn new(mesh: &Mesh, level: &GmgLevel, gids: &[usize], faces: [[Face; 2]; 3]) -> Self {
         let c = mesh.config();
         let ndim = mesh.ndim();
         let mut grid = Grid {
@@ -287,6 +324,8 @@ impl Grid {
             dims: [1; 3],
             h: [1.0; 3],
             first: Vec::with_capacity(gids.len()),
+            across: [1; 3],
+            faces,
             total_cells: (level.forest.len() * level.block_nx.iter().product::<usize>()) as f64,
         };
         // A uniform mesh: every block of a level has the tree level of block 0.
@@ -295,7 +334,8 @@ impl Grid {
         for (d, &blocks) in across.iter().enumerate().take(ndim) {
             grid.g[d] = c.nghost;
             grid.dims[d] = grid.n[d] + 2 * c.nghost;
-            grid.h[d] = (c.xmax[d] - c.xmin[d]) / (blocks as f64 * grid.n[d] as f64);
+            grid.across[d] = blocks as usize * grid.n[d];
+            grid.h[d] = (c.xmax[d] - c.xmin[d]) / grid.across[d] as f64;
         }
         for &gid in gids {
             let loc = level.forest.loc(gid).expect("a block of this level");
@@ -303,6 +343,42 @@ impl Grid {
                 .push(std::array::from_fn(|d| loc.lx_dir(d) as usize * grid.n[d]));
         }
         grid
+    }
+
+    /// Fills the ghosts of `u` on this level, `l`: the exchange (neighbours, the periodic
+    /// wrap, Neumann faces), then the Dirichlet faces, each ghost the negated interior cell
+    /// it mirrors, so that `u` is 0 halfway between.
+    fn fill(
+        &self,
+        l: usize,
+        ex: &mut GmgExchange,
+        u: &mut GmgData,
+        comm: &CommTimer,
+    ) -> Result<()> {
+        comm.time(|| ex.fill(l, u))?;
+        let data = u.level_mut(l)?;
+        for b in 0..data.gids().len() {
+            let u = data.fine_mut(b, 0);
+            for d in 0..self.ndim {
+                let (g, n, s) = (self.g[d], self.n[d], self.stride(d));
+                // Each layer along d: the lines below it (`s` values), every `s * dims[d]`.
+                let mut ghosts = Vec::new();
+                if self.faces[d][0] == Face::Dirichlet && self.first[b][d] == 0 {
+                    ghosts.extend((0..g).map(|x| (x, 2 * g - 1 - x)));
+                }
+                if self.faces[d][1] == Face::Dirichlet && self.first[b][d] + n == self.across[d] {
+                    ghosts.extend((g + n..2 * g + n).map(|x| (x, 2 * (g + n) - 1 - x)));
+                }
+                for (x, m) in ghosts {
+                    for base in (0..u.len()).step_by(s * self.dims[d]) {
+                        for i in 0..s {
+                            u[base + x * s + i] = -u[base + m * s + i];
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn stride(&self, d: usize) -> usize {
@@ -369,6 +445,8 @@ struct Solver<'a> {
     /// Conjugate-gradient iterations on the coarsest level, over the whole solve.
     coarse_total: u64,
     comm: &'a CommTimer,
+    /// No face holds `u` to a value, so `-∇²` has the constants as its null space.
+    singular: bool,
     smoother: Smoother,
     /// Residuals are squared after this scaling (one over the size of `f`), so that their
     /// squares neither underflow nor overflow.
@@ -378,6 +456,11 @@ struct Solver<'a> {
 impl Solver<'_> {
     fn block_len(&self, l: usize) -> usize {
         self.grids[l].dims.iter().product()
+    }
+
+    /// Fills the ghosts of `u` on level `l` (see [`Grid::fill`]).
+    fn fill_u(&mut self, l: usize) -> Result<()> {
+        self.grids[l].fill(l, &mut self.u_ex, &mut self.u, self.comm)
     }
 
     /// One sweep of the smoother on level `l`.
@@ -394,9 +477,11 @@ impl Solver<'_> {
     /// Sets every cell of level `l` whose global indices sum to `parity` (mod 2) so that its
     /// row of `∇²u = f` holds. Its neighbours have the other parity (through the wrap too,
     /// where a level has an even number of cells across; otherwise they are read from the
-    /// ghosts, filled before), so the result does not depend on how blocks are placed.
+    /// ghosts, filled before), so the result does not depend on how blocks are placed. A
+    /// Dirichlet ghost mirrors the cell itself and keeps its value from before the half, so
+    /// a boundary cell's row holds only as the sweeps converge.
     fn gauss_seidel_half(&mut self, l: usize, parity: usize) -> Result<()> {
-        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        self.fill_u(l)?;
         let len = self.block_len(l);
         let grid = &self.grids[l];
         let w = 1.0 / grid.diagonal();
@@ -416,7 +501,7 @@ impl Solver<'_> {
 
     /// One weighted-Jacobi sweep on level `l`.
     fn jacobi(&mut self, l: usize, omega: f64) -> Result<()> {
-        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        self.fill_u(l)?;
         let len = self.block_len(l);
         let grid = &self.grids[l];
         let w = omega / grid.diagonal();
@@ -439,7 +524,7 @@ impl Solver<'_> {
 
     /// `r = f - ∇²u` on level `l` into the residual storage.
     fn residual(&mut self, l: usize) -> Result<()> {
-        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        self.fill_u(l)?;
         let len = self.block_len(l);
         let grid = &self.grids[l];
         let (u, r) = (self.u.level(l)?, self.r.level_mut(l)?);
@@ -458,12 +543,12 @@ impl Solver<'_> {
     /// it holds (zero below the finest level), until the residual falls by `coarse_tol`,
     /// reaches rounding level against `f`, or after `coarse_iters` iterations.
     ///
-    /// On a periodic box `-∇²` is singular with the constants as its null space. Rounding
-    /// gives the residual and each `∇²p` a small mean, which CG cannot remove: it would push
-    /// `u` along the constants without end once the rest is solved. Both lose their means
-    /// (in the same reductions as the dot products), so CG stays in the constants'
-    /// complement. Dot products are exact sums over scaled values, so every rank count gives
-    /// the same bits.
+    /// Without a Dirichlet face `-∇²` is singular with the constants as its null space.
+    /// Rounding gives the residual and each `∇²p` a small mean, which CG cannot remove: it
+    /// would push `u` along the constants without end once the rest is solved. Both then
+    /// lose their means (in the same reductions as the dot products), so CG stays in the
+    /// constants' complement. Dot products are exact sums over scaled values, so every rank
+    /// count gives the same bits.
     fn coarse_solve(&mut self) -> Result<()> {
         let l = self.grids.len() - 1;
         let (len, scale) = (self.block_len(l), self.scale);
@@ -472,7 +557,7 @@ impl Solver<'_> {
         let f = &self.f[l];
         let blocks = f.len() / len;
         // x = u, r = ∇²x - f (the residual of -∇²x = -f), with |f|².
-        self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+        grid.fill(l, &mut self.u_ex, &mut self.u, self.comm)?;
         let u = self.u.level(l)?;
         let mut sums: [ExactSum; 2] = Default::default();
         for b in 0..blocks {
@@ -488,8 +573,16 @@ impl Solver<'_> {
         }
         self.comm
             .time(|| ExactSum::all_reduce(self.world, &mut sums));
-        let cells = grid.total_cells;
-        let (mean, ff) = (sums[0].value() / cells, sums[1].value());
+        // Means are removed only where the constants are the null space.
+        let singular = self.singular;
+        let mean_of = |sum: &ExactSum| {
+            if singular {
+                sum.value() / grid.total_cells
+            } else {
+                0.0
+            }
+        };
+        let (mean, ff) = (mean_of(&sums[0]), sums[1].value());
         // r loses its mean; p = r, held in u so that its exchange fills the ghosts.
         let u = self.u.level_mut(l)?;
         let mut rr = [ExactSum::default()];
@@ -509,7 +602,7 @@ impl Solver<'_> {
             (self.coarse_tol * self.coarse_tol * rr).max(ff * (64.0 * f64::EPSILON).powi(2));
         let mut iters = 0;
         while rr > floor && iters < self.coarse_iters {
-            self.comm.time(|| self.u_ex.fill(l, &mut self.u))?;
+            grid.fill(l, &mut self.u_ex, &mut self.u, self.comm)?;
             let u = self.u.level(l)?;
             // q = -∇²p, with p·q and the mean of q.
             let mut sums: [ExactSum; 2] = Default::default();
@@ -524,7 +617,7 @@ impl Solver<'_> {
             }
             self.comm
                 .time(|| ExactSum::all_reduce(self.world, &mut sums));
-            let (pq, q_mean) = (sums[0].value(), sums[1].value() / cells);
+            let (pq, q_mean) = (sums[0].value(), mean_of(&sums[1]));
             let alpha = rr / pq;
             // p·q vanishes only when p is rounding: stop rather than divide by it.
             if !(pq > 0.0 && alpha.is_finite()) {
@@ -590,10 +683,8 @@ impl Solver<'_> {
         for b in 0..u.gids().len() {
             self.scratch[b * len..(b + 1) * len].copy_from_slice(u.fine(b, 0));
         }
-        self.comm.time(|| -> Result<()> {
-            self.u_ex.fill(l + 1, &mut self.u)?;
-            Ok(self.u_ex.prolongate(l, &mut self.u)?)
-        })?;
+        self.fill_u(l + 1)?;
+        self.comm.time(|| self.u_ex.prolongate(l, &mut self.u))?;
         let grid = &self.grids[l];
         let u = self.u.level_mut(l)?;
         for b in 0..u.gids().len() {
@@ -721,7 +812,7 @@ impl Solver<'_> {
         }
         // q = ∇²p, with p's ghosts filled through u.
         self.set_finest_u(&k.p)?;
-        self.comm.time(|| self.u_ex.fill(0, &mut self.u))?;
+        self.fill_u(0)?;
         let (grid, len) = (&self.grids[0], self.block_len(0));
         let u = self.u.level(0)?;
         for (b, q) in k.q.chunks_exact_mut(len).enumerate() {
@@ -751,11 +842,19 @@ impl Poisson {
     fn exact(&self, x: [f64; 3]) -> f64 {
         let c = self.mesh.config();
         (0..self.mesh.ndim())
-            .map(|d| (self.wave[d] * (x[d] - c.xmin[d])).sin())
+            .map(|d| (self.wave[d] * (x[d] - c.xmin[d]) + self.phase[d]).sin())
             .product()
     }
 
-    /// `-Σ_d (2π k_d / L_d)²`: the exact solution's `∇²u / u`.
+    /// Whether no face holds `u` to a value: `u` is then fixed up to a constant.
+    fn singular(&self) -> bool {
+        !self.faces[..self.mesh.ndim()]
+            .iter()
+            .flatten()
+            .any(|&f| f == Face::Dirichlet)
+    }
+
+    /// `-Σ_d wave_d²`: the exact solution's `∇²u / u`.
     fn eigenvalue(&self) -> f64 {
         -self.wave.iter().map(|w| w * w).sum::<f64>()
     }
@@ -800,7 +899,14 @@ impl Problem for Poisson {
         let (u_ex, r_ex) = (exchange(&u)?, exchange(&r)?);
         let levels = u.multigrid().levels();
         let grids: Vec<Grid> = (0..levels.len())
-            .map(|l| Ok(Grid::new(&self.mesh, &levels[l], u.level(l)?.gids())))
+            .map(|l| {
+                Ok(Grid::new(
+                    &self.mesh,
+                    &levels[l],
+                    u.level(l)?.gids(),
+                    self.faces,
+                ))
+            })
             .collect::<Result<_>>()?;
         let nlevels = grids.len();
         // The block arrays of each level, one after the other, as `fine(b, 0)` holds them.
@@ -830,6 +936,7 @@ impl Problem for Poisson {
             coarse_iters: self.coarse_iters,
             coarse_total: 0,
             comm: &comm,
+            singular: self.singular(),
             smoother: self.smoother,
             scale: 1.0 / self.eigenvalue().abs(),
         };
@@ -890,7 +997,8 @@ impl Problem for Poisson {
             }
         }
 
-        // The error against the exact solution, less the mean (u is fixed up to a constant).
+        // The error against the exact solution, less the mean where u is fixed only up to a
+        // constant.
         let grid = &s.grids[0];
         let data = s.u.level(0)?;
         let c = self.mesh.config();
@@ -902,7 +1010,11 @@ impl Problem for Poisson {
             sum[0].extend(grid.interior().map(|p| ub[grid.at(p)] * cell));
         }
         comm.time(|| ExactSum::all_reduce(world, &mut sum));
-        let mean = sum[0].value() / volume;
+        let mean = if s.singular {
+            sum[0].value() / volume
+        } else {
+            0.0
+        };
         let mut err = 0.0f64;
         for b in 0..data.gids().len() {
             let ub = data.fine(b, 0);
@@ -954,7 +1066,7 @@ impl Poisson {
     ) -> String {
         let c = self.mesh.config();
         let mut s = String::new();
-        let _ = writeln!(s, "# poisson: multigrid on a periodic box");
+        let _ = writeln!(s, "# poisson: geometric multigrid");
         let _ = writeln!(s, "solver {}", if self.krylov { "cg" } else { "mg" });
         let _ = writeln!(
             s,
