@@ -185,6 +185,13 @@ where
     T::Err: std::fmt::Display,
 {
     match map.get(key) {
+        Some(v) if std::any::type_name::<T>() == "f64" && rounds_to_zero(v) => {
+            Err(MeshError::invalid(
+                key,
+                v,
+                "below the smallest 64-bit float (it would be read as 0)",
+            ))
+        }
         Some(v) => v.trim().parse::<T>().map_err(|e| {
             // Rust's own message ("invalid digit found in string") does not say what is wanted.
             let want = match std::any::type_name::<T>() {
@@ -197,6 +204,13 @@ where
         }),
         None => default.ok_or_else(|| MeshError::Missing { key: key.into() }),
     }
+}
+
+/// Whether the number `t` is written with a nonzero digit but reads as 0 (`1e-400`), so
+/// that the value used would not be the value meant.
+pub fn rounds_to_zero(t: &str) -> bool {
+    let mantissa = t.trim().split(['e', 'E']).next().unwrap_or("");
+    t.trim().parse::<f64>() == Ok(0.0) && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 fn parse_bool(map: &Reader, key: &str, default: bool) -> Result<bool, MeshError> {

@@ -481,4 +481,10 @@ fn numbers_that_round_to_zero_are_refused() {
     d.apply_override("b/eps=1e-310").unwrap();
     assert_eq!(d.get_f64("b", "tol").unwrap(), 0.0);
     assert_eq!(d.get_f64("b", "eps").unwrap(), 1e-310);
+    d.apply_override("parthenon/mesh/x1min=-1e-400").unwrap();
+    let e = d.mesh_config().unwrap_err().to_string();
+    assert!(
+        e.contains("x1min") && e.contains("it would be read as 0"),
+        "{e}"
+    );
 }

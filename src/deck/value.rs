@@ -115,13 +115,7 @@ impl fmt::Display for Value {
 /// read as 0, a tolerance or a step would silently mean something else.
 pub(crate) fn parse_real(t: &str) -> Option<f64> {
     let f = t.trim().parse::<f64>().ok()?;
-    (f != 0.0 || !underflows(t)).then_some(f)
-}
-
-/// Whether the mantissa of the number `t` has a nonzero digit (so 0 is not what it says).
-fn underflows(t: &str) -> bool {
-    let mantissa = t.trim().split(['e', 'E']).next().unwrap_or("");
-    mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
+    (!starhalo_mesh::config::rounds_to_zero(t)).then_some(f)
 }
 
 /// Shortest text that parses back to the same `f64`, always with a `.` or an exponent so

@@ -27,9 +27,11 @@
 //! `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters` V-cycles; a residual
 //! above where it started stops the run (exit 1). Point smoothers want cells close to square:
 //! at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the V-cycles it needs on
-//! square cells. The line smoother keeps V-cycles alone converging to an aspect ratio of about
-//! 16 and CG to beyond 64, with its lines one block long; it follows one direction only, so
-//! cells narrow in two directions need plane smoothing it does not have. Without a Dirichlet
+//! square cells. The line smoother keeps CG converging in a few tens of V-cycles to an aspect
+//! ratio of about 32 (its lines are one block long, and the coarse levels are coarsened in
+//! every direction); V-cycles alone with it can diverge past an aspect ratio of about 8,
+//! depending on the blocks. It follows one direction only, so cells narrow in two directions
+//! need plane smoothing it does not have. Without a Dirichlet
 //! face `u` is fixed up to a constant: the error against the exact solution is then taken after
 //! removing the mean.
 //!
@@ -547,7 +549,23 @@ impl Solver<'_> {
                     continue;
                 }
                 // Row k: diagonal u_k - a (u_{k-1} + u_{k+1}) = (the couplings across) - f_k.
+                // A ghost beyond a Dirichlet (Neumann) face is -u_k (u_k) of the end cell
+                // itself: it joins the diagonal rather than lag a sweep behind, which along
+                // the strong coupling would flip the end cells' error back and forth.
                 let start = grid.at(p);
+                let end = |side: usize| {
+                    let on_face = if side == 0 {
+                        first[x] == 0
+                    } else {
+                        first[x] + n == grid.across[x]
+                    };
+                    match grid.faces[x][side] {
+                        Face::Dirichlet if on_face => Some(a),
+                        Face::Neumann if on_face => Some(-a),
+                        _ => None,
+                    }
+                };
+                let ends = [end(0), end(1)];
                 for k in 0..n {
                     let i = start + k * sx;
                     let mut r = -f[i];
@@ -555,13 +573,15 @@ impl Solver<'_> {
                         let sd = grid.stride(d);
                         r += (u[i + sd] + u[i - sd]) / (grid.h[d] * grid.h[d]);
                     }
-                    if k == 0 {
-                        r += a * u[i - sx];
+                    let mut diag = diagonal;
+                    for (side, at_end, beyond) in [(0, k == 0, i - sx), (1, k + 1 == n, i + sx)] {
+                        match ends[side] {
+                            _ if !at_end => {}
+                            Some(extra) => diag += extra,
+                            None => r += a * u[beyond],
+                        }
                     }
-                    if k + 1 == n {
-                        r += a * u[i + sx];
-                    }
-                    let pivot = diagonal + a * if k == 0 { 0.0 } else { upper[k - 1] };
+                    let pivot = diag + a * if k == 0 { 0.0 } else { upper[k - 1] };
                     upper[k] = -a / pivot;
                     rhs[k] = (r + a * if k == 0 { 0.0 } else { rhs[k - 1] }) / pivot;
                 }
@@ -1058,10 +1078,15 @@ impl Problem for Poisson {
                 let h = &s.grids[0].h[..s.grids[0].ndim];
                 let aspect = h.iter().copied().fold(0.0, f64::max)
                     / h.iter().copied().fold(f64::INFINITY, f64::min);
-                let hint = if aspect > 2.0 && self.smoother != Smoother::Line {
-                    format!(" (cell widths {h:?}: point smoothers need cells close to square; try poisson/smoother=line)")
-                } else {
-                    String::new()
+                let hint = match self.smoother {
+                    _ if aspect <= 2.0 => String::new(),
+                    Smoother::Line if !self.krylov => format!(
+                        " (cell widths {h:?}: V-cycles alone can diverge on cells this far from square; try poisson/solver=cg)"
+                    ),
+                    Smoother::Line => String::new(),
+                    _ => format!(
+                        " (cell widths {h:?}: point smoothers need cells close to square; try poisson/smoother=line)"
+                    ),
                 };
                 anyhow::bail!(
                     "poisson: the solve diverges: relative residual {r:e} after V-cycle {cycles}, against 1 at the start{hint}"
