@@ -26,14 +26,13 @@
 //! preconditioner of each iteration; `solver: mg` runs V-cycles alone. Either stops when
 //! `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters` V-cycles; a residual
 //! above where it started stops the run (exit 1). Point smoothers want cells close to square:
-//! at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the V-cycles it needs on
-//! square cells. The line smoother keeps CG converging in a few tens of V-cycles to an aspect
-//! ratio of about 32 (its lines are one block long, and the coarse levels are coarsened in
-//! every direction); V-cycles alone with it can diverge past an aspect ratio of about 8,
-//! depending on the blocks. It follows one direction only, so cells narrow in two directions
-//! need plane smoothing it does not have. Without a Dirichlet
-//! face `u` is fixed up to a constant: the error against the exact solution is then taken after
-//! removing the mean.
+//! at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the V-cycles it
+//! needs on square cells. The line smoother keeps CG converging in a few tens of V-cycles to
+//! an aspect ratio of about 32 (its lines are one block long, and the coarse levels are
+//! coarsened in every direction); V-cycles alone with it can diverge past an aspect ratio of
+//! about 8, depending on the blocks. It follows one direction only, so cells narrow in two
+//! directions need plane smoothing it does not have. Without a Dirichlet face `u` is fixed up
+//! to a constant: the error against the exact solution is then taken after removing the mean.
 //!
 //! Every wave number must be at least 1 and below half the cells across, sweeps and
 //! iterations per level are bounded (100 sweeps before and after, at least one after;
@@ -375,24 +374,48 @@ impl Grid {
             let u = data.fine_mut(b, 0);
             for d in 0..self.ndim {
                 let (g, n, s) = (self.g[d], self.n[d], self.stride(d));
-                // Each layer along d: the lines below it (`s` values), every `s * dims[d]`.
-                let mut ghosts = Vec::new();
-                if self.faces[d][0] == Face::Dirichlet && self.first[b][d] == 0 {
-                    ghosts.extend((0..g).map(|x| (x, 2 * g - 1 - x)));
-                }
-                if self.faces[d][1] == Face::Dirichlet && self.first[b][d] + n == self.across[d] {
-                    ghosts.extend((g + n..2 * g + n).map(|x| (x, 2 * (g + n) - 1 - x)));
-                }
-                for (x, m) in ghosts {
-                    for base in (0..u.len()).step_by(s * self.dims[d]) {
-                        for i in 0..s {
-                            u[base + x * s + i] = -u[base + m * s + i];
+                for side in 0..2 {
+                    if self.face(b, d, side) != Some(Face::Dirichlet) {
+                        continue;
+                    }
+                    // Ghost layer x mirrors interior layer m; each layer along d is the
+                    // lines below it (`s` values), every `s * dims[d]`.
+                    for j in 0..g {
+                        let (x, m) = if side == 0 {
+                            (g - 1 - j, g + j)
+                        } else {
+                            (g + n + j, g + n - 1 - j)
+                        };
+                        for base in (0..u.len()).step_by(s * self.dims[d]) {
+                            for i in 0..s {
+                                u[base + x * s + i] = -u[base + m * s + i];
+                            }
                         }
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// The condition on side `side` (0 low, 1 high) of local block `b` along `d`, where that
+    /// side lies on the box's face (`None` inside the box).
+    fn face(&self, b: usize, d: usize, side: usize) -> Option<Face> {
+        let on_face = if side == 0 {
+            self.first[b][d] == 0
+        } else {
+            self.first[b][d] + self.n[d] == self.across[d]
+        };
+        on_face.then_some(self.faces[d][side])
+    }
+
+    /// Whether no face holds `u` to a value: `-∇²` then has the constants as its null space,
+    /// and `u` is fixed only up to a constant.
+    fn singular(&self) -> bool {
+        !self.faces[..self.ndim]
+            .iter()
+            .flatten()
+            .any(|&f| f == Face::Dirichlet)
     }
 
     fn stride(&self, d: usize) -> usize {
@@ -459,8 +482,6 @@ struct Solver<'a> {
     /// Conjugate-gradient iterations on the coarsest level, over the whole solve.
     coarse_total: u64,
     comm: &'a CommTimer,
-    /// No face holds `u` to a value, so `-∇²` has the constants as its null space.
-    singular: bool,
     smoother: Smoother,
     /// Residuals are squared after this scaling (one over the size of `f`), so that their
     /// squares neither underflow nor overflow.
@@ -538,6 +559,14 @@ impl Solver<'_> {
         for b in 0..data.gids().len() {
             let (u, f) = (data.fine_mut(b, 0), &self.f[l][b * len..(b + 1) * len]);
             let first = grid.first[b];
+            // A ghost beyond a Dirichlet (Neumann) face is -u (u) of the line's end cell
+            // itself: it joins the diagonal rather than lag a sweep behind, which along the
+            // strong coupling would flip the end cells' error back and forth.
+            let ends = [0, 1].map(|side| match grid.face(b, x, side) {
+                Some(Face::Dirichlet) => Some(a),
+                Some(Face::Neumann) => Some(-a),
+                _ => None,
+            });
             for p in grid.interior().filter(|p| p[x] == 0) {
                 // The block's place along x joins the colour, so that the lines meeting at
                 // a block face take turns, as cells along a line do.
@@ -549,23 +578,7 @@ impl Solver<'_> {
                     continue;
                 }
                 // Row k: diagonal u_k - a (u_{k-1} + u_{k+1}) = (the couplings across) - f_k.
-                // A ghost beyond a Dirichlet (Neumann) face is -u_k (u_k) of the end cell
-                // itself: it joins the diagonal rather than lag a sweep behind, which along
-                // the strong coupling would flip the end cells' error back and forth.
                 let start = grid.at(p);
-                let end = |side: usize| {
-                    let on_face = if side == 0 {
-                        first[x] == 0
-                    } else {
-                        first[x] + n == grid.across[x]
-                    };
-                    match grid.faces[x][side] {
-                        Face::Dirichlet if on_face => Some(a),
-                        Face::Neumann if on_face => Some(-a),
-                        _ => None,
-                    }
-                };
-                let ends = [end(0), end(1)];
                 for k in 0..n {
                     let i = start + k * sx;
                     let mut r = -f[i];
@@ -670,9 +683,8 @@ impl Solver<'_> {
         self.comm
             .time(|| ExactSum::all_reduce(self.world, &mut sums));
         // Means are removed only where the constants are the null space.
-        let singular = self.singular;
         let mean_of = |sum: &ExactSum| {
-            if singular {
+            if grid.singular() {
                 sum.value() / grid.total_cells
             } else {
                 0.0
@@ -942,14 +954,6 @@ impl Poisson {
             .product()
     }
 
-    /// Whether no face holds `u` to a value: `u` is then fixed up to a constant.
-    fn singular(&self) -> bool {
-        !self.faces[..self.mesh.ndim()]
-            .iter()
-            .flatten()
-            .any(|&f| f == Face::Dirichlet)
-    }
-
     /// `-Σ_d wave_d²`: the exact solution's `∇²u / u`.
     fn eigenvalue(&self) -> f64 {
         -self.wave.iter().map(|w| w * w).sum::<f64>()
@@ -1032,7 +1036,6 @@ impl Problem for Poisson {
             coarse_iters: self.coarse_iters,
             coarse_total: 0,
             comm: &comm,
-            singular: self.singular(),
             smoother: self.smoother,
             scale: 1.0 / self.eigenvalue().abs(),
         };
@@ -1111,7 +1114,7 @@ impl Problem for Poisson {
             sum[0].extend(grid.interior().map(|p| ub[grid.at(p)] * cell));
         }
         comm.time(|| ExactSum::all_reduce(world, &mut sum));
-        let mean = if s.singular {
+        let mean = if grid.singular() {
             sum[0].value() / volume
         } else {
             0.0
