@@ -103,7 +103,12 @@ fn heat2d_is_bit_identical_on_1_to_4_ranks_and_reaches_the_exact_state() {
     let mut files = Vec::new();
     for n in [1, 2, 3, 4] {
         let out_dir = dir.join(format!("out{n}"));
-        let o = run(n, &[&deck, "-d", out_dir.to_str().unwrap()]);
+        let mut args = vec![deck.as_str(), "-d", out_dir.to_str().unwrap()];
+        if n == 4 {
+            // A timeout past what a Duration holds means "never", not bad input.
+            args.push("parthenon/time/recv_bdry_buf_timeout_sec=inf");
+        }
+        let o = run(n, &args);
         common::assert_ok(&format!("heat2d on {n} ranks"), &o);
         let s = stdout(&o);
         assert!(s.contains("cycle=50 residual="), "progress line:\n{s}");
@@ -626,6 +631,11 @@ fn bad_yaml_input_exits_2_on_every_rank() {
         "malformed YAML",
         &[&malformed],
         &format!("{malformed}:5: malformed YAML"),
+    );
+    assert_bad_input_everywhere(
+        "a timeout that rounds to 0 ns",
+        &[&deck, "parthenon/time/recv_bdry_buf_timeout_sec=1e-12"],
+        "recv_bdry_buf_timeout_sec at the command line: must be a positive number of seconds (1e-9 or more)",
     );
     assert_bad_input_everywhere(
         "bad -t",

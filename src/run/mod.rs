@@ -168,16 +168,21 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
         )
     })?;
     let timeout = deck.get_f64_or(TIME, "recv_bdry_buf_timeout_sec", 60.0)?;
-    ctx.recv_timeout = Duration::try_from_secs_f64(timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            deck.invalid(
-                TIME,
-                "recv_bdry_buf_timeout_sec",
-                "must be a positive number of seconds",
-            )
-        })?;
+    // Waits compare elapsed time against the timeout, so one past Duration's range (`inf`
+    // included) can only mean "never"; one that rounds to 0 ns would fail every wait.
+    ctx.recv_timeout = match Duration::try_from_secs_f64(timeout) {
+        Ok(d) if !d.is_zero() => d,
+        Err(_) if timeout > 0.0 => Duration::MAX,
+        _ => {
+            return Err(deck
+                .invalid(
+                    TIME,
+                    "recv_bdry_buf_timeout_sec",
+                    "must be a positive number of seconds (1e-9 or more)",
+                )
+                .into())
+        }
+    };
     if let (Some(r), false) = (&ctx.restart, info.restarts) {
         return Err(bad_input!(
             "-r {}: problem '{}' does not support restarts",
