@@ -1212,10 +1212,22 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         ),
         (&["poisson/solver=mg"][..], &[1, 3][..]),
         (
-            &["poisson/smoother=line", "parthenon/mesh/x2max=4"][..],
-            &[1, 3][..],
+            &[
+                "poisson/smoother=line",
+                "poisson/solver=mg",
+                "parthenon/mesh/x2max=8",
+            ][..],
+            &[1, 2, 3][..],
         ),
         (&cube[..], &[1, 3][..]),
+        (
+            &[
+                &cube[..],
+                &["poisson/smoother=line", "parthenon/mesh/x3max=16"],
+            ]
+            .concat()[..],
+            &[1, 3][..],
+        ),
     ] {
         let results: Vec<String> = ranks.iter().map(|&n| solve(n, args)).collect();
         assert!(results.iter().all(|r| r == &results[0]), "{results:#?}");
@@ -1299,11 +1311,13 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         let d = read_dat(&out_dir.join("p-poisson.dat"));
         assert_eq!(d.keys["stop"], stop, "{solver}: {:?}", d.keys);
     }
-    // Cells 8 times taller than wide: zebra lines along x solve the strong coupling that
-    // point smoothing leaves (cg needs 45 V-cycles with rbgs); V-cycles alone converge too
-    // (the ranks loop above checks the lines on 1 and 3 ranks).
-    // Dirichlet faces at aspect 32: their ghosts join the line's diagonal (lagged a sweep
-    // behind, they diverged at the first V-cycle).
+    // Cells far from square: zebra lines, each solved whole across blocks, relax the strong
+    // coupling that point smoothing leaves (cg needs 45 V-cycles with rbgs at aspect 8), and
+    // V-cycles need fewer the farther cells are from square. Lines one block long, with the
+    // values beyond their ends held, took 60 V-cycles alone at aspect 64 and diverged at 16
+    // with longer blocks. Dirichlet faces' ghosts join the line's diagonal (lagged a sweep
+    // behind, they diverged at the first V-cycle). Cells narrow in two directions in 3-D get
+    // lines along both (lines along one made V-cycles alone diverge).
     let dirichlet = [
         "parthenon/mesh/x2max=32",
         "parthenon/mesh/ix1_bc=user",
@@ -1311,12 +1325,26 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         "parthenon/mesh/ix2_bc=user",
         "parthenon/mesh/ox2_bc=user",
     ];
+    let square = [
+        "parthenon/mesh/nx1=128",
+        "parthenon/mesh/nx2=128",
+        "parthenon/meshblock/nx1=16",
+        "parthenon/meshblock/nx2=16",
+    ];
+    let tall = |a: &'static str| [&square[..], &[a]].concat();
+    let flat_3d = [&cube[..], &["parthenon/mesh/x3max=16"]].concat();
     for (solver, most, cells) in [
-        ("cg", 14.0, &["parthenon/mesh/x2max=8"][..]),
-        ("mg", 20.0, &["parthenon/mesh/x2max=8"][..]),
-        ("cg", 32.0, &dirichlet[..]),
+        ("cg", 7.0, tall("parthenon/mesh/x2max=8")),
+        ("mg", 9.0, tall("parthenon/mesh/x2max=8")),
+        ("mg", 3.0, tall("parthenon/mesh/x2max=64")),
+        ("cg", 6.0, [&square[..], &dirichlet[..]].concat()),
+        ("mg", 7.0, [&square[..], &dirichlet[..]].concat()),
+        ("mg", 6.0, flat_3d),
     ] {
-        let out_dir = dir.join(format!("line-{solver}{}", cells.len()));
+        let out_dir = dir.join(format!(
+            "line-{solver}{}",
+            cells.join("_").replace('/', "-")
+        ));
         let sv = format!("poisson/solver={solver}");
         let mut args = vec![
             deck.as_str(),
@@ -1324,18 +1352,22 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
             out_dir.to_str().unwrap(),
             &sv,
             "poisson/smoother=line",
-            "parthenon/mesh/nx1=128",
-            "parthenon/mesh/nx2=128",
-            "parthenon/meshblock/nx1=16",
-            "parthenon/meshblock/nx2=16",
             "poisson/max_iters=40",
         ];
-        args.extend(cells);
+        args.extend(&cells);
         let o = run(1, &args);
         common::assert_ok(&format!("poisson {solver} with lines"), &o);
         let d = read_dat(&out_dir.join("p-poisson.dat"));
-        assert_eq!(d.keys["stop"], "converged", "{solver}: {:?}", d.keys);
-        assert!(d.f64("v_cycles") <= most, "{solver}: {:?}", d.keys);
+        assert_eq!(
+            d.keys["stop"], "converged",
+            "{solver} {cells:?}: {:?}",
+            d.keys
+        );
+        assert!(
+            d.f64("v_cycles") <= most,
+            "{solver} {cells:?}: {:?}",
+            d.keys
+        );
     }
     // Not a uniform mesh, a wave the grid cannot resolve, a vanishing solution, no
     // smoothing, a box too large: bad input on every rank, naming what is wrong.
@@ -1395,4 +1427,23 @@ fn poisson_multigrid_converges_at_second_order_and_ranks_agree_bit_for_bit() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{says}: {}", stderr(&o));
     }
+    // A 1-D mesh is a single line, which solved whole is singular without a Dirichlet face.
+    let one_d = POISSON
+        .replace("nx2: 32,", "nx2: 1,")
+        .replace("nx2: 8}", "nx2: 1}")
+        .replace("ky: 2, ", "");
+    let one_d = write(&dir, "poisson1d.yaml", &one_d);
+    let o = run(2, &[&one_d, "poisson/smoother=line"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "poisson/smoother at the command line: line relaxes the lines of a 2-D or 3-D mesh"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    common::assert_ok(
+        "poisson in 1-D",
+        &run(2, &[&one_d, "-d", dir.join("1d").to_str().unwrap()]),
+    );
 }

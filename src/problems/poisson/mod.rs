@@ -27,11 +27,12 @@
 //! `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters` V-cycles; a residual
 //! above where it started stops the run (exit 1). Point smoothers want cells close to square:
 //! at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the V-cycles it
-//! needs on square cells. The line smoother keeps CG converging in a few tens of V-cycles to
-//! an aspect ratio of about 32 (its lines are one block long, and the coarse levels are
-//! coarsened in every direction); V-cycles alone with it can diverge past an aspect ratio of
-//! about 8, depending on the blocks. It follows one direction only, so cells narrow in two
-//! directions need plane smoothing it does not have. Without a Dirichlet face `u` is fixed up
+//! needs on square cells. The line smoother relaxes the strong coupling that the coarse levels
+//! (coarsened in every direction) cannot carry: it solves every line of cells along the
+//! narrowest cells' direction whole, across blocks and ranks (one reduction per half sweep
+//! gathers the pieces' ends; see [`lines`]), and where cells are narrow in two or three
+//! directions, the lines along each in turn. With it, V-cycles need fewer iterations the
+//! farther cells are from square (128² cells: 8 at an aspect ratio of 8, 2 at 64). Without a Dirichlet face `u` is fixed up
 //! to a constant: the error against the exact solution is then taken after removing the mean.
 //!
 //! Every wave number must be at least 1 and below half the cells across, sweeps and
@@ -46,6 +47,8 @@
 //! Norms and the mean are exact sums ([`ExactSum`]) and every cell's arithmetic is the same on
 //! any number of ranks, so the whole solve is the same bits on any number of ranks.
 
+mod lines;
+
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
@@ -53,6 +56,7 @@ use crate::run::collective::max_f64;
 use crate::run::stats::{CommTimer, Stop, Summary};
 use crate::run::RunContext;
 use anyhow::{Context as _, Result};
+use lines::Lines;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_boundary::{ExchangeOptions, GmgData, GmgExchange};
 use starhalo_mesh::field::{Centering, Fields, Metadata};
@@ -129,8 +133,8 @@ enum Smoother {
     RedBlack,
     /// Weighted Jacobi with this weight: every cell from the previous sweep's values.
     Jacobi(f64),
-    /// Zebra line Gauss-Seidel: each block's lines along the direction of the narrowest
-    /// cells (the strongest coupling) solved whole, alternate lines in two halves.
+    /// Zebra line Gauss-Seidel: the lines of cells along each direction of strong coupling
+    /// solved whole, alternate lines in two halves ([`Lines`]).
     Line,
 }
 
@@ -250,6 +254,16 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .into());
         }
         "rbgs" => Smoother::RedBlack,
+        // A 1-D mesh is one line, solved whole: singular without a Dirichlet face.
+        "line" if ndim == 1 => {
+            return Err(deck
+                .invalid(
+                    BLOCK,
+                    "smoother",
+                    "line relaxes the lines of a 2-D or 3-D mesh; a 1-D mesh is a single line (use rbgs or jacobi)",
+                )
+                .into())
+        }
         "line" => Smoother::Line,
         "jacobi" => {
             let omega = deck.get_f64_or(BLOCK, "omega", 0.8)?;
@@ -483,6 +497,9 @@ struct Solver<'a> {
     coarse_total: u64,
     comm: &'a CommTimer,
     smoother: Smoother,
+    /// Each level's line solvers, one per direction of strong coupling, with
+    /// `smoother: line`.
+    lines: Vec<Vec<Lines>>,
     /// Residuals are squared after this scaling (one over the size of `f`), so that their
     /// squares neither underflow nor overflow.
     scale: f64,
@@ -507,8 +524,11 @@ impl Solver<'_> {
             }
             Smoother::Jacobi(omega) => self.jacobi(l, omega),
             Smoother::Line => {
-                self.line_half(l, 0)?;
-                self.line_half(l, 1)
+                for x in 0..self.lines[l].len() {
+                    self.line_half(l, x, 0)?;
+                    self.line_half(l, x, 1)?;
+                }
+                Ok(())
             }
         }
     }
@@ -538,73 +558,18 @@ impl Solver<'_> {
         Ok(())
     }
 
-    /// Solves, on level `l`, each block's lines along the direction `x` of the narrowest cells
-    /// whose other global indices sum to `parity` (mod 2), so that their rows of `∇²u = f`
-    /// hold with the values beyond the line's ends (ghosts, filled before) held fixed. Lines
-    /// next to each other across `x` have the other parity, so the result does not depend on
-    /// how blocks are placed. Cells much narrower along `x` than across couple mostly along
-    /// their line, which point smoothers relax only slowly.
-    fn line_half(&mut self, l: usize, parity: usize) -> Result<()> {
+    /// Half a sweep of level `l`'s `x`-th set of zebra lines (see [`Lines::relax`]).
+    fn line_half(&mut self, l: usize, x: usize, parity: usize) -> Result<()> {
         self.fill_u(l)?;
-        let len = self.block_len(l);
-        let grid = &self.grids[l];
-        let x = (0..grid.ndim)
-            .min_by(|&a, &b| grid.h[a].total_cmp(&grid.h[b]))
-            .unwrap_or(0);
-        let (n, sx, a) = (grid.n[x], grid.stride(x), 1.0 / (grid.h[x] * grid.h[x]));
-        let diagonal = grid.diagonal();
-        // The Thomas algorithm's modified upper diagonal and right-hand side.
-        let (mut upper, mut rhs) = (vec![0.0; n], vec![0.0; n]);
         let data = self.u.level_mut(l)?;
-        for b in 0..data.gids().len() {
-            let (u, f) = (data.fine_mut(b, 0), &self.f[l][b * len..(b + 1) * len]);
-            let first = grid.first[b];
-            // A ghost beyond a Dirichlet (Neumann) face is -u (u) of the line's end cell
-            // itself: it joins the diagonal rather than lag a sweep behind, which along the
-            // strong coupling would flip the end cells' error back and forth.
-            let ends = [0, 1].map(|side| match grid.face(b, x, side) {
-                Some(Face::Dirichlet) => Some(a),
-                Some(Face::Neumann) => Some(-a),
-                _ => None,
-            });
-            for p in grid.interior().filter(|p| p[x] == 0) {
-                // The block's place along x joins the colour, so that the lines meeting at
-                // a block face take turns, as cells along a line do.
-                let across: usize = (0..grid.ndim)
-                    .filter(|&d| d != x)
-                    .map(|d| first[d] + p[d])
-                    .sum();
-                if (across + first[x] / n) % 2 != parity {
-                    continue;
-                }
-                // Row k: diagonal u_k - a (u_{k-1} + u_{k+1}) = (the couplings across) - f_k.
-                let start = grid.at(p);
-                for k in 0..n {
-                    let i = start + k * sx;
-                    let mut r = -f[i];
-                    for d in (0..grid.ndim).filter(|&d| d != x) {
-                        let sd = grid.stride(d);
-                        r += (u[i + sd] + u[i - sd]) / (grid.h[d] * grid.h[d]);
-                    }
-                    let mut diag = diagonal;
-                    for (side, at_end, beyond) in [(0, k == 0, i - sx), (1, k + 1 == n, i + sx)] {
-                        match ends[side] {
-                            _ if !at_end => {}
-                            Some(extra) => diag += extra,
-                            None => r += a * u[beyond],
-                        }
-                    }
-                    let pivot = diag + a * if k == 0 { 0.0 } else { upper[k - 1] };
-                    upper[k] = -a / pivot;
-                    rhs[k] = (r + a * if k == 0 { 0.0 } else { rhs[k - 1] }) / pivot;
-                }
-                let mut next = 0.0;
-                for k in (0..n).rev() {
-                    next = rhs[k] - upper[k] * next;
-                    u[start + k * sx] = next;
-                }
-            }
-        }
+        self.lines[l][x].relax(
+            &self.grids[l],
+            data,
+            &self.f[l],
+            parity,
+            self.world,
+            self.comm,
+        );
         Ok(())
     }
 
@@ -1009,6 +974,10 @@ impl Problem for Poisson {
             })
             .collect::<Result<_>>()?;
         let nlevels = grids.len();
+        let lines = match self.smoother {
+            Smoother::Line => grids.iter().map(Lines::of_level).collect(),
+            _ => Vec::new(),
+        };
         // The block arrays of each level, one after the other, as `fine(b, 0)` holds them.
         let f: Vec<Vec<f64>> = (0..nlevels)
             .map(|l| {
@@ -1037,6 +1006,7 @@ impl Problem for Poisson {
             coarse_total: 0,
             comm: &comm,
             smoother: self.smoother,
+            lines,
             scale: 1.0 / self.eigenvalue().abs(),
         };
 
@@ -1083,9 +1053,7 @@ impl Problem for Poisson {
                     / h.iter().copied().fold(f64::INFINITY, f64::min);
                 let hint = match self.smoother {
                     _ if aspect <= 2.0 => String::new(),
-                    Smoother::Line if !self.krylov => format!(
-                        " (cell widths {h:?}: V-cycles alone can diverge on cells this far from square; try poisson/solver=cg)"
-                    ),
+                    Smoother::Line if !self.krylov => " (try poisson/solver=cg)".to_string(),
                     Smoother::Line => String::new(),
                     _ => format!(
                         " (cell widths {h:?}: point smoothers need cells close to square; try poisson/smoother=line)"
