@@ -5,8 +5,8 @@
 //! the piece's solution is then `p + left φ_lo + right φ_hi`, where `φ_lo`, `φ_hi` are its
 //! responses to a unit value just beyond either end and `left`, `right` are the neighbouring
 //! pieces' end cells. Those end cells solve a small system per line, the same matrix for
-//! every line of a level (factored once), once one reduction has gathered every piece's
-//! `p` at its ends.
+//! every line of a level (factored once), from every piece's `p` at its ends, which a star
+//! forest brings to each rank holding a piece of the line (a bcast from the pieces' ranks).
 //!
 //! Solving each piece with the old values beyond its ends instead (lines one block long)
 //! leaves the error within about one aspect ratio's worth of cells of every block end where
@@ -15,10 +15,11 @@
 
 use super::{Face, Grid};
 use crate::run::stats::CommTimer;
-use mpi::collective::SystemOperation;
+use anyhow::{Context as _, Result};
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::CommunicatorCollectives;
 use starhalo_boundary::BlockData;
+use starhalo_mesh::multigrid::GmgLevel;
+use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 
 /// The line solver of one level.
 pub(super) struct Lines {
@@ -33,14 +34,26 @@ pub(super) struct Lines {
     /// original row of each pivot row.
     lu: Vec<f64>,
     rows: Vec<usize>,
-    /// Each line's pieces' `p` at their ends, this rank's (zero elsewhere), then all ranks'.
+    /// Lines across one block.
+    per_block: usize,
+    /// This rank's pieces' `p` at their ends, by block, line within it and end: the roots.
     mine: Vec<f64>,
-    all: Vec<f64>,
-    /// Whether a piece of each line lies on this rank, and those lines' end cells.
-    here: Vec<bool>,
+    /// The lines of each parity.
+    parities: [Gather; 2],
+    /// Each global line's place among the lines of its parity crossing this rank's blocks.
+    slot: Vec<usize>,
+    /// The end cells of those lines.
     ends: Vec<f64>,
     /// One piece's right-hand side, then solution.
     piece: Vec<f64>,
+}
+
+/// How the pieces' ends of the lines of one parity that cross this rank's blocks arrive.
+struct Gather {
+    /// Leaves: those lines' pieces' ends, by line, piece along `x` and end.
+    sf: StarForest,
+    got: Vec<f64>,
+    lines: usize,
 }
 
 /// The Thomas factors of one piece, whose ends on a Dirichlet (Neumann) face hold `-u`
@@ -103,19 +116,24 @@ impl Lines {
     /// coupling is at least a quarter of the strongest (cells at most twice the narrowest
     /// width): a sweep relaxes them in turn. Cells narrow in two directions couple strongly
     /// across a plane, which lines along one of them alone leave (V-cycles alone diverged).
-    pub(super) fn of_level(grid: &Grid) -> Vec<Self> {
+    /// Collective: every rank sets up the same forests.
+    pub(super) fn of_level(
+        grid: &Grid,
+        level: &GmgLevel,
+        world: &SimpleCommunicator,
+    ) -> Result<Vec<Self>> {
         let narrowest = grid.h[..grid.ndim]
             .iter()
             .copied()
             .fold(f64::INFINITY, f64::min);
         (0..grid.ndim)
             .filter(|&d| grid.h[d] <= 2.0 * narrowest)
-            .map(|x| Lines::new(grid, x))
+            .map(|x| Lines::new(grid, level, world, x))
             .collect()
     }
 
     /// The solver of the lines along `x`.
-    fn new(grid: &Grid, x: usize) -> Self {
+    fn new(grid: &Grid, level: &GmgLevel, world: &SimpleCommunicator, x: usize) -> Result<Self> {
         let (n, a) = (grid.n[x], 1.0 / (grid.h[x] * grid.h[x]));
         let blocks = grid.across[x] / n;
         let face = |side: usize| Some(grid.faces[x][side]).filter(|&f| f != Face::Periodic);
@@ -128,10 +146,72 @@ impl Lines {
                 Piece::new(n, a, grid.diagonal(), ends)
             })
             .collect();
-        let lines = (0..grid.ndim)
-            .filter(|&d| d != x)
-            .map(|d| grid.across[d])
-            .product::<usize>();
+        let across = |d: usize| (0..grid.ndim).filter(move |&e| e != d);
+        let per_block: usize = across(x).map(|d| grid.n[d]).product();
+        let nlines: usize = across(x).map(|d| grid.across[d]).product();
+
+        // Every block's gid by its place in the level, and its index among its rank's.
+        let nb: [usize; 3] = std::array::from_fn(|d| grid.across[d] / grid.n[d].max(1));
+        let place = |b: [usize; 3]| b[0] + nb[0] * (b[1] + nb[1] * b[2]);
+        let mut gid_at = vec![usize::MAX; nb.iter().product()];
+        let (mut index, mut count) = (vec![0; level.ranks.len()], Vec::new());
+        for (gid, &rank) in level.ranks.iter().enumerate() {
+            let loc = level
+                .forest
+                .loc(gid)
+                .context("poisson lines: a block of the level")?;
+            gid_at[place(std::array::from_fn(|d| loc.lx_dir(d) as usize))] = gid;
+            count.resize(count.len().max(rank + 1), 0);
+            index[gid] = count[rank];
+            count[rank] += 1;
+        }
+        // The lines crossing this rank's blocks, by parity, each with its global cell
+        // indices (0 along x).
+        let mut crossing: [Vec<(usize, [usize; 3])>; 2] = Default::default();
+        for first in &grid.first {
+            for p in grid.interior().filter(|p| p[x] == 0) {
+                let c: [usize; 3] = std::array::from_fn(|d| first[d] + p[d]);
+                let (line, parity) = line_of(grid, x, c);
+                crossing[parity].push((line, c));
+            }
+        }
+        let mut slot = vec![usize::MAX; nlines];
+        let parities = crossing.map(|mut lines| {
+            lines.sort_unstable_by_key(|&(line, _)| line);
+            lines.dedup_by_key(|&mut (line, _)| line);
+            let mut iremote = Vec::with_capacity(lines.len() * blocks * 2);
+            for (s, &(line, c)) in lines.iter().enumerate() {
+                slot[line] = s;
+                // The line's place within each of its blocks, the same in all of them.
+                let (mut within, mut size) = (0, 1);
+                for d in across(x) {
+                    within += (c[d] % grid.n[d]) * size;
+                    size *= grid.n[d];
+                }
+                for bx in 0..blocks {
+                    let b: [usize; 3] =
+                        std::array::from_fn(|d| if d == x { bx } else { c[d] / grid.n[d] });
+                    let gid = gid_at[place(b)];
+                    let offset = ((index[gid] * per_block + within) * 2) as u64;
+                    let rank = level.ranks[gid] as i64;
+                    iremote.push(RootRef { rank, offset });
+                    iremote.push(RootRef {
+                        rank,
+                        offset: offset + 1,
+                    });
+                }
+            }
+            let graph = Graph::new(grid.first.len() * per_block * 2, None, iremote);
+            let sf = StarForest::new(world, &graph, SfOptions::default())
+                .context("poisson lines: setting up the forest of line ends")?;
+            anyhow::Ok(Gather {
+                sf,
+                got: vec![0.0; lines.len() * blocks * 2],
+                lines: lines.len(),
+            })
+        });
+        let [even, odd] = parities;
+        let parities = [even?, odd?];
         let mut lines = Lines {
             x,
             a,
@@ -139,15 +219,17 @@ impl Lines {
             periodic: grid.faces[x][0] == Face::Periodic,
             lu: Vec::new(),
             rows: Vec::new(),
-            mine: vec![0.0; lines * blocks * 2],
-            all: vec![0.0; lines * blocks * 2],
-            here: vec![false; lines],
+            per_block,
+            mine: vec![0.0; grid.first.len() * per_block * 2],
             ends: Vec::new(),
+            slot,
+            parities,
             piece: vec![0.0; n],
         };
         lines.factor();
-        lines.ends = vec![0.0; lines.here.len() * 2 * lines.interfaces()];
-        lines
+        let most = lines.parities.iter().map(|g| g.lines).max().unwrap_or(0);
+        lines.ends = vec![0.0; most * 2 * lines.interfaces()];
+        Ok(lines)
     }
 
     /// The end-cell unknowns: two per interface between neighbouring pieces, the low
@@ -218,20 +300,6 @@ impl Lines {
         (self.lu, self.rows) = (a, rows);
     }
 
-    /// Solves the end-cell system of one line in place: `z` holds the right-hand side in
-    /// pivot order (row `i` is unknown `rows[i]`'s), then the end cells.
-    fn solve_ends(&self, z: &mut [f64]) {
-        let m = z.len();
-        for i in 0..m {
-            let s: f64 = (0..i).map(|j| self.lu[i * m + j] * z[j]).sum();
-            z[i] -= s;
-        }
-        for i in (0..m).rev() {
-            let s: f64 = (i + 1..m).map(|j| self.lu[i * m + j] * z[j]).sum();
-            z[i] = (z[i] - s) / self.lu[i * m + i];
-        }
-    }
-
     /// Solves every line of level `data` whose global indices across `x` sum to `parity`
     /// (mod 2) so that its rows of `∇²u = f` hold, with the other lines (ghosts included,
     /// filled before) held. Lines next to each other across `x` have the other parity, so
@@ -242,30 +310,16 @@ impl Lines {
         data: &mut BlockData,
         f: &[f64],
         parity: usize,
-        world: &SimpleCommunicator,
         comm: &CommTimer,
-    ) {
+    ) -> Result<()> {
         let (x, a, len) = (self.x, self.a, grid.dims.iter().product::<usize>());
         let (n, sx, blocks) = (grid.n[x], grid.stride(x), self.pieces.len());
-        // The line through a cell and its parity, from its global indices across x.
-        let line_of = |first: [usize; 3], p: [usize; 3]| {
-            let (mut line, mut size, mut sum) = (0, 1, 0);
-            for d in (0..grid.ndim).filter(|&d| d != x) {
-                line += (first[d] + p[d]) * size;
-                size *= grid.across[d];
-                sum += first[d] + p[d];
-            }
-            (line, sum % 2 == parity)
-        };
-        self.mine.fill(0.0);
-        self.here.fill(false);
         let r = &mut self.piece;
         for b in 0..data.gids().len() {
             let (u, f) = (data.fine_mut(b, 0), &f[b * len..(b + 1) * len]);
-            let (first, bx) = (grid.first[b], grid.first[b][x] / n);
-            for p in grid.interior().filter(|p| p[x] == 0) {
-                let (line, ours) = line_of(first, p);
-                if !ours {
+            let first = grid.first[b];
+            for (within, p) in grid.interior().filter(|p| p[x] == 0).enumerate() {
+                if line_of(grid, x, std::array::from_fn(|d| first[d] + p[d])).1 != parity {
                     continue;
                 }
                 // Row k: diagonal u_k - a (u_{k-1} + u_{k+1}) = (the couplings across) - f_k.
@@ -278,41 +332,36 @@ impl Lines {
                         *rk += (u[i + sd] + u[i - sd]) / (grid.h[d] * grid.h[d]);
                     }
                 }
-                self.pieces[bx].solve(a, r);
+                self.pieces[first[x] / n].solve(a, r);
                 for (k, &v) in r.iter().enumerate() {
                     u[start + k * sx] = v;
                 }
-                let at = (line * blocks + bx) * 2;
+                let at = (b * self.per_block + within) * 2;
                 self.mine[at..at + 2].copy_from_slice(&[r[0], r[n - 1]]);
-                self.here[line] = true;
             }
         }
         if self.interfaces() == 0 {
-            return;
+            return Ok(());
         }
-        comm.time(|| {
-            world.all_reduce_into(&self.mine[..], &mut self.all[..], SystemOperation::sum())
-        });
-        // Each line's end cells, where a piece of it lies here. Adding 0 turns the -0 one
-        // rank may hold into the 0 that a sum over ranks gives.
         let m = 2 * self.interfaces();
-        let mut ends = std::mem::take(&mut self.ends);
-        for line in (0..self.here.len()).filter(|&l| self.here[l]) {
-            let (z, got) = (
-                &mut ends[line * m..(line + 1) * m],
-                &self.all[line * blocks * 2..],
-            );
+        let gather = &mut self.parities[parity];
+        comm.time(|| gather.sf.bcast(&self.mine, &mut gather.got, Op::Replace))?;
+        for (z, got) in self
+            .ends
+            .chunks_exact_mut(m)
+            .zip(gather.got.chunks_exact(blocks * 2))
+            .take(gather.lines)
+        {
             // Each unknown's `p`: the low piece's last cell, the high piece's first.
             for (zi, &row) in z.iter_mut().zip(&self.rows) {
                 let i = row / 2;
-                let at = if row % 2 == 0 {
+                *zi = got[if row % 2 == 0 {
                     2 * i + 1
                 } else {
                     2 * ((i + 1) % blocks)
-                };
-                *zi = got[at] + 0.0;
+                }];
             }
-            self.solve_ends(z);
+            solve_lu(&self.lu, z);
         }
         for b in 0..data.gids().len() {
             let u = data.fine_mut(b, 0);
@@ -320,11 +369,11 @@ impl Lines {
             let [lo, hi] = self.sides(bx);
             let response = &self.pieces[bx].response;
             for p in grid.interior().filter(|p| p[x] == 0) {
-                let (line, ours) = line_of(first, p);
-                if !ours {
+                let (line, ours) = line_of(grid, x, std::array::from_fn(|d| first[d] + p[d]));
+                if ours != parity {
                     continue;
                 }
-                let z = &ends[line * m..(line + 1) * m];
+                let z = &self.ends[self.slot[line] * m..][..m];
                 let (left, right) = (
                     lo.map_or(0.0, |i| z[2 * i]),
                     hi.map_or(0.0, |i| z[2 * i + 1]),
@@ -335,6 +384,32 @@ impl Lines {
                 }
             }
         }
-        self.ends = ends;
+        Ok(())
+    }
+}
+
+/// The line along `x` through the cell at global indices `c` (its number over the other
+/// directions' indices) and its parity (of their sum).
+fn line_of(grid: &Grid, x: usize, c: [usize; 3]) -> (usize, usize) {
+    let (mut line, mut size, mut sum) = (0, 1, 0);
+    for d in (0..grid.ndim).filter(|&d| d != x) {
+        line += c[d] * size;
+        size *= grid.across[d];
+        sum += c[d];
+    }
+    (line, sum % 2)
+}
+
+/// Solves `LU z = b` in place, `z` holding `b` in pivot order, for the factors `lu` of an
+/// `m × m` matrix (`m = z.len()`).
+fn solve_lu(lu: &[f64], z: &mut [f64]) {
+    let m = z.len();
+    for i in 0..m {
+        let s: f64 = (0..i).map(|j| lu[i * m + j] * z[j]).sum();
+        z[i] -= s;
+    }
+    for i in (0..m).rev() {
+        let s: f64 = (i + 1..m).map(|j| lu[i * m + j] * z[j]).sum();
+        z[i] = (z[i] - s) / lu[i * m + i];
     }
 }

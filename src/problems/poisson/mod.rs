@@ -25,15 +25,16 @@
 //! `solver: cg` (the default) runs flexible conjugate gradients with one V-cycle as the
 //! preconditioner of each iteration; `solver: mg` runs V-cycles alone. Either stops when
 //! `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters` V-cycles; a residual
-//! above where it started stops the run (exit 1). Point smoothers want cells close to square:
-//! at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the V-cycles it
-//! needs on square cells. The line smoother relaxes the strong coupling that the coarse levels
-//! (coarsened in every direction) cannot carry: it solves every line of cells along the
-//! narrowest cells' direction whole, across blocks and ranks (one reduction per half sweep
-//! gathers the pieces' ends; see [`lines`]), and where cells are narrow in two or three
-//! directions, the lines along each in turn. With it, V-cycles need fewer iterations the
-//! farther cells are from square (128² cells: 8 at an aspect ratio of 8, 2 at 64). Without a Dirichlet face `u` is fixed up
-//! to a constant: the error against the exact solution is then taken after removing the mean.
+//! above where it started stops the run (exit 1). Point smoothers want cells close to
+//! square: at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the
+//! V-cycles it needs on square cells. The line smoother relaxes the strong coupling that
+//! the coarse levels (coarsened in every direction) cannot carry: it solves every line of
+//! cells along the narrowest cells' direction whole, across blocks and ranks (a star-forest
+//! bcast per half sweep brings each rank the ends of its lines' pieces; see [`lines`]), and
+//! where cells are narrow in two or three directions, the lines along each in turn. With
+//! it, V-cycles need fewer iterations the farther cells are from square (128² cells: 8 at
+//! an aspect ratio of 8, 2 at 64). Without a Dirichlet face `u` is fixed up to a constant:
+//! the error against the exact solution is then taken after removing the mean.
 //!
 //! Every wave number must be at least 1 and below half the cells across, sweeps and
 //! iterations per level are bounded (100 sweeps before and after, at least one after;
@@ -562,15 +563,7 @@ impl Solver<'_> {
     fn line_half(&mut self, l: usize, x: usize, parity: usize) -> Result<()> {
         self.fill_u(l)?;
         let data = self.u.level_mut(l)?;
-        self.lines[l][x].relax(
-            &self.grids[l],
-            data,
-            &self.f[l],
-            parity,
-            self.world,
-            self.comm,
-        );
-        Ok(())
+        self.lines[l][x].relax(&self.grids[l], data, &self.f[l], parity, self.comm)
     }
 
     /// One weighted-Jacobi sweep on level `l`.
@@ -975,7 +968,11 @@ impl Problem for Poisson {
             .collect::<Result<_>>()?;
         let nlevels = grids.len();
         let lines = match self.smoother {
-            Smoother::Line => grids.iter().map(Lines::of_level).collect(),
+            Smoother::Line => grids
+                .iter()
+                .zip(levels)
+                .map(|(grid, level)| Lines::of_level(grid, level, world))
+                .collect::<Result<_>>()?,
             _ => Vec::new(),
         };
         // The block arrays of each level, one after the other, as `fine(b, 0)` holds them.
