@@ -33,7 +33,10 @@
 //! bcast per half sweep brings each rank the ends of its lines' pieces; see [`lines`]), and
 //! where cells are narrow in two or three directions, the lines along each in turn. With
 //! it, V-cycles need fewer iterations the farther cells are from square (128² cells: 8 at
-//! an aspect ratio of 8, 2 at 64). Without a Dirichlet face `u` is fixed up to a constant:
+//! an aspect ratio of 8, 2 at 64). Cells narrow in two of three directions want planes
+//! solved whole, which it does not do: V-cycles alone then slow down (26 at an aspect ratio
+//! of 10, 32³ cells), or diverge where both of those directions have Neumann faces, while
+//! CG still converges (11 and 21). Without a Dirichlet face `u` is fixed up to a constant:
 //! the error against the exact solution is then taken after removing the mean.
 //!
 //! Every wave number must be at least 1 and below half the cells across, sweeps and
