@@ -40,9 +40,7 @@ pub(super) struct Lines {
     mine: Vec<f64>,
     /// The lines of each parity.
     parities: [Gather; 2],
-    /// Each global line's place among the lines of its parity crossing this rank's blocks.
-    slot: Vec<usize>,
-    /// The end cells of those lines.
+    /// The end cells of the lines of one parity crossing this rank's blocks.
     ends: Vec<f64>,
     /// One piece's right-hand side, then solution.
     piece: Vec<f64>,
@@ -53,7 +51,8 @@ struct Gather {
     /// Leaves: those lines' pieces' ends, by line, piece along `x` and end.
     sf: StarForest,
     got: Vec<f64>,
-    lines: usize,
+    /// Those lines' global numbers, in increasing order.
+    lines: Vec<usize>,
 }
 
 /// The Thomas factors of one piece, whose ends on a Dirichlet (Neumann) face hold `-u`
@@ -148,20 +147,19 @@ impl Lines {
             .collect();
         let across = |d: usize| (0..grid.ndim).filter(move |&e| e != d);
         let per_block: usize = across(x).map(|d| grid.n[d]).product();
-        let nlines: usize = across(x).map(|d| grid.across[d]).product();
 
         // Every block's gid by its place in the level, and its index among its rank's.
         let nb: [usize; 3] = std::array::from_fn(|d| grid.across[d] / grid.n[d].max(1));
         let place = |b: [usize; 3]| b[0] + nb[0] * (b[1] + nb[1] * b[2]);
         let mut gid_at = vec![usize::MAX; nb.iter().product()];
-        let (mut index, mut count) = (vec![0; level.ranks.len()], Vec::new());
+        let mut index = vec![0; level.ranks.len()];
+        let mut count = vec![0; level.ranks.iter().max().map_or(0, |r| r + 1)];
         for (gid, &rank) in level.ranks.iter().enumerate() {
             let loc = level
                 .forest
                 .loc(gid)
                 .context("poisson lines: a block of the level")?;
             gid_at[place(std::array::from_fn(|d| loc.lx_dir(d) as usize))] = gid;
-            count.resize(count.len().max(rank + 1), 0);
             index[gid] = count[rank];
             count[rank] += 1;
         }
@@ -175,13 +173,11 @@ impl Lines {
                 crossing[parity].push((line, c));
             }
         }
-        let mut slot = vec![usize::MAX; nlines];
         let parities = crossing.map(|mut lines| {
             lines.sort_unstable_by_key(|&(line, _)| line);
             lines.dedup_by_key(|&mut (line, _)| line);
             let mut iremote = Vec::with_capacity(lines.len() * blocks * 2);
-            for (s, &(line, c)) in lines.iter().enumerate() {
-                slot[line] = s;
+            for &(_, c) in &lines {
                 // The line's place within each of its blocks, the same in all of them.
                 let (mut within, mut size) = (0, 1);
                 for d in across(x) {
@@ -207,7 +203,7 @@ impl Lines {
             anyhow::Ok(Gather {
                 sf,
                 got: vec![0.0; lines.len() * blocks * 2],
-                lines: lines.len(),
+                lines: lines.into_iter().map(|(line, _)| line).collect(),
             })
         });
         let [even, odd] = parities;
@@ -222,12 +218,16 @@ impl Lines {
             per_block,
             mine: vec![0.0; grid.first.len() * per_block * 2],
             ends: Vec::new(),
-            slot,
             parities,
             piece: vec![0.0; n],
         };
         lines.factor();
-        let most = lines.parities.iter().map(|g| g.lines).max().unwrap_or(0);
+        let most = lines
+            .parities
+            .iter()
+            .map(|g| g.lines.len())
+            .max()
+            .unwrap_or(0);
         lines.ends = vec![0.0; most * 2 * lines.interfaces()];
         Ok(lines)
     }
@@ -350,7 +350,7 @@ impl Lines {
             .ends
             .chunks_exact_mut(m)
             .zip(gather.got.chunks_exact(blocks * 2))
-            .take(gather.lines)
+            .take(gather.lines.len())
         {
             // Each unknown's `p`: the low piece's last cell, the high piece's first.
             for (zi, &row) in z.iter_mut().zip(&self.rows) {
@@ -373,7 +373,11 @@ impl Lines {
                 if ours != parity {
                     continue;
                 }
-                let z = &self.ends[self.slot[line] * m..][..m];
+                // Every line of this parity crossing a block here was gathered.
+                let Ok(slot) = self.parities[parity].lines.binary_search(&line) else {
+                    continue;
+                };
+                let z = &self.ends[slot * m..][..m];
                 let (left, right) = (
                     lo.map_or(0.0, |i| z[2 * i]),
                     hi.map_or(0.0, |i| z[2 * i + 1]),
