@@ -13,7 +13,8 @@
 //! it was: lines that short, as on the coarse levels of any strongly stretched grid, made
 //! V-cycles alone diverge.
 
-use super::{Face, Grid};
+use super::grid::Grid;
+use super::Face;
 use crate::run::stats::CommTimer;
 use anyhow::{Context as _, Result};
 use mpi::topology::SimpleCommunicator;
@@ -38,8 +39,8 @@ pub(super) struct Lines {
     per_block: usize,
     /// This rank's pieces' `p` at their ends, by block, line within it and end: the roots.
     mine: Vec<f64>,
-    /// The lines of each parity.
-    parities: [Gather; 2],
+    /// The lines of each parity; none where the lines lie in one block (one piece, no wrap).
+    parities: Option<[Gather; 2]>,
     /// The end cells of the lines of one parity crossing this rank's blocks.
     ends: Vec<f64>,
     /// One piece's right-hand side, then solution.
@@ -147,6 +148,42 @@ impl Lines {
             .collect();
         let across = |d: usize| (0..grid.ndim).filter(move |&e| e != d);
         let per_block: usize = across(x).map(|d| grid.n[d]).product();
+        let periodic = grid.faces[x][0] == Face::Periodic;
+        let parities = if blocks > 1 || periodic {
+            Some(Self::gathers(grid, level, world, x, blocks, per_block)?)
+        } else {
+            None
+        };
+        let mut lines = Lines {
+            x,
+            a,
+            pieces,
+            periodic,
+            lu: Vec::new(),
+            rows: Vec::new(),
+            per_block,
+            mine: vec![0.0; grid.first.len() * per_block * 2],
+            ends: Vec::new(),
+            parities,
+            piece: vec![0.0; n],
+        };
+        lines.factor();
+        let most = lines.parities.iter().flatten().map(|g| g.lines.len()).max();
+        lines.ends = vec![0.0; most.unwrap_or(0) * 2 * lines.interfaces()];
+        Ok(lines)
+    }
+
+    /// The forests that bring each rank, for the lines of each parity crossing its blocks,
+    /// every piece's ends. Collective.
+    fn gathers(
+        grid: &Grid,
+        level: &GmgLevel,
+        world: &SimpleCommunicator,
+        x: usize,
+        blocks: usize,
+        per_block: usize,
+    ) -> Result<[Gather; 2]> {
+        let across = |d: usize| (0..grid.ndim).filter(move |&e| e != d);
 
         // Every block's gid by its place in the level, and its index among its rank's.
         let nb: [usize; 3] = std::array::from_fn(|d| grid.across[d] / grid.n[d].max(1));
@@ -207,29 +244,7 @@ impl Lines {
             })
         });
         let [even, odd] = parities;
-        let parities = [even?, odd?];
-        let mut lines = Lines {
-            x,
-            a,
-            pieces,
-            periodic: grid.faces[x][0] == Face::Periodic,
-            lu: Vec::new(),
-            rows: Vec::new(),
-            per_block,
-            mine: vec![0.0; grid.first.len() * per_block * 2],
-            ends: Vec::new(),
-            parities,
-            piece: vec![0.0; n],
-        };
-        lines.factor();
-        let most = lines
-            .parities
-            .iter()
-            .map(|g| g.lines.len())
-            .max()
-            .unwrap_or(0);
-        lines.ends = vec![0.0; most * 2 * lines.interfaces()];
-        Ok(lines)
+        Ok([even?, odd?])
     }
 
     /// The end-cell unknowns: two per interface between neighbouring pieces, the low
@@ -242,16 +257,6 @@ impl Lines {
         } else {
             blocks - 1
         }
-    }
-
-    /// The interfaces below and above piece `bx`.
-    fn sides(&self, bx: usize) -> [Option<usize>; 2] {
-        let last = self.pieces.len() - 1;
-        let wrap = self.periodic.then_some(last);
-        [
-            if bx > 0 { Some(bx - 1) } else { wrap },
-            if bx < last { Some(bx) } else { wrap },
-        ]
     }
 
     /// Builds and factors (partial pivoting) the end-cell system: each end cell equals its
@@ -268,7 +273,7 @@ impl Lines {
                 (2 * i, i, last),
                 (2 * i + 1, (i + 1) % self.pieces.len(), 0),
             ] {
-                let [lo, hi] = self.sides(bx);
+                let [lo, hi] = sides(bx, self.pieces.len(), self.periodic);
                 let response = &self.pieces[bx].response;
                 if let Some(lo) = lo {
                     a[row * m + 2 * lo] -= response[0][k];
@@ -340,11 +345,11 @@ impl Lines {
                 self.mine[at..at + 2].copy_from_slice(&[r[0], r[n - 1]]);
             }
         }
-        if self.interfaces() == 0 {
-            return Ok(());
-        }
         let m = 2 * self.interfaces();
-        let gather = &mut self.parities[parity];
+        let Some(gathers) = &mut self.parities else {
+            return Ok(());
+        };
+        let gather = &mut gathers[parity];
         comm.time(|| gather.sf.bcast(&self.mine, &mut gather.got, Op::Replace))?;
         for (z, got) in self
             .ends
@@ -366,7 +371,7 @@ impl Lines {
         for b in 0..data.gids().len() {
             let u = data.fine_mut(b, 0);
             let (first, bx) = (grid.first[b], grid.first[b][x] / n);
-            let [lo, hi] = self.sides(bx);
+            let [lo, hi] = sides(bx, blocks, self.periodic);
             let response = &self.pieces[bx].response;
             for p in grid.interior().filter(|p| p[x] == 0) {
                 let (line, ours) = line_of(grid, x, std::array::from_fn(|d| first[d] + p[d]));
@@ -374,7 +379,7 @@ impl Lines {
                     continue;
                 }
                 // Every line of this parity crossing a block here was gathered.
-                let Ok(slot) = self.parities[parity].lines.binary_search(&line) else {
+                let Ok(slot) = gather.lines.binary_search(&line) else {
                     continue;
                 };
                 let z = &self.ends[slot * m..][..m];
@@ -390,6 +395,16 @@ impl Lines {
         }
         Ok(())
     }
+}
+
+/// The interfaces below and above piece `bx` of `blocks` (see [`Lines::interfaces`]).
+fn sides(bx: usize, blocks: usize, periodic: bool) -> [Option<usize>; 2] {
+    let last = blocks - 1;
+    let wrap = periodic.then_some(last);
+    [
+        if bx > 0 { Some(bx - 1) } else { wrap },
+        if bx < last { Some(bx) } else { wrap },
+    ]
 }
 
 /// The line along `x` through the cell at global indices `c` (its number over the other
