@@ -1,5 +1,5 @@
 //! A CUDA device as the rest of starhalo uses it: a context, one stream, kernels compiled
-//! once per process, events for ordering.
+//! once per process (and kept on disk between processes), events for ordering.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,6 +10,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStrea
 use cudarc::nvrtc::sys::nvrtcResult as NvrtcResult;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
+use super::cache;
 use super::error::CudaError;
 use super::ffi::{self, Arg};
 use super::kernels::{signatures, ArgKind, KernelSet};
@@ -271,28 +272,44 @@ impl Device {
         v.into_iter().map(|a| format!("compute_{a}")).collect()
     }
 
-    /// Compiles `set` to machine code for this device (`sm_XX`); when this NVRTC does not
-    /// know the device (a GPU newer than the toolkit), to PTX for the newest virtual
-    /// architecture it knows, which the driver compiles at load.
+    /// Compiles `set` to machine code for this device (`sm_XX`), or takes it from the disk
+    /// cache ([`cache`]); when this NVRTC does not know the device (a GPU newer than the
+    /// toolkit), to PTX for the newest virtual architecture it knows, which the driver
+    /// compiles at load.
     fn compile(&self, set: KernelSet) -> Result<Compiled, CudaError> {
         ffi::nvrtc_present()?;
         let parsed = signatures(set.source()).map_err(CudaError::Invalid)?;
         let name = format!("starhalo_{}.cu", set.name());
         let sm = format!("sm_{}{}", self.cc.0, self.cc.1);
         let opts = [format!("--gpu-architecture={sm}"), "--fmad=false".into()];
-        let image = guarded("nvrtcCompileProgram", || {
-            ffi::compile_cubin(set.source(), &name, &opts)
-        })?;
-        let module = match image {
-            Ok(cubin) => self.load(Ptx::from_binary(cubin), &sm)?,
-            Err((NvrtcResult::NVRTC_ERROR_INVALID_OPTION, _)) => self.compile_ptx(set, &name)?,
-            Err((nvrtc, log)) => {
-                return Err(CudaError::Compile {
-                    kernels: set.name(),
-                    why: format!("{nvrtc:?} for {sm}"),
-                    log,
-                })
-            }
+        let entry = cache::folder().map(|dir| {
+            let version = ffi::nvrtc_version().unwrap_or((0, 0));
+            cache::entry(&dir, set.name(), set.source(), &opts, version)
+        });
+        let cached = entry.as_deref().and_then(cache::read);
+        let cached = cached.and_then(|cubin| self.load(Ptx::from_binary(cubin), &sm).ok());
+        let module = match cached {
+            Some(module) => module,
+            None => match guarded("nvrtcCompileProgram", || {
+                ffi::compile_cubin(set.source(), &name, &opts)
+            })? {
+                Ok(cubin) => {
+                    if let Some(entry) = &entry {
+                        cache::write(entry, &cubin);
+                    }
+                    self.load(Ptx::from_binary(cubin), &sm)?
+                }
+                Err((NvrtcResult::NVRTC_ERROR_INVALID_OPTION, _)) => {
+                    self.compile_ptx(set, &name)?
+                }
+                Err((nvrtc, log)) => {
+                    return Err(CudaError::Compile {
+                        kernels: set.name(),
+                        why: format!("{nvrtc:?} for {sm}"),
+                        log,
+                    })
+                }
+            },
         };
         let mut sigs = HashMap::new();
         for (name, kinds) in parsed {

@@ -3,18 +3,28 @@
 //! The sources are compiled at run time by NVRTC (one compile per kernel set, per device,
 //! per process). They are plain strings in every build, so that their entry points, their
 //! parameter lists and the layout of the descriptor struct are checked by host tests even
-//! where no CUDA toolkit exists.
+//! where no CUDA toolkit exists. Each set starts with `kernels/common.cu` (the integer
+//! types and helpers all use).
 
 use crate::element::ScalarKind;
 
 /// Star-forest gather (pack) and scatter (unpack with an operation) kernels.
-pub const SF_SRC: &str = include_str!("kernels/sf.cu");
+pub const SF_SRC: &str = concat!(
+    include_str!("kernels/common.cu"),
+    include_str!("kernels/sf.cu")
+);
 /// Boundary kernels in one: pack, unpack, restriction, prolongation, physical fill, and the
 /// flux correction's restriction and setting of face fluxes.
-pub const HALO_SRC: &str = include_str!("kernels/halo.cu");
+pub const HALO_SRC: &str = concat!(
+    include_str!("kernels/common.cu"),
+    include_str!("kernels/halo.cu")
+);
 /// Finite-volume advection: face fluxes, the conservative update of every block, and the
 /// first-derivative refinement measure.
-pub const ADVECT_SRC: &str = include_str!("kernels/advect.cu");
+pub const ADVECT_SRC: &str = concat!(
+    include_str!("kernels/common.cu"),
+    include_str!("kernels/advect.cu")
+);
 
 /// A set of kernels compiled together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

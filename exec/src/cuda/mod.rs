@@ -11,7 +11,9 @@
 //! - [`Device`]: one GPU (device = node-local rank mod device count), its primary context and
 //!   the one stream all starhalo work on it goes to; kernels are compiled once per kernel set,
 //!   per device, per process, to machine code for the device (`sm_XX`, which loads on any
-//!   driver of the toolkit's major version; PTX only for a GPU this NVRTC does not know);
+//!   driver of the toolkit's major version; PTX only for a GPU this NVRTC does not know),
+//!   and that machine code is kept on disk for the next process (`STARHALO_KERNEL_CACHE`,
+//!   default `~/.cache/starhalo/kernels`; empty turns it off);
 //!   [`Device::record`]/[`Device::wait`] order streams without a device-wide
 //!   synchronisation, and [`Device::synchronize`] is the one stream synchronisation before a
 //!   device buffer is handed to MPI.
@@ -67,6 +69,8 @@ pub mod kernels;
 
 #[cfg(feature = "cuda")]
 mod advect;
+#[cfg(feature = "cuda")]
+mod cache;
 #[cfg(feature = "cuda")]
 pub(crate) mod dbuf;
 #[cfg(feature = "cuda")]

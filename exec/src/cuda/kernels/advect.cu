@@ -10,7 +10,6 @@
 // row-major array of (n + e_dir) faces; face (i, j, k) lies between cells (i, j, k) - e_dir and
 // (i, j, k) of the interior.
 
-typedef unsigned long long u64;
 
 // Limiters, in the order of the host's `Limiter`.
 #define SH_LIMIT_NONE 0
@@ -34,8 +33,9 @@ extern "C" __global__ void sh_adv_flux(const double *u, double *flux, u64 nbv, u
     u64 nfaces = f0 * f1 * f2;
     u64 stride = dir == 0 ? 1 : dir == 1 ? d0 : d0 * d1;
     for (u64 t = sh_thread(); t < nbv * nfaces; t += sh_threads()) {
-        u64 bv = t / nfaces, f = t % nfaces;
-        u64 i = f % f0, r = f / f0, j = r % f1, k = r / f1;
+        u64 f, i, j;
+        u64 bv = sh_divmod(t, nfaces, &f);
+        u64 k = sh_divmod(sh_divmod(f, f0, &i), f1, &j);
         u64 c = ((bv * d2 + k + g2) * d1 + j + g1) * d0 + i + g0;
         double state;
         if (vel == 0.0) {
@@ -56,16 +56,18 @@ extern "C" __global__ void sh_adv_flux(const double *u, double *flux, u64 nbv, u
 extern "C" __global__ void sh_adv_update(double *u, const double *u0, const double *fx, const double *fy, const double *fz, const double *dx, u64 nvar, u64 nbv, u64 d0, u64 d1, u64 d2, u64 g0, u64 g1, u64 g2, u64 n0, u64 n1, u64 n2, u64 ndim, double dt) {
     u64 ncells = n0 * n1 * n2;
     for (u64 t = sh_thread(); t < nbv * ncells; t += sh_threads()) {
-        u64 bv = t / ncells, p = t % ncells;
-        u64 i = p % n0, r = p / n0, j = r % n1, k = r / n1;
+        u64 p, i, j;
+        u64 bv = sh_divmod(t, ncells, &p);
+        u64 k = sh_divmod(sh_divmod(p, n0, &i), n1, &j);
         const double *fl[3] = {fx, fy, fz};
+        u64 v, block = sh_divmod(bv, nvar, &v);
         double du = 0.0;
         for (u64 d = 0; d < ndim; ++d) {
             u64 e0 = n0 + (d == 0), e1 = n1 + (d == 1), e2 = n2 + (d == 2);
             const double *f = fl[d] + bv * (e0 * e1 * e2);
             u64 lo = (k * e1 + j) * e0 + i;
             u64 hi = lo + (d == 0 ? 1 : d == 1 ? e0 : e0 * e1);
-            du -= (f[hi] - f[lo]) / dx[(bv / nvar) * 3 + d];
+            du -= (f[hi] - f[lo]) / dx[block * 3 + d];
         }
         u64 c = ((bv * d2 + k + g2) * d1 + j + g1) * d0 + i + g0;
         double q = u[c] + dt * du;
@@ -89,7 +91,8 @@ extern "C" __global__ void sh_adv_first_derivative(const double *u, const u64 *v
         const double *a = u + ((pair / ncrit) * nvar + vars[pair % ncrit]) * npts;
         double m = 0.0;
         for (u64 p = threadIdx.x; p < ncells; p += blockDim.x) {
-            u64 i = p % n0, r = p / n0, j = r % n1, k = r / n1;
+            u64 i, j;
+            u64 k = sh_divmod(sh_divmod(p, n0, &i), n1, &j);
             u64 c = ((k + g2) * d1 + j + g1) * d0 + i + g0;
             double scale = 2.0 * fabs(a[c]) + tiny;
             for (u64 d = 0; d < ndim; ++d) m = fmax(m, fabs(a[c + stride[d]] - a[c - stride[d]]) / scale);

@@ -8,9 +8,6 @@
 // (x1 fastest); block b, variable v, point (i, j, k) is at ((b * nvar + v) * d2 + k) * d1 + j)
 // * d0 + i.
 
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
 // One sub-halo; the layout of starhalo_exec::cuda::HaloDesc and starhalo_boundary::BndInfo
 // (asserted by tests on the host).
 struct sh_bnd_info {
@@ -44,10 +41,12 @@ __device__ __forceinline__ u64 sh_at(u64 block, u64 var, u64 nvar, u64 d0, u64 d
 
 // Point c of box b (x1 fastest, n0 x n1 points across its first two directions).
 __device__ __forceinline__ void sh_point(const sh_bnd_info &b, u64 c, u64 n0, u64 n1, u64 p[3]) {
-    u64 r = c / n0;
-    p[0] = b.s[0] + c % n0;
-    p[1] = b.s[1] + r % n1;
-    p[2] = b.s[2] + r / n1;
+    u64 i, j;
+    u64 r = sh_divmod(c, n0, &i);
+    u64 k = sh_divmod(r, n1, &j);
+    p[0] = b.s[0] + i;
+    p[1] = b.s[1] + j;
+    p[2] = b.s[2] + k;
 }
 
 // The array a sub-halo lives in: the coarse buffers (dims c) when it has SH_FLAG_COARSE, else

@@ -9,10 +9,6 @@
 // scatter_list, scatter_list_atomic and type in f32, f64, i32, u32, i64, u64. Parameters are
 // pointers, `u64`, `int` or `double` only, spelled out so the host can check every launch.
 
-typedef unsigned long long u64;
-typedef long long i64;
-typedef unsigned int u32;
-
 // Operation codes, in the order of starhalo_exec::cuda::ReduceOp.
 #define SH_OP_REPLACE 0
 #define SH_OP_SUM 1
@@ -26,8 +22,10 @@ typedef unsigned int u32;
 #define SH_OP_BXOR 9
 
 __device__ __forceinline__ u64 sh_box_at(u64 p, u64 start, u64 dx, u64 dy, u64 sx, u64 sy) {
-    u64 i = p % dx, row = p / dx;
-    return start + (row / dy) * sy + (row % dy) * sx + i;
+    u64 i, j;
+    u64 row = sh_divmod(p, dx, &i);
+    u64 k = sh_divmod(row, dy, &j);
+    return start + k * sy + j * sx + i;
 }
 
 __device__ __forceinline__ u64 sh_first() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
@@ -165,7 +163,7 @@ template <typename T>
 __device__ void sh_gather_box(const T *src, T *dst, u64 dst_off, u64 n, u64 lanes, u64 start,
                               u64 dx, u64 dy, u64 sx, u64 sy) {
     for (u64 t = sh_first(); t < n * lanes; t += sh_stride()) {
-        u64 p = t / lanes, l = t % lanes;
+        u64 l, p = sh_divmod(t, lanes, &l);
         dst[dst_off + t] = src[sh_box_at(p, start, dx, dy, sx, sy) * lanes + l];
     }
 }
@@ -173,7 +171,7 @@ __device__ void sh_gather_box(const T *src, T *dst, u64 dst_off, u64 n, u64 lane
 template <typename T>
 __device__ void sh_gather_list(const T *src, T *dst, u64 dst_off, u64 n, u64 lanes, const u64 *idx) {
     for (u64 t = sh_first(); t < n * lanes; t += sh_stride()) {
-        u64 p = t / lanes, l = t % lanes;
+        u64 l, p = sh_divmod(t, lanes, &l);
         dst[dst_off + t] = src[idx[p] * lanes + l];
     }
 }
@@ -182,7 +180,7 @@ template <typename T, typename Ops>
 __device__ void sh_scatter_box(const T *src, u64 src_off, T *dst, u64 n, u64 lanes, int op,
                                u64 start, u64 dx, u64 dy, u64 sx, u64 sy) {
     for (u64 t = sh_first(); t < n * lanes; t += sh_stride()) {
-        u64 p = t / lanes, l = t % lanes;
+        u64 l, p = sh_divmod(t, lanes, &l);
         T *d = dst + sh_box_at(p, start, dx, dy, sx, sy) * lanes + l;
         *d = Ops::apply(op, *d, src[src_off + t]);
     }
@@ -192,7 +190,7 @@ template <typename T, typename Ops>
 __device__ void sh_scatter_list(const T *src, u64 src_off, T *dst, u64 n, u64 lanes, int op,
                                 const u64 *idx) {
     for (u64 t = sh_first(); t < n * lanes; t += sh_stride()) {
-        u64 p = t / lanes, l = t % lanes;
+        u64 l, p = sh_divmod(t, lanes, &l);
         T *d = dst + idx[p] * lanes + l;
         *d = Ops::apply(op, *d, src[src_off + t]);
     }
@@ -202,7 +200,7 @@ template <typename T, typename Ops>
 __device__ void sh_scatter_list_atomic(const T *src, u64 src_off, T *dst, u64 n, u64 lanes,
                                        int op, const u64 *idx) {
     for (u64 t = sh_first(); t < n * lanes; t += sh_stride()) {
-        u64 p = t / lanes, l = t % lanes;
+        u64 l, p = sh_divmod(t, lanes, &l);
         sh_atomic<T, Ops>::apply(dst + idx[p] * lanes + l, src[src_off + t], op);
     }
 }
