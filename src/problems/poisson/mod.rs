@@ -1,6 +1,6 @@
 //! `poisson`: Poisson's equation `∇²u = f` on a box by geometric multigrid, every level's
 //! ghosts, restrictions and prolongations moved by the boundary crate's multigrid exchange
-//! ([`GmgExchange`]).
+//! ([`GmgExchange`](starhalo_boundary::GmgExchange)).
 //!
 //! Each face of the box is `periodic`, Neumann `∂u/∂n = 0` (`reflecting` or `outflow`), or
 //! Dirichlet `u = 0` (`user`: the problem's own condition, which it applies after every
@@ -139,7 +139,7 @@ enum Smoother {
     /// Weighted Jacobi with this weight: every cell from the previous sweep's values.
     Jacobi(f64),
     /// Zebra line Gauss-Seidel: the lines of cells along each direction of strong coupling
-    /// solved whole, alternate lines in two halves ([`Lines`]).
+    /// solved whole, alternate lines in two halves ([`Lines`](lines::Lines)).
     Line,
 }
 
