@@ -8,6 +8,7 @@
 //! - ghosts of a linear field are exact to 1e-12 through restriction and prolongation,
 //!   wherever their stencils stay clear of the domain edges and periodic wraps;
 //! - a sparse receiver of real data becomes allocated, null channels fill the default;
+//! - no two channels' receive boxes share a cell of one array;
 //! - every mode gives bit-identical blocks, equal to the reference path (a plain star-forest
 //!   bcast over the same cells), and the digest printed per mesh is the same on every rank
 //!   count (the parent process compares them);
@@ -525,4 +526,28 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
         }
     }
     let _ = (same, multi);
+
+    // No two channels write the same cell of one array: the GPU unpacks every box at once,
+    // in no set order, and a null channel's default would race another's data.
+    let mut boxes: Vec<_> = rc
+        .recv
+        .iter()
+        .map(|ch| {
+            (
+                ch.key.receiver,
+                ch.key.var,
+                recv_box(ch, &shape).unwrap(),
+                ch,
+            )
+        })
+        .collect();
+    boxes.sort_by_key(|&(gid, var, (_, space), _)| (gid, var, space == Space::Coarse));
+    for run in boxes.chunk_by(|a, b| (a.0, a.1, a.2 .1) == (b.0, b.1, b.2 .1)) {
+        for (i, (_, _, (a, _), ca)) in run.iter().enumerate() {
+            for (_, _, (b, _), cb) in &run[..i] {
+                let meet = (0..3).all(|d| a.0[d].s.max(b.0[d].s) <= a.0[d].e.min(b.0[d].e));
+                assert!(!meet, "seed {seed}: receive boxes overlap: {ca:?} {cb:?}");
+            }
+        }
+    }
 }

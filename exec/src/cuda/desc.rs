@@ -169,7 +169,9 @@ impl FieldDims {
 /// `bnd_info` test checks this on meshes of all three level cases), and each cell at a level
 /// has one source (the interior of the one block at that level that holds it, or the
 /// restriction of the one finer block that covers it), so two boxes that write one cell
-/// write the same value, in whichever order the GPU runs them.
+/// would write the same value, in whichever order the GPU runs them. They do not meet in
+/// practice (the `exchange_random` test checks that no two receive boxes share a cell on
+/// random meshes), which also keeps a null channel's default from racing another's data.
 pub fn check_halos(
     descs: &[HaloDesc],
     f: &FieldDims,
