@@ -14,6 +14,14 @@ static void expect(const char *what, double got, double want) {
 
 int main() {
     gridDim.x = 1; blockDim.x = 1; blockIdx.x = 0; threadIdx.x = 0;
+    // Index splitting: the 32-bit path and, past 2^32, the 64-bit one agree with plain / and %.
+    const u64 cases[][2] = {{0, 7}, {13, 1}, {4294967295ull, 65536}, {4294967296ull, 3},
+                            {(1ull << 40) + 12345, 4294967295ull}, {99, 4294967296ull}};
+    for (const auto &c : cases) {
+        u64 r = 0, q = sh_divmod(c[0], c[1], &r);
+        expect("divmod quotient", (double)q, (double)(c[0] / c[1]));
+        expect("divmod remainder", (double)r, (double)(c[0] % c[1]));
+    }
     // 1-D block: 4 interior cells, 2 ghosts (8 points); coarse buffer 2 cells, 2 ghosts (6).
     // A linear field: restriction gives the coarse values, (limited) linear prolongation the
     // fine ones; constant prolongation copies the coarse value.
