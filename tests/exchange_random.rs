@@ -541,8 +541,8 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
             )
         })
         .collect();
-    boxes.sort_by_key(|&(gid, var, (_, space), _)| (gid, var, space == Space::Coarse));
-    for run in boxes.chunk_by(|a, b| (a.0, a.1, a.2 .1) == (b.0, b.1, b.2 .1)) {
+    boxes.sort_by_key(|&(gid, var, (_, space), _)| (gid, var, space as u8));
+    for run in boxes.chunk_by(|a, b| (a.0, a.1, a.2 .1 as u8) == (b.0, b.1, b.2 .1 as u8)) {
         for (i, (_, _, (a, _), ca)) in run.iter().enumerate() {
             for (_, _, (b, _), cb) in &run[..i] {
                 let meet = (0..3).all(|d| a.0[d].s.max(b.0[d].s) <= a.0[d].e.min(b.0[d].e));

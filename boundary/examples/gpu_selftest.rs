@@ -700,7 +700,7 @@ mod selftest {
         dev.compile_all()?;
         let (nv_major, nv_minor) = Device::nvrtc_version()?;
         println!(
-            "gpu_selftest: kernels compiled by NVRTC {nv_major}.{nv_minor} in {:.2} s",
+            "gpu_selftest: kernels ready in {:.2} s (NVRTC {nv_major}.{nv_minor}, or the kernel cache unless STARHALO_KERNEL_CACHE is empty)",
             t.elapsed().as_secs_f64()
         );
         let mut rep = Report { failed: 0 };

@@ -6,12 +6,17 @@
 //! hash of everything that decides it: the source, the NVRTC options and NVRTC's version.
 //! The folder is `STARHALO_KERNEL_CACHE` when set (empty: no cache), else
 //! `$XDG_CACHE_HOME/starhalo/kernels` or `$HOME/.cache/starhalo/kernels`. Entries are written
-//! whole (a temporary file renamed into place), so ranks that compile at once never read a
-//! partial one. The cache is only ever a shortcut: a folder that cannot be made or written,
-//! or an entry the driver refuses, means compiling as if it were not there.
+//! whole (a new temporary file renamed into place), so ranks that compile at once never read
+//! a partial one. The cache is only ever a shortcut: a folder that cannot be made or written,
+//! an NVRTC that does not say its version, or an entry the driver refuses, means compiling
+//! as if it were not there. Only PTX (for a GPU newer than the NVRTC) is never kept. The
+//! driver runs whatever machine code the folder holds: point it only at a folder that no
+//! one else can write.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The cache folder, or `None` when caching is off or no folder can be named.
 pub(crate) fn folder() -> Option<PathBuf> {
@@ -51,12 +56,29 @@ pub(crate) fn read(entry: &Path) -> Option<Vec<u8>> {
     std::fs::read(entry).ok().filter(|b| !b.is_empty())
 }
 
-/// Stores `image` as `entry`, creating the folder; a failure leaves nothing behind.
+/// Stores `image` as `entry`, creating the folder; a failure leaves nothing behind. The
+/// temporary file is new (never one another writer has open: two devices of one process,
+/// or processes with the same id on the nodes sharing the folder).
 pub(crate) fn write(entry: &Path, image: &[u8]) {
+    use std::io::Write as _;
+    static N: AtomicUsize = AtomicUsize::new(0);
     let Some(dir) = entry.parent() else { return };
-    let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    let tmp = entry.with_extension(format!(
+        "tmp{}.{}.{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let stored = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&tmp, image))
+        .and_then(|()| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(image)
+        })
         .and_then(|()| std::fs::rename(&tmp, entry));
     if stored.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -282,10 +282,9 @@ impl Device {
         let name = format!("starhalo_{}.cu", set.name());
         let sm = format!("sm_{}{}", self.cc.0, self.cc.1);
         let opts = [format!("--gpu-architecture={sm}"), "--fmad=false".into()];
-        let entry = cache::folder().map(|dir| {
-            let version = ffi::nvrtc_version().unwrap_or((0, 0));
-            cache::entry(&dir, set.name(), set.source(), &opts, version)
-        });
+        let entry = cache::folder()
+            .zip(ffi::nvrtc_version().ok())
+            .map(|(dir, version)| cache::entry(&dir, set.name(), set.source(), &opts, version));
         let cached = entry.as_deref().and_then(cache::read);
         let cached = cached.and_then(|cubin| self.load(Ptx::from_binary(cubin), &sm).ok());
         let module = match cached {

@@ -1,7 +1,7 @@
 //! The CUDA C sources of the kernels, and what the host knows of them.
 //!
-//! The sources are compiled at run time by NVRTC (one compile per kernel set, per device,
-//! per process). They are plain strings in every build, so that their entry points, their
+//! The sources are compiled at run time by NVRTC (at most one compile per kernel set, per
+//! device, per process; the machine code is kept on disk for the next process). They are plain strings in every build, so that their entry points, their
 //! parameter lists and the layout of the descriptor struct are checked by host tests even
 //! where no CUDA toolkit exists. Each set starts with `kernels/common.cu` (the integer
 //! types and helpers all use).

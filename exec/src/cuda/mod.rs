@@ -13,7 +13,8 @@
 //!   per device, per process, to machine code for the device (`sm_XX`, which loads on any
 //!   driver of the toolkit's major version; PTX only for a GPU this NVRTC does not know),
 //!   and that machine code is kept on disk for the next process (`STARHALO_KERNEL_CACHE`,
-//!   default `~/.cache/starhalo/kernels`; empty turns it off);
+//!   default `$XDG_CACHE_HOME/starhalo/kernels` or `~/.cache/starhalo/kernels`; empty turns
+//!   it off);
 //!   [`Device::record`]/[`Device::wait`] order streams without a device-wide
 //!   synchronisation, and [`Device::synchronize`] is the one stream synchronisation before a
 //!   device buffer is handed to MPI.

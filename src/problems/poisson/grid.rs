@@ -126,6 +126,11 @@ impl Grid {
             .any(|&f| f == Face::Dirichlet)
     }
 
+    /// The active directions other than `x`.
+    pub(super) fn others(&self, x: usize) -> impl Iterator<Item = usize> {
+        (0..self.ndim).filter(move |&d| d != x)
+    }
+
     pub(super) fn stride(&self, d: usize) -> usize {
         self.dims[..d].iter().product()
     }

@@ -146,8 +146,7 @@ impl Lines {
                 Piece::new(n, a, grid.diagonal(), ends)
             })
             .collect();
-        let across = |d: usize| (0..grid.ndim).filter(move |&e| e != d);
-        let per_block: usize = across(x).map(|d| grid.n[d]).product();
+        let per_block: usize = grid.others(x).map(|d| grid.n[d]).product();
         let periodic = grid.faces[x][0] == Face::Periodic;
         let parities = if blocks > 1 || periodic {
             Some(Self::gathers(grid, level, world, x, blocks, per_block)?)
@@ -183,8 +182,6 @@ impl Lines {
         blocks: usize,
         per_block: usize,
     ) -> Result<[Gather; 2]> {
-        let across = |d: usize| (0..grid.ndim).filter(move |&e| e != d);
-
         // Every block's gid by its place in the level, and its index among its rank's.
         let nb: [usize; 3] = std::array::from_fn(|d| grid.across[d] / grid.n[d].max(1));
         let place = |b: [usize; 3]| b[0] + nb[0] * (b[1] + nb[1] * b[2]);
@@ -217,7 +214,7 @@ impl Lines {
             for &(_, c) in &lines {
                 // The line's place within each of its blocks, the same in all of them.
                 let (mut within, mut size) = (0, 1);
-                for d in across(x) {
+                for d in grid.others(x) {
                     within += (c[d] % grid.n[d]) * size;
                     size *= grid.n[d];
                 }
@@ -332,7 +329,7 @@ impl Lines {
                 for (k, rk) in r.iter_mut().enumerate() {
                     let i = start + k * sx;
                     *rk = -f[i];
-                    for d in (0..grid.ndim).filter(|&d| d != x) {
+                    for d in grid.others(x) {
                         let sd = grid.stride(d);
                         *rk += (u[i + sd] + u[i - sd]) / (grid.h[d] * grid.h[d]);
                     }
@@ -411,7 +408,7 @@ fn sides(bx: usize, blocks: usize, periodic: bool) -> [Option<usize>; 2] {
 /// directions' indices) and its parity (of their sum).
 fn line_of(grid: &Grid, x: usize, c: [usize; 3]) -> (usize, usize) {
     let (mut line, mut size, mut sum) = (0, 1, 0);
-    for d in (0..grid.ndim).filter(|&d| d != x) {
+    for d in grid.others(x) {
         line += c[d] * size;
         size *= grid.across[d];
         sum += c[d];
