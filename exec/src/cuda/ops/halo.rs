@@ -1,333 +1,19 @@
-//! The kernels as methods of [`Device`]: star-forest gather/scatter over index sets, and the
-//! boundary kernels in one over descriptor arrays. Every method checks its index ranges
-//! against the buffers on the host before it launches, and returns once the work is queued.
+//! The boundary kernels in one: pack, unpack, restriction, prolongation, flux correction and
+//! the physical fill, each one launch over a descriptor array checked once on the host.
 
 use std::sync::Arc;
 
-use super::desc::{
-    check_halos, check_physical, FieldDims, FluxGeom, HaloDesc, ProlongOp, ReduceOp, RefineGeom,
-};
-use super::device::{grid_for, Device};
-use super::error::CudaError;
-use super::ffi::Arg;
-use super::kernels::KernelSet;
+use super::{invalid, need};
 use crate::buffer::Buffer;
-use crate::element::{Element, ScalarKind};
-use crate::space::MemSpace;
+use crate::cuda::desc::{
+    check_halos, check_physical, FieldDims, FluxGeom, HaloDesc, ProlongOp, RefineGeom,
+};
+use crate::cuda::device::Device;
+use crate::cuda::error::CudaError;
+use crate::cuda::ffi::Arg;
+use crate::cuda::kernels::KernelSet;
 
-const BLOCK: u32 = 256;
 const HALO_BLOCK: u32 = 128;
-
-fn invalid<T>(why: String) -> Result<T, CudaError> {
-    Err(CudaError::Invalid(why))
-}
-
-/// An explicit list of unit indices held on a device, with what the host learnt of it.
-#[derive(Debug)]
-pub struct IndexList {
-    idx: Buffer<u64>,
-    max: Option<u64>,
-    duplicates: bool,
-}
-
-impl IndexList {
-    /// Uploads `idx` to `dev`.
-    pub fn new(dev: &Arc<Device>, idx: &[usize]) -> Result<Self, CudaError> {
-        let v: Vec<u64> = idx.iter().map(|&i| i as u64).collect();
-        let mut sorted = v.clone();
-        sorted.sort_unstable();
-        Ok(Self {
-            duplicates: sorted.windows(2).any(|w| w[0] == w[1]),
-            max: sorted.last().copied(),
-            idx: Buffer::from_host_to(dev, &v)?,
-        })
-    }
-
-    /// Number of indices.
-    pub fn len(&self) -> usize {
-        self.idx.len()
-    }
-
-    /// True when the list is empty.
-    pub fn is_empty(&self) -> bool {
-        self.idx.is_empty()
-    }
-
-    /// True when some index occurs twice (unpacking then uses atomics).
-    pub fn duplicates(&self) -> bool {
-        self.duplicates
-    }
-}
-
-/// Which units a gather reads or a scatter writes (the device form of a pack plan).
-#[derive(Debug, Clone, Copy)]
-pub enum DeviceIndices<'a> {
-    /// `start..start + len`: a plain device copy when no operation is involved.
-    Range {
-        /// First unit.
-        start: usize,
-        /// Units.
-        len: usize,
-    },
-    /// `start + sy * k + sx * j + i` for `i < dx, j < dy, k < dz`, with `sx >= dx` and
-    /// `sy >= dy * sx` (rows and planes do not overlap).
-    Box {
-        /// First unit.
-        start: usize,
-        /// Units per row.
-        dx: usize,
-        /// Rows per plane.
-        dy: usize,
-        /// Planes.
-        dz: usize,
-        /// Row stride.
-        sx: usize,
-        /// Plane stride.
-        sy: usize,
-    },
-    /// An explicit list.
-    List(&'a IndexList),
-}
-
-impl DeviceIndices<'_> {
-    /// Number of units.
-    pub fn len(&self) -> usize {
-        match self {
-            DeviceIndices::Range { len, .. } => *len,
-            DeviceIndices::Box { dx, dy, dz, .. } => dx * dy * dz,
-            DeviceIndices::List(l) => l.len(),
-        }
-    }
-
-    /// True when there is no unit.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// One past the largest unit index, checked for overflow; a box whose rows or planes
-    /// overlap is refused.
-    fn end(&self) -> Result<usize, CudaError> {
-        let over = || CudaError::Invalid(format!("index set {self:?} overflows"));
-        match *self {
-            DeviceIndices::Range { start, len } => start.checked_add(len).ok_or_else(over),
-            DeviceIndices::Box {
-                start,
-                dx,
-                dy,
-                dz,
-                sx,
-                sy,
-            } => {
-                if dx * dy * dz == 0 {
-                    return Ok(0);
-                }
-                if sx < dx || sy < dy.checked_mul(sx).ok_or_else(over)? {
-                    return invalid(format!("box {self:?} has overlapping rows or planes"));
-                }
-                let last = (dz - 1)
-                    .checked_mul(sy)
-                    .and_then(|a| (dy - 1).checked_mul(sx).and_then(|b| a.checked_add(b)))
-                    .and_then(|a| a.checked_add(start + dx))
-                    .ok_or_else(over)?;
-                Ok(last)
-            }
-            DeviceIndices::List(l) => Ok(l.max.map_or(0, |m| m as usize + 1)),
-        }
-    }
-}
-
-fn scalar<T: Element>() -> Result<ScalarKind, CudaError> {
-    T::SCALAR.ok_or_else(|| {
-        CudaError::Invalid(format!(
-            "no device kernels for {} (f32, f64, i32, u32, i64, u64 only)",
-            std::any::type_name::<T>()
-        ))
-    })
-}
-
-fn fits(what: &str, end_units: usize, lanes: usize, len: usize) -> Result<(), CudaError> {
-    match end_units.checked_mul(lanes) {
-        Some(e) if e <= len => Ok(()),
-        _ => invalid(format!(
-            "{what}: {end_units} units of {lanes} lanes do not fit {len} values"
-        )),
-    }
-}
-
-/// Checks that `n` units of `lanes` values from `off` fit a buffer of `len` values; returns
-/// how many values they are.
-fn packed(what: &str, off: usize, n: usize, lanes: usize, len: usize) -> Result<usize, CudaError> {
-    match n.checked_mul(lanes).map(|c| (c, off.checked_add(c))) {
-        Some((c, Some(end))) if end <= len => Ok(c),
-        _ => invalid(format!(
-            "{what} of {n} units of {lanes} lanes at {off} past {len} values"
-        )),
-    }
-}
-
-fn box_args(i: &DeviceIndices<'_>) -> [Arg; 5] {
-    let (start, dx, dy, sx, sy) = match *i {
-        DeviceIndices::Box {
-            start,
-            dx,
-            dy,
-            sx,
-            sy,
-            ..
-        } => (start, dx, dy, sx, sy),
-        DeviceIndices::Range { start, len } => (start, len.max(1), 1, len.max(1), len.max(1)),
-        DeviceIndices::List(_) => (0, 1, 1, 1, 1), // not read: lists launch the list kernels
-    };
-    [start, dx, dy, sx, sy].map(|v| Arg::U64(v as u64))
-}
-
-impl Device {
-    /// Packs: `dst[dst_off + p * lanes + l] = src[idx(p) * lanes + l]` for every unit `p` of
-    /// `idx` and lane `l`. A range is a device copy; boxes and lists are one kernel.
-    pub fn gather<T: Element>(
-        &self,
-        src: &Buffer<T>,
-        idx: &DeviceIndices<'_>,
-        lanes: usize,
-        dst: &mut Buffer<T>,
-        dst_off: usize,
-    ) -> Result<(), CudaError> {
-        let kind = scalar::<T>()?;
-        let n = idx.len();
-        fits("gather source", idx.end()?, lanes, src.len())?;
-        let count = packed("gather", dst_off, n, lanes, dst.len())?;
-        if count == 0 {
-            return Ok(());
-        }
-        let s = src.on_device(self)?;
-        if let DeviceIndices::Range { start, len } = *idx {
-            return dst
-                .on_device_mut(self)?
-                .copy_from(dst_off, s, start * lanes, len * lanes);
-        }
-        let list = match idx {
-            DeviceIndices::List(l) => Some(l.idx.on_device(self)?.address()),
-            _ => None,
-        };
-        let d = dst.on_device_mut(self)?;
-        let (name, args) = gather_args(kind, s.address(), d.address(), dst_off, idx, lanes, list);
-        self.launch(KernelSet::Sf, &name, grid_for(count, BLOCK), BLOCK, &args)
-    }
-
-    /// Unpacks: `dst[idx(p) * lanes + l] = dst[..] op src[src_off + p * lanes + l]`. A range
-    /// with [`ReduceOp::Replace`] is a device copy; a list that repeats an index uses atomics
-    /// (so floating-point sums and products may round in another order than on the host).
-    #[allow(clippy::too_many_arguments)]
-    pub fn scatter<T: Element>(
-        &self,
-        src: &Buffer<T>,
-        src_off: usize,
-        idx: &DeviceIndices<'_>,
-        lanes: usize,
-        op: ReduceOp,
-        dst: &mut Buffer<T>,
-    ) -> Result<(), CudaError> {
-        let kind = scalar::<T>()?;
-        if kind.is_float() && op.integer_only() {
-            return invalid(format!("{op:?} is not defined for {}", kind.suffix()));
-        }
-        let n = idx.len();
-        fits("scatter destination", idx.end()?, lanes, dst.len())?;
-        let count = packed("scatter", src_off, n, lanes, src.len())?;
-        if count == 0 {
-            return Ok(());
-        }
-        let s = src.on_device(self)?;
-        if let (DeviceIndices::Range { start, len }, ReduceOp::Replace) = (*idx, op) {
-            return dst
-                .on_device_mut(self)?
-                .copy_from(start * lanes, s, src_off, len * lanes);
-        }
-        let list = match idx {
-            DeviceIndices::List(l) => Some(l.idx.on_device(self)?.address()),
-            _ => None,
-        };
-        let d = dst.on_device_mut(self)?;
-        let (name, args) = scatter_args(
-            kind,
-            s.address(),
-            src_off,
-            d.address(),
-            idx,
-            lanes,
-            op,
-            list,
-        );
-        self.launch(KernelSet::Sf, &name, grid_for(count, BLOCK), BLOCK, &args)
-    }
-}
-
-/// Kernel name and arguments of a gather (`list`: the device address of a list's indices).
-fn gather_args(
-    kind: ScalarKind,
-    src: u64,
-    dst: u64,
-    dst_off: usize,
-    idx: &DeviceIndices<'_>,
-    lanes: usize,
-    list: Option<u64>,
-) -> (String, Vec<Arg>) {
-    let mut args = vec![
-        Arg::Ptr(src),
-        Arg::Ptr(dst),
-        Arg::U64(dst_off as u64),
-        Arg::U64(idx.len() as u64),
-        Arg::U64(lanes as u64),
-    ];
-    let family = match list {
-        Some(l) => {
-            args.push(Arg::Ptr(l));
-            "gather_list"
-        }
-        None => {
-            args.extend(box_args(idx));
-            "gather_box"
-        }
-    };
-    (format!("sh_{family}_{}", kind.suffix()), args)
-}
-
-/// Kernel name and arguments of a scatter.
-#[allow(clippy::too_many_arguments)]
-fn scatter_args(
-    kind: ScalarKind,
-    src: u64,
-    src_off: usize,
-    dst: u64,
-    idx: &DeviceIndices<'_>,
-    lanes: usize,
-    op: ReduceOp,
-    list: Option<u64>,
-) -> (String, Vec<Arg>) {
-    let mut args = vec![
-        Arg::Ptr(src),
-        Arg::U64(src_off as u64),
-        Arg::Ptr(dst),
-        Arg::U64(idx.len() as u64),
-        Arg::U64(lanes as u64),
-        Arg::I32(op as i32),
-    ];
-    let family = match (list, idx) {
-        (Some(l), DeviceIndices::List(il)) => {
-            args.push(Arg::Ptr(l));
-            if il.duplicates {
-                "scatter_list_atomic"
-            } else {
-                "scatter_list"
-            }
-        }
-        _ => {
-            args.extend(box_args(idx));
-            "scatter_box"
-        }
-    };
-    (format!("sh_{family}_{}", kind.suffix()), args)
-}
 
 /// What a [`DeviceHalos`] was checked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -364,7 +50,7 @@ pub struct DeviceHalos {
 
 impl DeviceHalos {
     /// Descriptors for [`Device::halo_pack`] and [`Device::halo_unpack`] between `fields`
-    /// (and `coarse` buffers, for descriptors with [`FLAG_COARSE`](super::FLAG_COARSE)) and a
+    /// (and `coarse` buffers, for descriptors with [`FLAG_COARSE`](crate::cuda::FLAG_COARSE)) and a
     /// buffer of `buf_len` values.
     pub fn for_pack(
         dev: &Arc<Device>,
@@ -399,7 +85,7 @@ impl DeviceHalos {
 
     /// Ghost boxes for [`Device::physical_fill`] on `fields` with interior `lo..=hi` per direction;
     /// no box writes a cell another box of its array writes or reads
-    /// ([`check_physical`](super::desc::check_physical)).
+    /// ([`check_physical`](crate::cuda::desc::check_physical)).
     pub fn for_physical(
         dev: &Arc<Device>,
         descs: &[HaloDesc],
@@ -475,14 +161,6 @@ impl DeviceHalos {
     }
 }
 
-pub(crate) fn need(what: &str, want: usize, got: usize) -> Result<(), CudaError> {
-    if want == got {
-        Ok(())
-    } else {
-        invalid(format!("{what}: {got} values, expected {want}"))
-    }
-}
-
 fn dims_args(f: &FieldDims) -> [Arg; 4] {
     [f.dims[0], f.dims[1], f.dims[2], f.nvar].map(|v| Arg::U64(v as u64))
 }
@@ -495,7 +173,7 @@ fn pair_dims(f: &FieldDims, c: &FieldDims) -> [Arg; 7] {
 
 /// `sh_halo_pack(info, nhalo, data, coarse, buf, d0, d1, d2, c0, c1, c2, nvar, threshold,
 /// over)`.
-fn pack_args(
+pub(super) fn pack_args(
     [descs, data, coarse]: [u64; 3],
     buf: u64,
     nhalo: usize,
@@ -515,7 +193,7 @@ fn pack_args(
 }
 
 /// `sh_halo_unpack(info, nhalo, buf, data, coarse, d0, d1, d2, c0, c1, c2, nvar, fill)`.
-fn unpack_args(
+pub(super) fn unpack_args(
     [descs, buf]: [u64; 2],
     [data, coarse]: [u64; 2],
     nhalo: usize,
@@ -536,7 +214,12 @@ fn unpack_args(
 
 /// `sh_restrict` / `sh_prolongate` (without the trailing `op`): (info, nhalo, from, to,
 /// f0, f1, f2, c0, c1, c2, nvar, ndim, g, cg).
-fn refine_args([descs, from]: [u64; 2], to: u64, nhalo: usize, g: &RefineGeom) -> Vec<Arg> {
+pub(super) fn refine_args(
+    [descs, from]: [u64; 2],
+    to: u64,
+    nhalo: usize,
+    g: &RefineGeom,
+) -> Vec<Arg> {
     let mut a = vec![
         Arg::Ptr(descs),
         Arg::U64(nhalo as u64),
@@ -550,7 +233,7 @@ fn refine_args([descs, from]: [u64; 2], to: u64, nhalo: usize, g: &RefineGeom) -
 }
 
 /// `sh_physical(info, nhalo, data, d0, d1, d2, nvar, lo0, lo1, lo2, hi0, hi1, hi2)`.
-fn physical_args(
+pub(super) fn physical_args(
     descs: u64,
     data: u64,
     nhalo: usize,
@@ -566,7 +249,7 @@ fn physical_args(
 
 /// `sh_flux_restrict(info, nface, x0, x1, x2, buf, n0, n1, n2, nslot, ndim)`, or with
 /// `restrict` false `sh_flux_set(info, nface, buf, x0, x1, x2, n0, n1, n2, nslot)`.
-fn flux_args(
+pub(super) fn flux_args(
     descs: u64,
     nface: usize,
     flux: [u64; 3],
@@ -714,7 +397,7 @@ impl Device {
     }
 
     /// Unpacks every sub-halo of `h` from `buf` into `data` (coarse ones into `coarse`) in one
-    /// launch; a sub-halo without [`FLAG_ALLOCATED`](super::desc::FLAG_ALLOCATED) gets
+    /// launch; a sub-halo without [`FLAG_ALLOCATED`](crate::cuda::desc::FLAG_ALLOCATED) gets
     /// `fill`. Receiving boxes must not overlap (they do not in a valid exchange).
     pub fn halo_unpack(
         &self,
@@ -860,7 +543,7 @@ impl Device {
     }
 
     /// Sets the face fluxes of every flux face of `h` with
-    /// [`FLAG_ALLOCATED`](super::FLAG_ALLOCATED) to the values in `buf`, in one launch; the
+    /// [`FLAG_ALLOCATED`](crate::cuda::FLAG_ALLOCATED) to the values in `buf`, in one launch; the
     /// others keep theirs.
     pub fn flux_set(
         &self,
@@ -884,7 +567,7 @@ impl Device {
 
     /// Fills every ghost box of `h` from the interior along the directions the box lies
     /// outside it: the nearest interior value (outflow), or the mirror image across the face
-    /// for boxes with [`FLAG_MIRROR0`](super::FLAG_MIRROR0)` << d` (reflecting), in one launch.
+    /// for boxes with [`FLAG_MIRROR0`](crate::cuda::FLAG_MIRROR0)` << d` (reflecting), in one launch.
     pub fn physical_fill(&self, h: &DeviceHalos, data: &mut Buffer<f64>) -> Result<(), CudaError> {
         let Use::Physical { fields, lo, hi } = h.usage else {
             return invalid("descriptors were not checked for a physical fill".into());
@@ -903,121 +586,5 @@ impl Device {
             hi,
         );
         self.launch(KernelSet::Halo, "sh_physical", h.grid(), HALO_BLOCK, &args)
-    }
-}
-
-/// Where a buffer must be for a kernel: on this device.
-pub(crate) fn wrong_space(space: MemSpace) -> CudaError {
-    CudaError::Invalid(format!(
-        "a kernel argument is in {space} memory, not on this device"
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::kernels::{signatures, ArgKind, KernelSet};
-    use super::*;
-
-    fn declared(set: KernelSet, name: &str) -> Vec<ArgKind> {
-        let sigs = signatures(set.source()).unwrap();
-        sigs.into_iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("{name}"))
-            .1
-    }
-
-    fn kinds(a: &[Arg]) -> Vec<ArgKind> {
-        a.iter().map(Arg::kind).collect()
-    }
-
-    /// What the host passes equals what each kernel declares, for every kernel it launches.
-    #[test]
-    fn host_arguments_match_every_launched_kernel() {
-        let b = DeviceIndices::Box {
-            start: 1,
-            dx: 2,
-            dy: 3,
-            dz: 4,
-            sx: 5,
-            sy: 20,
-        };
-        let r = DeviceIndices::Range { start: 3, len: 7 };
-        for kind in ScalarKind::ALL {
-            for (idx, list) in [(&b, None), (&r, None)] {
-                let (n, a) = gather_args(kind, 1, 2, 0, idx, 3, list);
-                assert_eq!(kinds(&a), declared(KernelSet::Sf, &n), "{n}");
-                let (n, a) = scatter_args(kind, 1, 0, 2, idx, 3, ReduceOp::Sum, list);
-                assert_eq!(kinds(&a), declared(KernelSet::Sf, &n), "{n}");
-            }
-        }
-        let f = FieldDims {
-            dims: [4, 4, 1],
-            nvar: 1,
-            nblocks: 1,
-        };
-        let a = pack_args([1, 2, 4], 3, 5, [&f, &f], [6, 0]);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_pack"));
-        let a = unpack_args([1, 2], [3, 4], 5, [&f, &f], 0.5);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_halo_unpack"));
-        let g = RefineGeom {
-            ndim: 2,
-            nghost: 2,
-            coarse_nghost: 2,
-            fine: f,
-            coarse: f,
-        };
-        let a = refine_args([1, 2], 3, 5, &g);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_restrict"));
-        let mut p = kinds(&a);
-        p.push(ArgKind::I32);
-        assert_eq!(p, declared(KernelSet::Halo, "sh_prolongate"));
-        let a = physical_args(1, 2, 5, &f, [2; 3], [3; 3]);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_physical"));
-        let g = FluxGeom {
-            ndim: 2,
-            n: [4, 4, 1],
-            nslots: 1,
-            nblocks: 1,
-        };
-        let a = flux_args(1, 2, [3, 4, 0], 5, true, &g);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_flux_restrict"));
-        let a = flux_args(1, 2, [3, 4, 0], 5, false, &g);
-        assert_eq!(kinds(&a), declared(KernelSet::Halo, "sh_flux_set"));
-        for (name, k) in [("sh_fill_b32", ArgKind::U32), ("sh_fill_b64", ArgKind::U64)] {
-            assert_eq!(
-                declared(KernelSet::Sf, name),
-                [ArgKind::Ptr, ArgKind::U64, k]
-            );
-        }
-    }
-
-    #[test]
-    fn index_sets_report_their_extent_and_refuse_overlap() {
-        let b = DeviceIndices::Box {
-            start: 1,
-            dx: 2,
-            dy: 3,
-            dz: 2,
-            sx: 5,
-            sy: 20,
-        };
-        // Last unit: 1 + 20 + 2 * 5 + 1 = 32, so one past is 33.
-        assert_eq!((b.len(), b.end().unwrap()), (12, 33));
-        let overlap = DeviceIndices::Box {
-            start: 0,
-            dx: 3,
-            dy: 2,
-            dz: 1,
-            sx: 2,
-            sy: 6,
-        };
-        assert!(overlap.end().is_err());
-        let huge = DeviceIndices::Range {
-            start: usize::MAX,
-            len: 2,
-        };
-        assert!(huge.end().is_err());
-        assert!(fits("x", 4, 3, 12).is_ok() && fits("x", 4, 3, 11).is_err());
-        assert!(fits("x", usize::MAX, 2, usize::MAX).is_err());
     }
 }
