@@ -24,6 +24,22 @@ pub fn storage_error(e: starhalo_boundary::BoundaryError) -> anyhow::Error {
     }
 }
 
+/// Makes a refused allocation (the job needs more memory than a rank has, beyond what the
+/// memory budget of [`crate::run`] foresaw) end the job with exit code 1 and a message, as
+/// [`say_error`] would print it, rather than with SIGABRT.
+pub fn on_out_of_memory(world: &SimpleCommunicator) {
+    let prefix = match world.size() {
+        1 => String::new(),
+        _ => format!("[rank {}] ", world.rank()),
+    };
+    let message = format!(
+        "{prefix}error: out of memory: the allocation above was refused, so this rank cannot \
+         hold what the run needs; use more ranks, fewer or larger blocks, or fewer refinement \
+         levels"
+    );
+    starhalo_exec::alloc_count::exit_on_refusal(message.leak());
+}
+
 /// Prints `error: {what}` on standard error, after `[rank N] ` in a job of several ranks, in
 /// one write so that it does not interleave with other ranks' lines. Control characters the
 /// input brought into the message (a NUL in a key) and the invisible ones that reorder text

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     };
     let world = universe.world();
+    exit::on_out_of_memory(&world);
     // Every rank parses the same command line: rank 0 alone prints the verdict (an error, or
     // the help text), and every rank exits with its code (2 for a bad option).
     let args = match args {

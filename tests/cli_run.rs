@@ -984,6 +984,66 @@ fn runaway_refinement_stops_at_the_memory_it_has() {
     assert_eq!(err.matches("error:").count(), 1, "{err}");
 }
 
+/// The memory budget is a lower bound, so a mesh it accepts may still not fit: a block of
+/// 4² cells costs more than it counts. Raising the address-space limit step by step from
+/// where the budget refuses the mesh to where the run ends well, every run ends in one of the
+/// promised ways on every rank (the budget's exit 2, a fallible allocation's or a refused
+/// infallible one's exit 1), never with a signal or a hang; and some step lands between
+/// budget and need, where a refused `Vec` growth now gives exit 1 and says so.
+#[test]
+fn a_mesh_that_passes_the_budget_but_not_memory_ends_with_exit_1() {
+    let dir = scratch("oom");
+    let deck = dir.join("tiny.yaml");
+    std::fs::write(
+        &deck,
+        "parthenon/job: {problem: advection, problem_id: tiny}\n\
+         parthenon/mesh: {nx1: 512, nx2: 512, ix1_bc: periodic, ox1_bc: periodic, \
+         ix2_bc: periodic, ox2_bc: periodic}\n\
+         parthenon/meshblock: {nx1: 4, nx2: 4}\n\
+         parthenon/time: {nlim: 1, ncycle_out: 0}\n\
+         advection: {num_vars: 1, compute_error: false}\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let (mut refused_by_budget, mut refused_by_system) = (false, false);
+    for mib in (100..1000).step_by(10) {
+        let o = common::mpirun(
+            2,
+            LIMIT_S,
+            Path::new("sh"),
+            &[
+                "-c",
+                &format!("ulimit -v {} && exec \"$0\" \"$@\"", mib * 1024),
+                EXE,
+                "run",
+                deck.to_str().unwrap(),
+                "-d",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let err = stderr(&o);
+        let budget = err.contains("blocks, the most that fit in memory");
+        let system = err.contains("error: out of memory: the allocation above was refused");
+        match o.status.code() {
+            Some(0) => {
+                assert!(refused_by_budget, "the budget accepted {mib} MiB and more");
+                assert!(
+                    refused_by_system,
+                    "no limit between the budget's and the run's need (at {mib} MiB)"
+                );
+                return;
+            }
+            Some(2) if budget => refused_by_budget = true,
+            Some(1) if system => refused_by_system = true,
+            Some(1) if err.contains("fit in memory") => {}
+            code => panic!("{mib} MiB: exit {code:?} (124 = time limit)\n{err}"),
+        }
+        assert!(!err.contains("panicked"), "{mib} MiB: {err}");
+    }
+    panic!("the run did not fit in 1000 MiB");
+}
+
 /// A time step below the resolution of the time near tlim would stall the run there forever
 /// (`t + dt == t`); it stops at once, on every rank, with one message.
 #[test]

@@ -430,6 +430,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 &outputs,
                 &budget,
             )?;
+            let steps = nlim.is_none_or(|n| r.cycle < n) && r.time < tlim;
+            resume::check_cycle_room(&r, steps, &outputs)?;
             (m, d, Some(r))
         }
         None => {

@@ -4,8 +4,11 @@
 //!
 //! The cost of a block is a lower bound (0.6 to 0.98 of what advection measures on uniform
 //! meshes of 2 to 64 cells a side in 2-D and 3-D, the least for the smallest blocks), so a
-//! mesh is refused only when it surely does not fit. A remesh builds the new blocks beside the old ones, so it is checked against
-//! the memory left at that moment.
+//! mesh is refused only when it surely does not fit. A remesh builds the new blocks beside the
+//! old ones, so it is checked against the memory left at that moment. A mesh between the bound
+//! and what it truly needs ends when an allocation is refused: the large ones are fallible and
+//! say what did not fit, any other ends the job with exit code 1 and a message
+//! ([`crate::exit::on_out_of_memory`]).
 
 use crate::deck::Deck;
 use crate::exit::bad_input;

@@ -145,6 +145,26 @@ pub fn load(
     Ok((mesh, data, resume))
 }
 
+/// `.phdf` and `.rhdf` files number cycles as int32 (`Info/NCycle`): a run resumed at the last
+/// such cycle could write neither after its next step, so it is refused before it starts
+/// rather than failing at its first output. `steps` says whether the run takes a step at all
+/// (its `nlim` and `tlim` are not yet reached).
+pub fn check_cycle_room(r: &Resume, steps: bool, outputs: &[OutputBlock]) -> Result<()> {
+    use crate::output::FileType;
+    let numbered = |o: &&OutputBlock| matches!(o.file_type, FileType::Hdf5 | FileType::Restart);
+    match outputs.iter().find(numbered) {
+        Some(o) if steps && i32::try_from(r.cycle + 1).is_err() => Err(bad_input!(
+            "-r: the file stands at cycle {}, the last a .phdf or .rhdf can number \
+             (Info/NCycle is int32), so {} (file_type: {}) could write nothing after it; \
+             drop the hdf5 and rst outputs to go on",
+            r.cycle,
+            o.block,
+            o.file_type.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The schedule of output `o` stored in the file, or a fresh one at the restart time.
 fn schedule(r: &RestartData, o: &OutputBlock) -> Result<Schedule> {
     let bad = |what: &str| {
@@ -216,4 +236,39 @@ fn check_mesh(r: &RestartData, config: &MeshConfig) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::FileType;
+
+    fn at(cycle: u64) -> Resume {
+        Resume {
+            cycle,
+            time: 0.5,
+            dt: 0.01,
+            schedules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_resume_at_the_last_int32_cycle_is_refused_only_where_it_would_write_one() {
+        let last = i32::MAX as u64;
+        let (hst, rst) = (
+            OutputBlock::new(0, FileType::History),
+            OutputBlock::new(1, FileType::Restart),
+        );
+        let both = [hst.clone(), rst];
+        let err = check_cycle_room(&at(last), true, &both).unwrap_err();
+        assert!(err.downcast_ref::<crate::exit::BadInput>().is_some());
+        let msg = err.to_string();
+        assert!(msg.contains("cycle 2147483647"), "{msg}");
+        assert!(msg.contains("parthenon/output1 (file_type: rst)"), "{msg}");
+        // One cycle earlier the next output still fits; a run that stops at once writes
+        // nothing numbered past the file's; history lines number cycles as 64-bit.
+        check_cycle_room(&at(last - 1), true, &both).unwrap();
+        check_cycle_room(&at(last), false, &both).unwrap();
+        check_cycle_room(&at(last), true, &[hst]).unwrap();
+    }
 }
