@@ -52,6 +52,7 @@ use crate::channel::{Channel, ChannelKey, RankChannels};
 use crate::coalesce::{self, Group};
 use crate::collective;
 use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
+use crate::copy_run::Run;
 use crate::error::BoundaryError;
 use crate::prolong_restrict::{restrict, Prolongation};
 use crate::storage::BlockData;
@@ -241,6 +242,20 @@ impl coalesce::Listed for End {
     fn values(&self) -> usize {
         self.buf.len()
     }
+}
+
+/// Copies same-rank `run` into route `ri`'s receive buffer from its source route's send
+/// buffer.
+fn copy_local(run: Run, routes: &mut [Route], ri: usize) -> Result<(), BoundaryError> {
+    let (to, from) = if run.source == ri {
+        let r = &mut routes[ri];
+        (&mut r.recv_buf, &r.send_buf)
+    } else {
+        let (a, b) = pair_mut(routes, ri, run.source);
+        (&mut a.recv_buf, &b.send_buf)
+    };
+    to.copy_to_segments(run.ends, from, run.values)?;
+    Ok(())
 }
 
 /// Where an exchange's data work happens: the host's block storage ([`HostFields`], what
@@ -1012,29 +1027,41 @@ impl Exchange {
     pub fn receive(&mut self, part: usize, ty: BoundaryType) -> Result<TaskStatus, BoundaryError> {
         let ri = self.route_index(part, ty)?;
         self.start_receive(part, ty)?;
-        // Same-rank channels: the receiver reads the sender's packed values.
+        // Same-rank channels: the receiver reads the sender's packed values, in one copy per
+        // run of ends whose values lie back to back in both buffers (both sides sort a
+        // route's same-rank ends alike, so most of them make one run).
+        let mut run = None;
         for i in 0..self.routes[ri].recv.len() {
             let e = &self.routes[ri].recv[i];
             let (Some((sr, j)), BufferState::Stale) = (e.source, e.st.state()) else {
                 continue;
             };
             let src = &self.routes[sr].send[j];
-            let (state, range) = (src.st.state(), src.buf.clone());
-            let arrived = match state {
-                BufferState::Sending => {
-                    if sr == ri {
-                        let r = &mut self.routes[ri];
-                        r.recv_buf.copy_to_segment(i, &r.send_buf, range)?;
-                    } else {
-                        let (a, b) = pair_mut(&mut self.routes, ri, sr);
-                        a.recv_buf.copy_to_segment(i, &b.send_buf, range)?;
+            let arrival = match src.st.state() {
+                // Values filling the segment can continue a run; fewer end it.
+                BufferState::Sending if src.buf.len() == e.buf.len() => {
+                    if let Some(done) = Run::push(&mut run, sr, src.buf.clone(), i) {
+                        copy_local(done, &mut self.routes, ri)?;
                     }
+                    Arrival::Data
+                }
+                BufferState::Sending => {
+                    let one = Run {
+                        source: sr,
+                        values: src.buf.clone(),
+                        ends: i..i + 1,
+                    };
+                    copy_local(one, &mut self.routes, ri)?;
                     Arrival::Data
                 }
                 BufferState::SendingNull => Arrival::Null,
                 _ => continue,
             };
-            self.routes[ri].recv[i].st.arrived(arrived)?;
+            // The run's values are copied before this call returns.
+            self.routes[ri].recv[i].st.arrived(arrival)?;
+        }
+        if let Some(done) = run {
+            copy_local(done, &mut self.routes, ri)?;
         }
         let r = &mut self.routes[ri];
         if self.opts.coalesced {
@@ -1048,16 +1075,26 @@ impl Exchange {
                 else {
                     continue;
                 };
+                // The message holds its channels' values back to back: one copy per run
+                // between nulls.
+                let mut run = None;
                 for (k, i) in ends.enumerate() {
                     let e = &mut r.recv[i];
                     let arrival = match msg.take(k, e.buf.len())? {
                         Some(values) => {
-                            r.recv_buf.copy_to_segment(i, &r.coal, values)?;
+                            if let Some(done) = Run::push(&mut run, ri, values, i) {
+                                r.recv_buf
+                                    .copy_to_segments(done.ends, &r.coal, done.values)?;
+                            }
                             Arrival::Data
                         }
                         None => Arrival::Null,
                     };
                     e.st.arrived(arrival)?;
+                }
+                if let Some(done) = run {
+                    r.recv_buf
+                        .copy_to_segments(done.ends, &r.coal, done.values)?;
                 }
                 msg.finish()?;
             }

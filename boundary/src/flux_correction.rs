@@ -45,6 +45,7 @@ use crate::channel::{Channel, ChannelKey, RankChannels};
 use crate::coalesce::{self, Group};
 use crate::collective;
 use crate::comm_buffer::BufferState;
+use crate::copy_run::Run;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, TaskStatus, Traffic};
 use crate::storage::BlockData;
@@ -747,14 +748,24 @@ impl FluxCorrection {
         // Every face, allocated or not: one pass (one launch on a device); unallocated
         // variables send null below.
         fluxes.restrict(&self.send_faces, self.send_buf.values_mut()?)?;
+        // Same-rank receivers get their values in one copy per run (see `copy_run`).
+        let mut run = None;
         for e in &mut self.send {
             let live = data.is_allocated(e.block, e.var);
             match e.target {
                 Some(j) => {
                     let r = &mut self.recv[j];
-                    if live {
+                    if live && e.buf.len() == r.buf.len() {
+                        if let Some(done) = Run::push(&mut run, 0, e.buf.clone(), j) {
+                            self.recv_buf.copy_to_segments(
+                                done.ends,
+                                &self.send_buf,
+                                done.values,
+                            )?;
+                        }
+                    } else if live {
                         self.recv_buf
-                            .copy_to_segment(j, &self.send_buf, e.buf.clone())?;
+                            .copy_to_segments(j..j + 1, &self.send_buf, e.buf.clone())?;
                     }
                     r.state = if live {
                         BufferState::Received
@@ -770,6 +781,10 @@ impl FluxCorrection {
                     };
                 }
             }
+        }
+        if let Some(done) = run {
+            self.recv_buf
+                .copy_to_segments(done.ends, &self.send_buf, done.values)?;
         }
         if self.coalesced {
             let send = &self.send;
@@ -822,15 +837,23 @@ impl FluxCorrection {
             else {
                 continue;
             };
+            let mut run = None;
             for (k, i) in ends.enumerate() {
                 let e = &mut self.recv[i];
                 e.state = match msg.take(k, e.buf.len())? {
                     Some(values) => {
-                        self.recv_buf.copy_to_segment(i, &self.coal, values)?;
+                        if let Some(done) = Run::push(&mut run, 0, values, i) {
+                            self.recv_buf
+                                .copy_to_segments(done.ends, &self.coal, done.values)?;
+                        }
                         BufferState::Received
                     }
                     None => BufferState::ReceivedNull,
                 };
+            }
+            if let Some(done) = run {
+                self.recv_buf
+                    .copy_to_segments(done.ends, &self.coal, done.values)?;
             }
             msg.finish()?;
         }

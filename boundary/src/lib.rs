@@ -28,6 +28,7 @@ pub mod channel;
 mod coalesce;
 mod collective;
 pub mod comm_buffer;
+mod copy_run;
 pub mod device_flux;
 pub mod device_pack;
 pub mod error;

@@ -18,7 +18,7 @@
 //! An arena can also be [placed](MsgArena::place) in a [`Buffer`] of any memory space: MPI
 //! then reads and writes that memory in place (device memory needs an MPI with CUDA
 //! support: the GPU-aware path), and the values are reached through the space's own
-//! operations ([`MsgArena::values_mut`], [`MsgArena::copy_to_segment`], ...) rather than as
+//! operations ([`MsgArena::values_mut`], [`MsgArena::copy_to_segments`], ...) rather than as
 //! host slices. Before MPI touches a placed buffer, the arena waits for the work queued on
 //! its device since it handed the buffer out.
 
@@ -415,21 +415,29 @@ impl MsgArena {
     }
 
     /// Copies `range` of `src`'s buffer (no receive in flight there) to the start of
-    /// segment `seg` (as [`segment_mut`](Self::segment_mut) allows), in whichever memory
-    /// the two live.
+    /// segments `segs`, which lie back to back (each as [`segment_mut`](Self::segment_mut)
+    /// allows), in whichever memory the two live: one copy for a run of messages that lie
+    /// back to back in both buffers.
     #[inline]
-    pub fn copy_to_segment(
+    pub fn copy_to_segments(
         &mut self,
-        seg: usize,
+        segs: Range<usize>,
         src: &MsgArena,
         range: Range<usize>,
     ) -> Result<(), P2pError> {
-        let r = self.writable(seg)?;
+        let mut r = self.writable(segs.start)?;
+        for seg in segs.start + 1..segs.end {
+            let next = self.writable(seg)?;
+            if next.start != r.end {
+                return Err(P2pError::Segments(next, r));
+            }
+            r.end = next.end;
+        }
         src.readable()?;
         let n = range.len();
         if n > r.len() {
             return Err(P2pError::TooLong {
-                seg,
+                seg: segs.start,
                 len: n,
                 cap: r.len(),
             });
@@ -687,16 +695,22 @@ mod tests {
         let mut into_placed = MsgArena::new(vec![0..2, 2..4]).unwrap();
         into_placed.place(&host_like()).unwrap();
         for to in [&mut into_pooled, &mut into_placed] {
-            to.copy_to_segment(1, &pooled, 3..5).unwrap();
-            to.copy_to_segment(0, &placed, 7..9).unwrap();
+            to.copy_to_segments(1..2, &pooled, 3..5).unwrap();
+            to.copy_to_segments(0..1, &placed, 7..9).unwrap();
             assert_eq!(to.buf().unwrap(), &[4.0, 5.0, 9.0, 8.0]);
             // Longer than the segment, or outside the source: refused, nothing written.
-            assert!(to.copy_to_segment(0, &placed, 0..3).is_err());
-            assert!(to.copy_to_segment(0, &placed, 8..10).is_err());
+            assert!(to.copy_to_segments(0..1, &placed, 0..3).is_err());
+            assert!(to.copy_to_segments(0..1, &placed, 8..10).is_err());
             assert_eq!(to.buf().unwrap(), &[4.0, 5.0, 9.0, 8.0]);
+            // Both segments in one copy; three values start the run and leave the rest.
+            to.copy_to_segments(0..2, &pooled, 1..5).unwrap();
+            assert_eq!(to.buf().unwrap(), &[3.0, 3.0, 9.0, 8.0]);
+            to.copy_to_segments(0..2, &placed, 0..3).unwrap();
+            assert_eq!(to.buf().unwrap(), &[2.0, 3.0, 3.0, 8.0]);
+            assert!(to.copy_to_segments(0..2, &placed, 0..5).is_err());
         }
         match into_placed.values().unwrap() {
-            Values::Space(b) => assert_eq!(b.to_vec().unwrap(), [4.0, 5.0, 9.0, 8.0]),
+            Values::Space(b) => assert_eq!(b.to_vec().unwrap(), [2.0, 3.0, 3.0, 8.0]),
             Values::Host(_) => panic!("a placed arena hands out its buffer"),
         }
     }

@@ -59,6 +59,10 @@ pub(super) struct Mode {
     /// Kernel launches per exchange and partition, averaged over ranks (device fields only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) launches_per_partition: Option<f64>,
+    /// Copies between host and device or within the device per exchange and partition,
+    /// averaged over ranks (device fields only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) copies_per_partition: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -334,6 +338,7 @@ pub(super) fn time_steps(
         bytes_per_exchange: sum_f64(world, per(traffic.bytes - traffic0.bytes)),
         allocations_per_exchange: sum_f64(world, per(allocs)),
         launches_per_partition: None,
+        copies_per_partition: None,
     })
 }
 
@@ -457,8 +462,13 @@ fn print_table(r: &Report) {
             p.us_per_exchange / c.us_per_exchange
         );
     }
-    if let Some(l) = r.modes.iter().find_map(|m| m.launches_per_partition) {
-        outln!("# device fields: {l:.2} kernel launches per exchange and partition");
+    for m in &r.modes {
+        if let (Some(l), Some(c)) = (m.launches_per_partition, m.copies_per_partition) {
+            outln!(
+                "# device fields ({}): {l:.2} kernel launches and {c:.2} copies per exchange and partition",
+                m.space
+            );
+        }
     }
     outln!(
         "# pack-in-one {:.2} GB/s, memcpy {:.2} GB/s ({:.0}%), {} bytes per pack over all ranks",

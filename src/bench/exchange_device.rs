@@ -83,7 +83,7 @@ pub(super) fn run(
         });
         agree(world, first)?;
 
-        let launches0 = dev.launches();
+        let (launches0, copies0) = (dev.launches(), dev.copies());
         let name = if placed { "cuda-aware" } else { "cuda" };
         let mut mode = time_steps(world, name, true, cycles, || {
             fill(&mut ex, &mut data, &mut fields, &mut done)?;
@@ -92,9 +92,12 @@ pub(super) fn run(
             Ok(ex.traffic())
         })?;
         let fills = (WARMUP + cycles as usize) as f64;
-        let per_partition = (dev.launches() - launches0) as f64 / fills / ex.partitions() as f64;
+        let per_partition = |count: u64| count as f64 / fills / ex.partitions() as f64;
         let n = f64::from(world.size());
-        mode.launches_per_partition = Some(sum_f64(world, per_partition) / n);
+        let launches = per_partition(dev.launches() - launches0);
+        let copies = per_partition(dev.copies() - copies0);
+        mode.launches_per_partition = Some(sum_f64(world, launches) / n);
+        mode.copies_per_partition = Some(sum_f64(world, copies) / n);
         modes.push(mode);
         last = Some((fields, data));
     }

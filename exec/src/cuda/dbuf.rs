@@ -64,7 +64,7 @@ impl<T: Element> DeviceBuffer<T> {
         let mut slice = DeviceMemory::uninit(dev.stream(), values.len(), DeviceAlloc::Pool)
             .map_err(driver("cuMemAlloc"))?;
         if !values.is_empty() {
-            dev.stream()
+            dev.copy_stream()
                 .memcpy_htod(values, &mut *slice)
                 .map_err(driver("cuMemcpyHtoD"))?;
         }
@@ -92,7 +92,7 @@ impl<T: Element> DeviceBuffer<T> {
             return Ok(());
         }
         self.dev
-            .stream()
+            .copy_stream()
             .memcpy_htod(src, &mut *self.slice)
             .map_err(driver("cuMemcpyHtoD"))
     }
@@ -103,7 +103,7 @@ impl<T: Element> DeviceBuffer<T> {
         if dst.is_empty() {
             return Ok(());
         }
-        let s = self.dev.stream();
+        let s = self.dev.copy_stream();
         s.memcpy_dtoh(&*self.slice, dst)
             .map_err(driver("cuMemcpyDtoH"))?;
         // A pinned destination would make the copy asynchronous: wait for it either way.
@@ -128,7 +128,7 @@ impl<T: Element> DeviceBuffer<T> {
         }
         let mut to = self.slice.slice_mut(off..off + src.len());
         self.dev
-            .stream()
+            .copy_stream()
             .memcpy_htod(src, &mut to)
             .map_err(driver("cuMemcpyHtoD"))
     }
@@ -139,7 +139,7 @@ impl<T: Element> DeviceBuffer<T> {
         if dst.is_empty() {
             return Ok(());
         }
-        let s = self.dev.stream();
+        let s = self.dev.copy_stream();
         let from = self.slice.slice(off..off + dst.len());
         s.memcpy_dtoh(&from, dst).map_err(driver("cuMemcpyDtoH"))?;
         s.synchronize().map_err(driver("cuStreamSynchronize"))
@@ -183,7 +183,7 @@ impl<T: Element> DeviceBuffer<T> {
         if len == 0 {
             return Ok(());
         }
-        let s = self.dev.stream().clone();
+        let s = self.dev.copy_stream().clone();
         let from = src.slice.slice(src_off..src_off + len);
         let mut to = self.slice.slice_mut(dst_off..dst_off + len);
         s.memcpy_dtod(&from, &mut to)
@@ -201,17 +201,18 @@ impl<T: Element> DeviceBuffer<T> {
         if len == 0 || range.start == dst {
             return Ok(());
         }
-        let s = self.dev.stream().clone();
-        let copy = if dst + len <= range.start {
-            let (mut lo, hi) = self.slice.split_at_mut(range.start);
-            s.memcpy_dtod(&hi.slice(..len), &mut lo.slice_mut(dst..dst + len))
-        } else if range.end <= dst {
-            let (lo, mut hi) = self.slice.split_at_mut(dst);
-            s.memcpy_dtod(&lo.slice(range), &mut hi.slice_mut(..len))
-        } else {
+        if range.end > dst && dst + len > range.start {
             let mut tmp = Self::zeroed(&self.dev, len, DeviceAlloc::Pool)?;
             tmp.copy_from(0, self, range.start, len)?;
             return self.copy_from(dst, &tmp, 0, len);
+        }
+        let s = self.dev.copy_stream().clone();
+        let copy = if dst + len <= range.start {
+            let (mut lo, hi) = self.slice.split_at_mut(range.start);
+            s.memcpy_dtod(&hi.slice(..len), &mut lo.slice_mut(dst..dst + len))
+        } else {
+            let (lo, mut hi) = self.slice.split_at_mut(dst);
+            s.memcpy_dtod(&lo.slice(range), &mut hi.slice_mut(..len))
         };
         copy.map_err(driver("cuMemcpyDtoD"))
     }

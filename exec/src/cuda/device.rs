@@ -60,6 +60,8 @@ pub struct Device {
     sets: [OnceLock<Result<Arc<Compiled>, CudaError>>; KernelSet::ALL.len()],
     /// Kernels launched so far (benchmarks report launches per exchange).
     launches: AtomicU64,
+    /// Copies issued so far, between host and device or within the device.
+    copies: AtomicU64,
 }
 
 impl std::fmt::Debug for Device {
@@ -190,6 +192,7 @@ impl Device {
             cc,
             sets: Default::default(),
             launches: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
         });
         reg.insert(ordinal, dev.clone());
         Ok(dev)
@@ -198,6 +201,18 @@ impl Device {
     /// Kernels launched on this device by this process so far.
     pub fn launches(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
+    }
+
+    /// Copies (host to device, device to host, device to device) issued on this device by
+    /// this process so far.
+    pub fn copies(&self) -> u64 {
+        self.copies.load(Ordering::Relaxed)
+    }
+
+    /// The device's stream, for a copy about to be issued on it (counted).
+    pub(crate) fn copy_stream(&self) -> &Arc<CudaStream> {
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        &self.stream
     }
 
     /// The device's ordinal.
