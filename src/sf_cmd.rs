@@ -140,8 +140,32 @@ fn read_setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, SfOptio
 pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
     let options = parse_action(&a.op).and_then(|action| Ok((action, runner(&a.unit)?)));
     let (action, run) = agree(world, options)?;
+    let out = if world.rank() == 0 {
+        check_out(&a.out)
+    } else {
+        Ok(())
+    };
+    agree(world, out)?;
     let (_, sf) = setup(world, &a.setup)?;
     run(world, &sf, a, action)
+}
+
+/// Whether `--out` can be written, before any work: not a directory, in one that exists.
+fn check_out(out: &Path) -> Result<()> {
+    if out.is_dir() {
+        return Err(bad_input!(
+            "--out {}: is a directory; name the result file",
+            out.display()
+        ));
+    }
+    match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => Err(bad_input!(
+            "--out {}: {} is not a directory",
+            out.display(),
+            dir.display()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `sf run` for one unit type.

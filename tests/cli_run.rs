@@ -465,6 +465,50 @@ fn dry_run_prints_the_resolved_deck_and_runs_nothing() {
     }
 }
 
+/// An output directory that exists but takes no files, one whose name HDF5 cannot open
+/// files in (not UTF-8), and names that would make file names longer than a file system
+/// allows stop the run before any work, with exit 2 on every rank, naming the cause.
+#[test]
+fn unusable_output_names_are_bad_input_before_the_run() {
+    let dir = scratch("names");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    assert_bad_input_everywhere(
+        "a directory that takes no files",
+        &[&deck, "-d", "/proc"],
+        "-d /proc: cannot write in the output directory",
+    );
+    let long = "x".repeat(101);
+    for (key, needle) in [
+        (
+            "parthenon/job/problem_id",
+            "must be a plain file-name prefix of at most 100 bytes",
+        ),
+        (
+            "parthenon/output0/id",
+            "must be a non-empty name of at most 100 bytes",
+        ),
+    ] {
+        let arg = format!("{key}={long}");
+        assert_bad_input_everywhere(&format!("a long {key}"), &[&deck, "-d", out, &arg], needle);
+    }
+    assert!(
+        !Path::new(out).exists(),
+        "bad input made the output directory"
+    );
+
+    use std::os::unix::ffi::OsStrExt as _;
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"o_\xffdir"));
+    let o = std::process::Command::new("timeout")
+        .args(["60", "mpiexec", "-n", "2", EXE, "run", &deck, "-d"])
+        .arg(&odd)
+        .output()
+        .unwrap();
+    common::assert_bad_input("-d not UTF-8", &o, "the name is not UTF-8");
+    assert!(!odd.exists(), "bad input made the output directory");
+}
+
 /// `parthenon/output05` is output number 5, as in Parthenon: its keys are read from its own
 /// block and it writes `out5` files; with `parthenon/output5` beside it both would write the
 /// same files, and the error names both blocks.

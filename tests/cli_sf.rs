@@ -169,6 +169,33 @@ fn option_errors_are_reported_once() {
     }
 }
 
+/// `--out` naming a directory, or a file in a directory that does not exist, is refused
+/// before the operation runs.
+#[test]
+fn an_unwritable_out_is_bad_input() {
+    let dir = scratch("out");
+    let g = dir.join("g.json");
+    std::fs::write(&g, GRAPH).unwrap();
+    let missing = dir.join("missing").join("o.json");
+    for (out, needle) in [
+        (dir.clone(), "is a directory; name the result file"),
+        (missing, "missing is not a directory"),
+    ] {
+        let args = [
+            "sf",
+            "run",
+            "--graph",
+            g.to_str().unwrap(),
+            "--op",
+            "bcast:sum",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        let o = common::mpirun(3, 120, Path::new(EXE), &args, &[]);
+        common::assert_bad_input(&format!("--out {}", out.display()), &o, needle);
+    }
+}
+
 #[test]
 fn wrong_rank_count_is_bad_input() {
     let (out, _) = sf_run(&scratch("ranks"), 2, GRAPH, &["--op", "bcast:sum"]);

@@ -149,11 +149,26 @@ impl Deck {
         origin: Origin,
     ) -> Result<(), DeckError> {
         let b = &mut self.blocks[block];
+        let line = match &origin {
+            Origin::File { line, .. } => *line,
+            Origin::CommandLine => 0,
+        };
+        // `mesh/nx1` inside `parthenon` would read as `parthenon/mesh/nx1` yet belong to
+        // neither block: a key is one name, the path is the block's.
+        if key.contains('/') {
+            return Err(DeckError::Syntax {
+                file: origin.file().unwrap_or(&self.file).to_string(),
+                line,
+                msg: format!(
+                    "key '{key}' of block {}: a key name holds no '/'; name the block by its \
+                     whole path ({}/{}) and give the key there",
+                    b.name,
+                    b.name,
+                    key.rsplit_once('/').map_or("", |(p, _)| p)
+                ),
+            });
+        }
         if let Some(first) = b.entries.iter().find(|e| e.key == key) {
-            let line = match &origin {
-                Origin::File { line, .. } => *line,
-                Origin::CommandLine => 0,
-            };
             return Err(DeckError::Syntax {
                 file: origin.file().unwrap_or(&self.file).to_string(),
                 line,

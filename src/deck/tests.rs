@@ -306,6 +306,11 @@ fn malformed_in_files_name_the_line() {
             "a/x is given twice (first at t.in:2)",
         ),
         ("<a//b>\n", 1, "not a block name"),
+        (
+            "<a>\nb/x = 1\n",
+            2,
+            "key 'b/x' of block a: a key name holds no '/'; name the block by its whole path (a/b)",
+        ),
     ] {
         match Deck::from_str_auto(text, "t.in") {
             Err(e @ DeckError::Syntax { line: l, .. }) if l == line => {
@@ -487,4 +492,20 @@ fn numbers_that_round_to_zero_are_refused() {
         e.contains("x1min") && e.contains("it would be read as 0"),
         "{e}"
     );
+}
+
+/// A key written with a path inside a block (`parthenon: {"mesh/nx1": 64}`) belongs to no
+/// block a reader asks for: refused where it is written, in either format.
+#[test]
+fn a_key_with_a_path_inside_a_block_is_refused() {
+    let text = "parthenon/mesh: {nx1: 32}\nparthenon:\n  \"mesh/nx1\": 64\n";
+    match Deck::from_str_auto(text, "t.yaml") {
+        Err(e @ DeckError::Syntax { line: 3, .. }) => {
+            assert!(
+                e.to_string().contains("key 'mesh/nx1' of block parthenon"),
+                "{e}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
 }

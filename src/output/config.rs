@@ -62,6 +62,10 @@ impl FileType {
 /// The keys every output block may have.
 const COMMON_KEYS: [&str; 4] = ["file_type", "id", "dt", "dn"];
 
+/// The longest `parthenon/job/problem_id` and output `id`, in bytes: the file names built of
+/// both, a number and an extension then stay within the 255 bytes a file name may have.
+pub const MAX_NAME_PART: usize = 100;
+
 /// The number part of a file name: the output count, or `final` for the last output of a run
 /// stopped by its wall-time limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,11 +188,17 @@ impl OutputBlock {
             ..Self::new(n, file_type)
         };
         if let Some(v) = get("id") {
-            if v.is_empty() || v.contains(['/', '\\']) || v.chars().any(char::is_whitespace) {
+            if v.is_empty()
+                || v.contains(['/', '\\'])
+                || v.chars().any(char::is_whitespace)
+                || v.len() > MAX_NAME_PART
+            {
                 return Err(bad(
                     "id",
                     v,
-                    "must be a non-empty name without `/` or spaces",
+                    &format!(
+                        "must be a non-empty name of at most {MAX_NAME_PART} bytes without `/` or spaces"
+                    ),
                 ));
             }
             b.id = v.to_string();

@@ -29,7 +29,7 @@ pub mod schedule;
 pub mod select;
 pub mod xdmf;
 
-pub use config::{file_name, FileNumber, FileType, OutputBlock};
+pub use config::{file_name, FileNumber, FileType, OutputBlock, MAX_NAME_PART};
 pub use error::OutputError;
 pub use restart::{read_restart, RestartData};
 pub use schedule::Schedule;

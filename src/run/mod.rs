@@ -18,8 +18,9 @@ pub use context::RunContext;
 use crate::cli::RunArgs;
 use crate::deck::Deck;
 use crate::exit::bad_input;
+use crate::output::MAX_NAME_PART;
 use crate::problems::{self, Problem};
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use collective::{agree, broadcast_bytes};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::io::IsTerminal;
@@ -65,7 +66,10 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
         }
         return Ok(());
     }
-    agree(world, make_out_dir(world, &ctx))?;
+    agree(
+        world,
+        check_out_dir(world, &ctx).and_then(|()| make_out_dir(world, &ctx)),
+    )?;
 
     let t0 = Instant::now();
     // Problems fail collectively; a failure seen by one rank at the very end (rank 0's
@@ -154,9 +158,19 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
     })?;
     ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
     let id = &ctx.problem_id;
-    if id.is_empty() || id.contains(['/', '\\']) || id.chars().any(char::is_control) {
+    // Short enough that every file name built on it stays within the 255 bytes a name may
+    // have (with an output's id of at most as many, its number and extension).
+    if id.is_empty()
+        || id.contains(['/', '\\'])
+        || id.chars().any(char::is_control)
+        || id.len() > MAX_NAME_PART
+    {
         return Err(deck
-            .invalid(JOB, "problem_id", "must be a plain file-name prefix")
+            .invalid(
+                JOB,
+                "problem_id",
+                format!("must be a plain file-name prefix of at most {MAX_NAME_PART} bytes"),
+            )
             .into());
     }
     let ncycle_out = deck.get_i64_or(TIME, "ncycle_out", 1)?;
@@ -226,6 +240,13 @@ fn check_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
             ctx.out_dir.display()
         )
     };
+    // HDF5 takes file names as UTF-8 only.
+    if ctx.out_dir.to_str().is_none() {
+        return Err(bad_input!(
+            "-d {}: the name is not UTF-8, which HDF5 requires of file names",
+            ctx.out_dir.display()
+        ));
+    }
     let mut at = ctx.out_dir.as_path();
     loop {
         match std::fs::metadata(at) {
@@ -240,17 +261,19 @@ fn check_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
     }
 }
 
-/// Rank 0 creates the output directory.
+/// Rank 0 creates the output directory and checks that files can be made in it (a
+/// directory that exists may still refuse them), before the run does any work.
 fn make_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
     if world.rank() == 0 {
+        let dir = ctx.out_dir.display();
         std::fs::create_dir_all(&ctx.out_dir)
-            .with_context(|| {
-                format!(
-                    "-d {}: cannot create the output directory",
-                    ctx.out_dir.display()
-                )
-            })
-            .map_err(|e| bad_input!("{e:#}"))?;
+            .map_err(|e| bad_input!("-d {dir}: cannot create the output directory: {e}"))?;
+        let probe = ctx
+            .out_dir
+            .join(format!(".starhalo-probe-{}", std::process::id()));
+        std::fs::File::create(&probe)
+            .map_err(|e| bad_input!("-d {dir}: cannot write in the output directory: {e}"))?;
+        let _ = std::fs::remove_file(&probe);
     }
     Ok(())
 }
