@@ -277,6 +277,64 @@ fn spmv_products_are_identical_on_1_to_4_ranks_and_cg_converges() {
     assert!(progress.windows(2).all(|w| w[0] == w[1]), "{progress:#?}");
 }
 
+/// CG on the 2-D Laplacian read from a file, and on the same matrix times 2^-900 and
+/// 2^+900 (where `b.b` underflows to zero or overflows unless the solve scales): the same
+/// iterations, residuals and errors, as a power of two scales every value exactly.
+#[test]
+fn cg_does_not_depend_on_the_scale_of_the_matrix() {
+    let dir = scratch("cgscale");
+    let n = 6;
+    let mut results = Vec::new();
+    for k in [0, -900, 900] {
+        let scale = 2f64.powi(k / 2) * 2f64.powi(k - k / 2);
+        let mut entries = Vec::new();
+        for i in 0..n * n {
+            let (x, y) = (i % n, i / n);
+            entries.push((i, i, 4.0));
+            if x > 0 {
+                entries.push((i, i - 1, -1.0));
+            }
+            if y > 0 {
+                entries.push((i, i - n, -1.0));
+            }
+        }
+        let mut mtx = format!(
+            "%%MatrixMarket matrix coordinate real symmetric\n{} {} {}\n",
+            n * n,
+            n * n,
+            entries.len()
+        );
+        for (i, j, v) in entries {
+            mtx += &format!("{} {} {:e}\n", i + 1, j + 1, v * scale);
+        }
+        let m = write(&dir, &format!("lap{k}.mtx"), &mtx);
+        let deck = write(
+            &dir,
+            &format!("cg{k}.yaml"),
+            &format!(
+                "parthenon/job: {{problem: spmv, problem_id: s}}\n\
+                 spmv: {{matrix: {m}, solver: cg, tol: 1.0e-12, max_iters: 100}}\n"
+            ),
+        );
+        let out = dir.join(format!("out{k}"));
+        let o = run(2, &[&deck, "-d", out.to_str().unwrap()]);
+        common::assert_ok(&format!("cg at scale 2^{k}"), &o);
+        results.push(read_dat(&out.join("s-spmv.dat")));
+    }
+    assert_eq!(results[0].keys["cg_stop"], "converged");
+    assert!(results[0].f64("cg_iterations") > 3.0);
+    for (d, k) in results.iter().zip([0, -900, 900]) {
+        for key in [
+            "cg_stop",
+            "cg_iterations",
+            "cg_relative_residual",
+            "cg_max_error",
+        ] {
+            assert_eq!(d.keys[key], results[0].keys[key], "{key} at scale 2^{k}");
+        }
+    }
+}
+
 /// The test vector and serial products, computed here from the file itself.
 fn serial_products(mtx: &Path) -> (Vec<f64>, Vec<f64>) {
     let text = std::fs::read_to_string(mtx).unwrap();

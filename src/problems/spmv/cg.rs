@@ -3,6 +3,7 @@
 //! the same bit for bit on any number of ranks, as `y = A x` is.
 
 use super::dist::DistMatrix;
+use crate::run::collective::max_f64;
 use crate::run::stats::{CommTimer, Stop};
 use crate::run::RunContext;
 use anyhow::{bail, Result};
@@ -42,10 +43,20 @@ pub fn solve(
     let n = b.len();
     let mut ghost = vec![0.0; a.nghosts()];
     x.fill(0.0);
-    let mut r = b.to_vec();
+    // CG solves `A x' = b 2^-e` for `x' = x 2^-e` with every value scaled alike, and a power
+    // of two scales exactly: with the largest |b_i| in [1, 2), `b.b` and `p.Ap` stay clear of
+    // underflow and overflow whatever the matrix's scale (entries of 1e-300 would otherwise
+    // make `b.b` zero and the solve stop at once), and the result is the same bits.
+    let bmax = max_f64(ctx.world, b.iter().fold(0.0, |m, v| m.max(v.abs())));
+    let e = if bmax > 0.0 && bmax.is_finite() {
+        bmax.log2().floor() as i32
+    } else {
+        0
+    };
+    let mut r: Vec<f64> = b.iter().map(|&v| pow2(v, -e)).collect();
     let mut p = r.clone();
     let mut ap = vec![0.0; n];
-    let [bb] = allreduce_sum(ctx, comm, [ExactSum::dot(b, b)]);
+    let [bb] = allreduce_sum(ctx, comm, [ExactSum::dot(&r, &r)]);
     let bnorm = bb.sqrt();
     let mut rr = bb;
     let mut iterations = 0;
@@ -93,9 +104,31 @@ pub fn solve(
             p[i] = r[i] + beta * p[i];
         }
     }
+    x.iter_mut().for_each(|v| *v = pow2(*v, e));
     Ok(CgResult {
         iterations,
         relative_residual: rel(rr),
         stop,
     })
+}
+
+/// `v 2^k`, in two steps so that every factor is a normal number for any `|k| <= 2100`.
+fn pow2(v: f64, k: i32) -> f64 {
+    let half = k / 2;
+    v * 2f64.powi(half) * 2f64.powi(k - half)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pow2;
+
+    #[test]
+    fn powers_of_two_scale_exactly_across_the_whole_range() {
+        assert_eq!(pow2(3.0, 4), 48.0);
+        assert_eq!(pow2(1e-300, 996) * 2f64.powi(-996), 1e-300);
+        assert_eq!(pow2(pow2(1e-300, 996), -996), 1e-300);
+        let tiny = f64::from_bits(1); // 2^-1074
+        assert_eq!(pow2(tiny, 1074), 1.0);
+        assert_eq!(pow2(1.0, -1074), tiny);
+    }
 }
