@@ -310,13 +310,25 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     ];
     let (out, _) = sf_run(&dir, 3, GRAPH, &args);
     exits_1("overflow", &out, "is not a finite number (an overflow?)");
+    // A directory that takes no files (`--out` naming a directory is bad input, checked
+    // first; this one shows only when rank 0 writes).
     let dir = scratch("unwritable");
-    std::fs::create_dir_all(dir.join("o.json")).unwrap();
-    let (out, _) = sf_run(&dir, 3, GRAPH, &["--op", "bcast:sum"]);
-    exits_1("result into a folder", &out, "cannot write");
-    // mpiexec merges the ranks' codes: each rank's own, through a shell that prints it.
     let g = dir.join("g.json");
-    let o = dir.join("o.json");
+    std::fs::write(&g, GRAPH).unwrap();
+    let o = Path::new("/proc/starhalo-o.json");
+    let args = [
+        "sf",
+        "run",
+        "--graph",
+        g.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--op",
+        "bcast:sum",
+    ];
+    let out = common::mpirun(3, 120, Path::new(EXE), &args, &[]);
+    exits_1("result into /proc", &out, "cannot write");
+    // mpiexec merges the ranks' codes: each rank's own, through a shell that prints it.
     let script = r#""$0" "$@"; echo "rank exit $?" >&2"#;
     let args = [
         "-c",
