@@ -389,8 +389,9 @@ impl Device {
             .sigs
             .get(name)
             .ok_or_else(|| CudaError::Invalid(format!("no kernel `{name}`")))?;
-        let given: Vec<ArgKind> = args.iter().map(Arg::kind).collect();
-        if &given != kinds {
+        // Compared without collecting: a launch allocates nothing.
+        if !args.iter().map(Arg::kind).eq(kinds.iter().copied()) {
+            let given: Vec<ArgKind> = args.iter().map(Arg::kind).collect();
             return Err(CudaError::Invalid(format!(
                 "kernel `{name}` takes {kinds:?}, given {given:?}"
             )));
