@@ -39,8 +39,8 @@
 //! fields, from the start or from a restart; the same deck otherwise (see [`gpu`]). Without a
 //! usable GPU the run exits 1 saying why. `parthenon/exec/gpu_mpi` chooses how the ghost
 //! messages cross MPI: `staged` through host buffers (any MPI), `aware` in device memory
-//! (an MPI with CUDA support; exits 1 on one without), `auto` (default) the latter where
-//! the MPI supports it.
+//! (an MPI with CUDA support, or a job of one rank, whose messages never reach MPI; exits 1
+//! otherwise), `auto` (default) the latter where it can.
 
 // Geometry indexes several per-direction arrays with one direction index.
 #![allow(clippy::needless_range_loop)]
@@ -1066,7 +1066,7 @@ impl Problem for Advection {
     fn acquire(&mut self) -> Result<()> {
         if self.space == MemSpace::Cuda {
             self.device = Some(gpu::open()?);
-            self.gpu_mpi = gpu::resolve_mpi(self.gpu_mpi)?;
+            self.gpu_mpi = gpu::resolve_mpi(self.gpu_mpi, self.mesh.partition().nranks())?;
         }
         Ok(())
     }

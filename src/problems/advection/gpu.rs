@@ -40,10 +40,12 @@ pub(super) fn open() -> Result<Arc<Device>> {
         .context("parthenon/exec/space is cuda, but no GPU can be used")
 }
 
-/// The MPI path `asked` for on this MPI, or why it does not exist.
-pub(super) fn resolve_mpi(asked: GpuMpi) -> Result<GpuMpi> {
+/// The MPI path `asked` for on this MPI, or why it does not exist. A job of one rank hands
+/// MPI no message (every channel is on the rank), so its messages may stay in device memory
+/// whatever the MPI supports.
+pub(super) fn resolve_mpi(asked: GpuMpi, nranks: usize) -> Result<GpuMpi> {
     asked
-        .resolve(starhalo_sf::mpi_cuda_support())
+        .resolve(nranks == 1 || starhalo_sf::mpi_cuda_support())
         .map_err(anyhow::Error::msg)
         .context("parthenon/exec/gpu_mpi")
 }
