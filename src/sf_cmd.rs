@@ -160,9 +160,14 @@ fn check_out(out: &Path) -> Result<()> {
     }
     match out.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(dir) if !dir.is_dir() => Err(bad_input!(
-            "--out {}: {} is not a directory",
+            "--out {}: {} {}",
             out.display(),
-            dir.display()
+            dir.display(),
+            if dir.exists() {
+                "is not a directory"
+            } else {
+                "does not exist"
+            }
         )),
         _ => Ok(()),
     }

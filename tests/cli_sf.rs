@@ -179,7 +179,7 @@ fn an_unwritable_out_is_bad_input() {
     let missing = dir.join("missing").join("o.json");
     for (out, needle) in [
         (dir.clone(), "is a directory; name the result file"),
-        (missing, "missing is not a directory"),
+        (missing, "missing does not exist"),
     ] {
         let args = [
             "sf",

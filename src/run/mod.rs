@@ -271,8 +271,15 @@ fn make_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
         let probe = ctx
             .out_dir
             .join(format!(".starhalo-probe-{}", std::process::id()));
-        std::fs::File::create(&probe)
-            .map_err(|e| bad_input!("-d {dir}: cannot write in the output directory: {e}"))?;
+        if let Err(e) = std::fs::File::create(&probe) {
+            use std::io::ErrorKind as K;
+            let why = format!("-d {dir}: cannot write in the output directory: {e}");
+            // A directory that refuses files is the user's choice; a full disk is not.
+            return Err(match e.kind() {
+                K::PermissionDenied | K::ReadOnlyFilesystem | K::NotFound => bad_input!("{why}"),
+                _ => anyhow::anyhow!(why),
+            });
+        }
         let _ = std::fs::remove_file(&probe);
     }
     Ok(())

@@ -151,7 +151,8 @@ pub fn load(
 /// (its `nlim` and `tlim` are not yet reached).
 pub fn check_cycle_room(r: &Resume, steps: bool, outputs: &[OutputBlock]) -> Result<()> {
     use crate::output::FileType;
-    let numbered = |o: &&OutputBlock| matches!(o.file_type, FileType::Hdf5 | FileType::Restart);
+    let numbered =
+        |o: &&OutputBlock| o.enabled() && matches!(o.file_type, FileType::Hdf5 | FileType::Restart);
     match outputs.iter().find(numbered) {
         Some(o) if steps && i32::try_from(r.cycle + 1).is_err() => Err(bad_input!(
             "-r: the file stands at cycle {}, the last a .phdf or .rhdf can number \
@@ -256,8 +257,14 @@ mod tests {
     fn a_resume_at_the_last_int32_cycle_is_refused_only_where_it_would_write_one() {
         let last = i32::MAX as u64;
         let (hst, rst) = (
-            OutputBlock::new(0, FileType::History),
-            OutputBlock::new(1, FileType::Restart),
+            OutputBlock {
+                dn: Some(1),
+                ..OutputBlock::new(0, FileType::History)
+            },
+            OutputBlock {
+                dn: Some(5),
+                ..OutputBlock::new(1, FileType::Restart)
+            },
         );
         let both = [hst.clone(), rst];
         let err = check_cycle_room(&at(last), true, &both).unwrap_err();
@@ -270,5 +277,18 @@ mod tests {
         check_cycle_room(&at(last - 1), true, &both).unwrap();
         check_cycle_room(&at(last), false, &both).unwrap();
         check_cycle_room(&at(last), true, &[hst]).unwrap();
+        // A disabled block (no positive dt or dn) writes nothing, not even at the end.
+        let off = OutputBlock {
+            dt: None,
+            dn: None,
+            ..OutputBlock::new(2, FileType::Hdf5)
+        };
+        assert!(!off.enabled());
+        check_cycle_room(&at(last), true, &[off]).unwrap();
+        let on = OutputBlock {
+            dn: Some(1),
+            ..OutputBlock::new(2, FileType::Hdf5)
+        };
+        assert!(check_cycle_room(&at(last), true, &[on]).is_err());
     }
 }

@@ -46,8 +46,9 @@ pub fn solve(
     // CG solves `A x' = b 2^-e` for `x' = x 2^-e` with every value scaled alike, and a power
     // of two scales exactly: with the largest |b_i| in [1, 2), `b.b` and `p.Ap` stay clear of
     // underflow and overflow whatever the matrix's scale (entries of 1e-300 would otherwise
-    // make `b.b` zero and the solve stop at once), and the result is the same bits.
-    let bmax = max_f64(ctx.world, b.iter().fold(0.0, |m, v| m.max(v.abs())));
+    // make `b.b` zero and the solve stop at once), and the result is the same bits unless
+    // the scaling takes some value out of the normal range (b spanning over 1e300).
+    let bmax = comm.time(|| max_f64(ctx.world, b.iter().fold(0.0, |m, v| m.max(v.abs()))));
     let e = if bmax > 0.0 && bmax.is_finite() {
         bmax.log2().floor() as i32
     } else {
@@ -112,7 +113,7 @@ pub fn solve(
     })
 }
 
-/// `v 2^k`, in two steps so that every factor is a normal number for any `|k| <= 2100`.
+/// `v 2^k`, in two steps so that every factor is a normal number for any `|k| <= 2044`.
 fn pow2(v: f64, k: i32) -> f64 {
     let half = k / 2;
     v * 2f64.powi(half) * 2f64.powi(k - half)
