@@ -315,34 +315,22 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     let dir = scratch("unwritable");
     let g = dir.join("g.json");
     std::fs::write(&g, GRAPH).unwrap();
-    let o = Path::new("/proc/starhalo-o.json");
-    let args = [
+    let sf_args = [
         "sf",
         "run",
         "--graph",
         g.to_str().unwrap(),
         "--out",
-        o.to_str().unwrap(),
+        "/proc/starhalo-o.json",
         "--op",
         "bcast:sum",
     ];
-    let out = common::mpirun(3, 120, Path::new(EXE), &args, &[]);
+    let out = common::mpirun(3, 120, Path::new(EXE), &sf_args, &[]);
     exits_1("result into /proc", &out, "cannot write");
     // mpiexec merges the ranks' codes: each rank's own, through a shell that prints it.
     let script = r#""$0" "$@"; echo "rank exit $?" >&2"#;
-    let args = [
-        "-c",
-        script,
-        EXE,
-        "sf",
-        "run",
-        "--graph",
-        g.to_str().unwrap(),
-        "--out",
-        o.to_str().unwrap(),
-        "--op",
-        "bcast:sum",
-    ];
+    let mut args = vec!["-c", script, EXE];
+    args.extend(sf_args);
     let out = common::mpirun(3, 120, Path::new("/bin/sh"), &args, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("rank exit 1").count(), 3, "{err}");
