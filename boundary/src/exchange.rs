@@ -1038,20 +1038,11 @@ impl Exchange {
             };
             let src = &self.routes[sr].send[j];
             let arrival = match src.st.state() {
-                // Values filling the segment can continue a run; fewer end it.
-                BufferState::Sending if src.buf.len() == e.buf.len() => {
-                    if let Some(done) = Run::push(&mut run, sr, src.buf.clone(), i) {
+                BufferState::Sending => {
+                    let fills = src.buf.len() == e.buf.len();
+                    if let Some(done) = Run::push(&mut run, sr, src.buf.clone(), i, fills) {
                         copy_local(done, &mut self.routes, ri)?;
                     }
-                    Arrival::Data
-                }
-                BufferState::Sending => {
-                    let one = Run {
-                        source: sr,
-                        values: src.buf.clone(),
-                        ends: i..i + 1,
-                    };
-                    copy_local(one, &mut self.routes, ri)?;
                     Arrival::Data
                 }
                 BufferState::SendingNull => Arrival::Null,
@@ -1082,7 +1073,7 @@ impl Exchange {
                     let e = &mut r.recv[i];
                     let arrival = match msg.take(k, e.buf.len())? {
                         Some(values) => {
-                            if let Some(done) = Run::push(&mut run, ri, values, i) {
+                            if let Some(done) = Run::push(&mut run, ri, values, i, true) {
                                 r.recv_buf
                                     .copy_to_segments(done.ends, &r.coal, done.values)?;
                             }

@@ -755,17 +755,15 @@ impl FluxCorrection {
             match e.target {
                 Some(j) => {
                     let r = &mut self.recv[j];
-                    if live && e.buf.len() == r.buf.len() {
-                        if let Some(done) = Run::push(&mut run, 0, e.buf.clone(), j) {
+                    let fills = e.buf.len() == r.buf.len();
+                    if live {
+                        if let Some(done) = Run::push(&mut run, 0, e.buf.clone(), j, fills) {
                             self.recv_buf.copy_to_segments(
                                 done.ends,
                                 &self.send_buf,
                                 done.values,
                             )?;
                         }
-                    } else if live {
-                        self.recv_buf
-                            .copy_to_segments(j..j + 1, &self.send_buf, e.buf.clone())?;
                     }
                     r.state = if live {
                         BufferState::Received
@@ -842,7 +840,7 @@ impl FluxCorrection {
                 let e = &mut self.recv[i];
                 e.state = match msg.take(k, e.buf.len())? {
                     Some(values) => {
-                        if let Some(done) = Run::push(&mut run, 0, values, i) {
+                        if let Some(done) = Run::push(&mut run, 0, values, i, true) {
                             self.recv_buf
                                 .copy_to_segments(done.ends, &self.coal, done.values)?;
                         }
