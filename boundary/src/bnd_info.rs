@@ -349,8 +349,11 @@ pub struct BndCache {
     infos: Vec<BndInfo>,
     /// Per descriptor, its box as runs within its block's segment of the field storage.
     rows: Vec<Rows>,
-    /// The same runs for the serial pack, in the order that reads each array once.
-    gathers: RunList,
+    /// The same runs for the serial pack and unpack, in the order that visits each array
+    /// once.
+    runs: RunList,
+    /// Descriptors without [`FLAG_ALLOCATED`].
+    unallocated: usize,
     /// Buffer segment bounds: sub-halo `h` is `buf[seg[h]..seg[h + 1]]`.
     seg: Vec<usize>,
     /// Sub-halos sorted by block, and per block the range into `by_block`.
@@ -392,7 +395,7 @@ impl BndCache {
         }
         let mut by_block: Vec<usize> = (0..infos.len()).collect();
         by_block.sort_by_key(|&h| infos[h].block);
-        let gathers = RunList::new(infos.iter().zip(&rows).zip(&seg).map(|((b, r), &at)| {
+        let runs = RunList::new(infos.iter().zip(&rows).zip(&seg).map(|((b, r), &at)| {
             // Grouped by array: the block's base plus where the variable's array starts.
             let array = layout.index(b, [0; 3]);
             let base = b.block * layout.block_len() + array;
@@ -419,9 +422,13 @@ impl BndCache {
         }
         Ok(Self {
             layout,
+            unallocated: infos
+                .iter()
+                .filter(|b| b.flags & FLAG_ALLOCATED == 0)
+                .count(),
             infos,
             rows,
-            gathers,
+            runs,
             seg,
             by_block,
             block_start,
@@ -438,10 +445,13 @@ impl BndCache {
     /// Sets or clears [`FLAG_ALLOCATED`] on descriptors `range` (a channel's sub-halos).
     pub fn set_allocated(&mut self, range: std::ops::Range<usize>, on: bool) {
         for b in &mut self.infos[range] {
-            if on {
-                b.flags |= FLAG_ALLOCATED;
-            } else {
-                b.flags &= !FLAG_ALLOCATED;
+            if (b.flags & FLAG_ALLOCATED != 0) != on {
+                b.flags ^= FLAG_ALLOCATED;
+                if on {
+                    self.unallocated -= 1;
+                } else {
+                    self.unallocated += 1;
+                }
             }
         }
     }
@@ -483,7 +493,7 @@ impl BndCache {
         let n = self.layout.block_len();
         let buf = &mut buf[..self.buffer_len()];
         if policy == Policy::Serial {
-            self.gathers.gather(data, buf);
+            self.runs.gather(data, buf);
             return Ok(());
         }
         for_each_segment(policy, buf, &self.seg, |h, out| {
@@ -493,8 +503,9 @@ impl BndCache {
         Ok(())
     }
 
-    /// Unpacks every sub-halo from `buf` into `data` in one dispatch (outer: blocks, inner:
-    /// their sub-halos, row by row). A sub-halo without [`FLAG_ALLOCATED`] is filled with its
+    /// Unpacks every sub-halo from `buf` into `data` in one dispatch (serial: the pack's runs
+    /// array by array; threaded, or where sub-halos overlap: outer blocks, inner their
+    /// sub-halos, row by row). A sub-halo without [`FLAG_ALLOCATED`] is filled with its
     /// variable slot's default (`defaults[var]`, 0 where not given) instead.
     pub fn unpack(
         &self,
@@ -504,6 +515,19 @@ impl BndCache {
         defaults: &[f64],
     ) -> Result<(), BoundaryError> {
         self.check(data.len(), buf.len())?;
+        // Serial: every run array by array, then the defaults over the (few) unallocated.
+        if policy == Policy::Serial && self.runs.scatter(buf, data).is_some() {
+            if self.unallocated > 0 {
+                let n = self.layout.block_len();
+                for (b, r) in self.infos.iter().zip(&self.rows) {
+                    if b.flags & FLAG_ALLOCATED == 0 {
+                        let d = defaults.get(b.var).copied().unwrap_or(0.0);
+                        r.fill(d, &mut data[b.block * n..(b.block + 1) * n]);
+                    }
+                }
+            }
+            return Ok(());
+        }
         for_each_segment(policy, data, &self.blocks, |blk, cells| {
             for &h in &self.by_block[self.block_start[blk]..self.block_start[blk + 1]] {
                 let b = &self.infos[h];
@@ -716,8 +740,60 @@ mod tests {
         assert_eq!(threaded, want);
     }
 
+    /// Serial (the run list) and threaded (block by block) unpacks write the same values:
+    /// every sub-halo of every channel, with some descriptors unallocated (their default),
+    /// switched back and forth between unpacks.
     #[test]
-    fn unallocated_sub_halos_unpack_the_default() {
+    fn unpack_writes_the_buffer_or_the_default_under_either_policy() {
+        let shape = IndexShape::new([8, 8, 8], 2, 3).unwrap();
+        let f = two_level(3);
+        let nb = find_neighbors(&f, &vec![0; f.len()]).unwrap();
+        let layout = BlockLayout {
+            fine: FieldLayout::of_shape(&shape, 2),
+            coarse: Some(FieldLayout::of_shape(&shape.coarse().unwrap(), 2)),
+        };
+        let nblocks = nb.len();
+        let mut infos = Vec::new();
+        for ch in all_channels(&nb, &[0, 1]) {
+            let (bx, space) = recv_box(&ch, &shape).unwrap();
+            let flags = FLAG_ALLOCATED
+                | if space == Space::Coarse {
+                    FLAG_COARSE
+                } else {
+                    0
+                };
+            infos.push(BndInfo::new(ch.key.receiver, ch.key.var, &bx, 0, flags));
+        }
+        let mut c = BndCache::new(layout, nblocks, infos).unwrap();
+        let buf: Vec<f64> = (0..c.buffer_len()).map(|i| 1.0 + i as f64).collect();
+        let n = c.infos().len();
+        for off in [vec![], vec![0, 5, n - 1], (0..n).step_by(2).collect()] {
+            for h in 0..n {
+                c.set_allocated(h..h + 1, !off.contains(&h));
+            }
+            let mut want = vec![0.0; nblocks * layout.block_len()];
+            for (h, b) in c.infos().iter().enumerate() {
+                let base = b.block * layout.block_len();
+                for (k, p) in b.index_box().points().enumerate() {
+                    want[base + layout.index(b, p)] = if off.contains(&h) {
+                        [-1.0, -2.0][b.var]
+                    } else {
+                        buf[b.buf_offset + k]
+                    };
+                }
+            }
+            for policy in [Policy::Serial, Policy::Threaded] {
+                let mut data = vec![0.0; want.len()];
+                c.unpack(policy, &buf, &mut data, &[-1.0, -2.0]).unwrap();
+                assert!(data == want, "{policy:?} with {} unallocated", off.len());
+            }
+        }
+    }
+
+    /// Overlapping sub-halos of one array: the later one wins under either policy, and the
+    /// default of an unallocated one too.
+    #[test]
+    fn overlapping_sub_halos_unpack_in_order() {
         let l = FieldLayout {
             dims: [3, 1, 1],
             nvar: 1,
@@ -726,15 +802,17 @@ mod tests {
         let a = BndInfo::new(
             0,
             0,
-            &IndexBox([r(0, 0), r(0, 0), r(0, 0)]),
+            &IndexBox([r(0, 1), r(0, 0), r(0, 0)]),
             0,
             FLAG_ALLOCATED,
         );
-        let b = BndInfo::new(1, 0, &IndexBox([r(2, 2), r(0, 0), r(0, 0)]), 0, 0);
+        let b = BndInfo::new(0, 0, &IndexBox([r(1, 2), r(0, 0), r(0, 0)]), 0, 0);
         let c = BndCache::new(l, 2, vec![a, b]).unwrap();
-        let mut data = vec![0.0; 6];
-        c.unpack(Policy::Threaded, &[5.0, 6.0], &mut data, &[-1.0])
-            .unwrap();
-        assert_eq!(data, [5.0, 0.0, 0.0, 0.0, 0.0, -1.0]);
+        for policy in [Policy::Serial, Policy::Threaded] {
+            let mut data = vec![0.0; 6];
+            c.unpack(policy, &[5.0, 6.0, 7.0, 8.0], &mut data, &[-1.0])
+                .unwrap();
+            assert_eq!(data, [5.0, -1.0, -1.0, 0.0, 0.0, 0.0], "{policy:?}");
+        }
     }
 }

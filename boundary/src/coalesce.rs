@@ -253,27 +253,16 @@ pub(crate) fn rearm(groups: &mut [Group]) {
     }
 }
 
-/// What the set-up digest covers of one end of a coalesced message.
-pub(crate) trait Listed {
-    /// The end's channel.
-    fn key(&self) -> ChannelKey;
-    /// Values the channel carries.
-    fn values(&self) -> usize;
-}
-
-/// Each group's (peer, tag, [`digest`]) for [`agree`]; `ends` are the ends the groups index.
-pub(crate) fn digests<'a, E: Listed>(
+/// Each group's (peer, tag, [`digest`]) for [`agree`]; `end(i)` is end `i`'s channel key and
+/// values (`None` past the last end).
+pub(crate) fn digests<'a>(
     groups: &'a [Group],
-    ends: &'a [E],
+    end: impl Fn(usize) -> Option<(ChannelKey, usize)> + 'a,
 ) -> impl Iterator<Item = (i32, i32, [f64; 3])> + 'a {
     groups.iter().map(move |g| {
-        // A group outside `ends` digests as empty, which its peer's digest then contradicts.
-        let listed = ends.get(g.ends.clone()).unwrap_or_default();
-        (
-            g.peer,
-            g.tag,
-            digest(listed.iter().map(|e| (e.key(), e.values()))),
-        )
+        // A group outside the ends digests as empty, which its peer's digest then contradicts.
+        let listed: Option<Vec<_>> = g.ends.clone().map(&end).collect();
+        (g.peer, g.tag, digest(listed.unwrap_or_default()))
     })
 }
 

@@ -212,10 +212,10 @@ pub struct Traffic {
     pub bytes: u64,
 }
 
-/// One end of a channel within a route.
+/// One end of a channel within a route: what an exchange reads of it. Its channel and its
+/// state are kept apart (see [`Route`]).
 #[derive(Debug, Clone)]
 struct End {
-    ch: Channel,
     /// Local index of this rank's block (sender on the send side, receiver on the receive side).
     block: usize,
     /// Variable id.
@@ -227,21 +227,21 @@ struct End {
     peer: i32,
     tag: i32,
     sparse: bool,
-    /// The five-state protocol of this end (storage and messages are the route's).
-    st: ChannelState,
+    /// Both blocks are on this rank.
+    local: bool,
     /// A receive is posted for this many values.
     posted: Option<usize>,
-    /// Same-rank receive: the sender's route and end.
-    source: Option<(usize, usize)>,
 }
 
-impl coalesce::Listed for End {
-    fn key(&self) -> ChannelKey {
-        self.ch.key
-    }
-    fn values(&self) -> usize {
-        self.buf.len()
-    }
+/// A same-rank receive end and the send end whose values it reads.
+#[derive(Debug, Clone)]
+struct LocalRecv {
+    /// The receive end.
+    end: usize,
+    /// The sender's route and end, and the end's values in that route's send buffer.
+    route: usize,
+    src: usize,
+    values: Range<usize>,
 }
 
 /// Copies same-rank `run` into route `ri`'s receive buffer from its source route's send
@@ -418,10 +418,23 @@ fn slot_threshold(data: &BlockData, slot: usize) -> f64 {
 }
 
 /// Everything one (partition, type) needs.
+///
+/// The ends' states and channels are kept beside the ends, not in them: an exchange walks
+/// every state several times and a same-rank receiver looks at its sender's, in no order, so
+/// on a mesh of many small blocks (hundreds of thousands of ends) the states must be dense
+/// to stay in cache; the channels are read at set-up and for messages only.
 #[derive(Debug)]
 struct Route {
     send: Vec<End>,
     recv: Vec<End>,
+    send_st: Vec<ChannelState>,
+    recv_st: Vec<ChannelState>,
+    send_ch: Vec<Channel>,
+    recv_ch: Vec<Channel>,
+    /// The same-rank send ends (sorted by peer rank, they are one range).
+    local_send: Range<usize>,
+    /// The same-rank receive ends, in order.
+    local_recv: Vec<LocalRecv>,
     send_cache: BndCache,
     recv_cache: BndCache,
     send_buf: MsgArena,
@@ -444,7 +457,7 @@ struct Route {
 impl Route {
     /// Whether every receive end holds data or a null message.
     fn all_arrived(&self) -> bool {
-        self.recv.iter().all(|e| e.st.has_arrived())
+        self.recv_st.iter().all(ChannelState::has_arrived)
     }
 }
 
@@ -534,8 +547,15 @@ impl Exchange {
         if opts.coalesced {
             let (mut sends, mut recvs) = (Vec::new(), Vec::new());
             for r in ex.routes.iter().step_by(3) {
-                sends.extend(coalesce::digests(&r.send_groups, &r.send));
-                recvs.extend(coalesce::digests(&r.recv_groups, &r.recv));
+                let listed = |ends: &'_ [End], chs: &'_ [Channel], i: usize| {
+                    Some((chs.get(i)?.key, ends.get(i)?.buf.len()))
+                };
+                sends.extend(coalesce::digests(&r.send_groups, |i| {
+                    listed(&r.send, &r.send_ch, i)
+                }));
+                recvs.extend(coalesce::digests(&r.recv_groups, |i| {
+                    listed(&r.recv, &r.recv_ch, i)
+                }));
             }
             coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
         }
@@ -678,7 +698,6 @@ impl Exchange {
                             (c.sender_rank, tags.recv_tag(c).unwrap_or(0))
                         };
                         ends.push(End {
-                            ch: **c,
                             block,
                             var: c.key.var,
                             halos: first..infos.len(),
@@ -686,13 +705,8 @@ impl Exchange {
                             peer: to_i32(peer, "rank")?,
                             tag: to_i32(tag, "tag")?,
                             sparse: data.vars()[c.key.var].threshold.is_some(),
-                            st: ChannelState::new(if sending {
-                                Role::Sender
-                            } else {
-                                Role::Receiver
-                            }),
+                            local: c.is_local(),
                             posted: None,
-                            source: None,
                         });
                     }
                     let cache = BndCache::new(data.layout(), data.gids().len(), infos)?;
@@ -702,17 +716,17 @@ impl Exchange {
                 let (recv_ends, recv_cache) = build(&recv, false)?;
 
                 // Coalesced groups: runs of remote ends with the same peer and partition pair.
-                let groups = |ends: &[End]| {
+                let groups = |ends: &[End], chs: &[&Channel]| {
                     coalesce::groups(
-                        ends.iter().map(|e| {
-                            let parts = (part_of[e.ch.key.sender], part_of[e.ch.key.receiver]);
-                            (!e.ch.is_local()).then_some((e.peer, parts))
+                        ends.iter().zip(chs).map(|(e, c)| {
+                            let parts = (part_of[c.key.sender], part_of[c.key.receiver]);
+                            (!e.local).then_some((e.peer, parts))
                         }),
                         |&(from, to)| coal_tag(from, to),
                     )
                 };
-                let mut send_groups = groups(&send_ends)?;
-                let recv_groups = groups(&recv_ends)?;
+                let mut send_groups = groups(&send_ends, &send)?;
+                let recv_groups = groups(&recv_ends, &recv)?;
 
                 // Send buffer: the packed sub-halos, then the coalesced groups' status values.
                 let len = coalesce::place_status(&mut send_groups, send_cache.buffer_len());
@@ -724,24 +738,41 @@ impl Exchange {
                 let send_order = if coalesced {
                     order(&send_groups, opts.ordering, |g| g.ends.start)
                 } else {
-                    order(&send_ends, opts.ordering, |e| e.ch.key.receiver)
+                    order(&send, opts.ordering, |c| c.key.receiver)
                 };
                 let recv_order = if coalesced {
                     order(&recv_groups, opts.ordering, |g| g.ends.start)
                 } else {
-                    order(&recv_ends, opts.ordering, |e| e.ch.key.receiver)
+                    order(&recv, opts.ordering, |c| c.key.receiver)
                 };
                 let mut restrict: Vec<(usize, usize)> = send_ends
                     .iter()
-                    .filter(|e| e.ch.level_diff < 0)
-                    .map(|e| (e.block, e.var))
+                    .zip(&send)
+                    .filter(|(_, c)| c.level_diff < 0)
+                    .map(|(e, _)| (e.block, e.var))
                     .collect();
                 restrict.sort_unstable();
                 restrict.dedup();
                 let sparse_sends = send_ends
                     .iter()
                     .any(|e| data.vars()[e.var].threshold.is_some());
+                let local_ends = |ends: &[End]| {
+                    let first = ends.iter().position(|e| e.local).unwrap_or(ends.len());
+                    let n = ends[first..].iter().take_while(|e| e.local).count();
+                    first..first + n
+                };
+                let local_send = local_ends(&send_ends);
+                debug_assert_eq!(
+                    local_send.len(),
+                    send_ends.iter().filter(|e| e.local).count()
+                );
                 routes.push(Route {
+                    send_st: vec![ChannelState::new(Role::Sender); send_ends.len()],
+                    recv_st: vec![ChannelState::new(Role::Receiver); recv_ends.len()],
+                    send_ch: send.iter().map(|c| **c).collect(),
+                    recv_ch: recv.iter().map(|c| **c).collect(),
+                    local_send,
+                    local_recv: Vec::new(),
                     send: send_ends,
                     recv: recv_ends,
                     over: vec![0; send_cache.infos().len()],
@@ -762,25 +793,36 @@ impl Exchange {
 
         // Same-rank receives read the sender's end in the sender's route of the same type (a
         // channel is in the route of every type that admits it; route r has type r % 3).
-        let senders: HashMap<(ChannelKey, usize), (usize, usize)> = routes
+        let senders: HashMap<(ChannelKey, usize), LocalRecv> = routes
             .iter()
             .enumerate()
             .flat_map(|(r, route)| {
-                let local = route
-                    .send
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.ch.is_local());
-                local.map(move |(j, e)| ((e.ch.key, r % 3), (r, j)))
+                route.local_send.clone().map(move |j| {
+                    let source = LocalRecv {
+                        end: 0,
+                        route: r,
+                        src: j,
+                        values: route.send[j].buf.clone(),
+                    };
+                    ((route.send_ch[j].key, r % 3), source)
+                })
             })
             .collect();
         for (r, route) in routes.iter_mut().enumerate() {
-            for end in route.recv.iter_mut().filter(|e| e.ch.is_local()) {
-                let key = end.ch.key;
+            for (i, c) in route
+                .recv_ch
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.is_local())
+            {
+                let key = c.key;
                 let source = senders
                     .get(&(key, r % 3))
                     .ok_or_else(|| BoundaryError::Mismatch(format!("no sender for {key:?}")))?;
-                end.source = Some(*source);
+                route.local_recv.push(LocalRecv {
+                    end: i,
+                    ..source.clone()
+                });
             }
         }
 
@@ -895,11 +937,12 @@ impl Exchange {
         let Ok(ri) = self.route_index(part, ty) else {
             return Vec::new();
         };
-        self.routes[ri]
-            .recv
+        let r = &self.routes[ri];
+        r.recv_ch
             .iter()
-            .filter(|e| !e.st.has_arrived())
-            .map(|e| e.ch.to_string())
+            .zip(&r.recv_st)
+            .filter(|(_, st)| !st.has_arrived())
+            .map(|(c, _)| c.to_string())
             .collect()
     }
 
@@ -917,10 +960,10 @@ impl Exchange {
         for k in 0..r.recv_order.len() {
             let i = r.recv_order[k];
             let e = &mut r.recv[i];
-            if e.ch.is_local()
+            if e.local
                 || e.sparse
                 || e.posted.is_some()
-                || e.st.state() != BufferState::Stale
+                || r.recv_st[i].state() != BufferState::Stale
             {
                 continue;
             }
@@ -953,17 +996,19 @@ impl Exchange {
         let ri = self.route_index(part, ty)?;
         let r = &mut self.routes[ri];
         // Same-rank receivers must have consumed the last exchange.
-        if r.send
+        if r.send_st[r.local_send.clone()]
             .iter()
-            .any(|e| e.ch.is_local() && e.st.state() != BufferState::Stale)
+            .any(|st| st.state() != BufferState::Stale)
         {
             return Ok(TaskStatus::Incomplete);
         }
         r.send_buf.wait();
         // Remote sends have completed: their ends go stale (they are already, the first time).
-        for e in r.send.iter_mut().filter(|e| !e.ch.is_local()) {
-            if e.st.state() != BufferState::Stale {
-                e.st.stale()?;
+        let (before, rest) = r.send_st.split_at_mut(r.local_send.start);
+        let after = &mut rest[r.local_send.len()..];
+        for st in before.iter_mut().chain(after) {
+            if st.state() != BufferState::Stale {
+                st.stale()?;
             }
         }
         if !r.restrict.is_empty() {
@@ -979,21 +1024,21 @@ impl Exchange {
         } else {
             Some(r.send_buf.buf()?)
         };
-        for e in &mut r.send {
+        for (e, st) in r.send.iter().zip(&mut r.send_st) {
             let above = |t: f64| match values {
                 Some(buf) => buf[e.buf.clone()].iter().any(|x| x.abs() > t),
                 None => r.over[e.halos.clone()].iter().any(|&f| f != 0),
             };
             let live =
                 data.is_allocated(e.block, e.var) && data.vars()[e.var].threshold.is_none_or(above);
-            e.st.sent(live)?;
+            st.sent(live)?;
         }
         if self.opts.coalesced {
-            let send = &r.send;
+            let (send, send_st) = (&r.send, &r.send_st);
             coalesce::compact(&mut r.send_groups, &mut r.send_buf, |i| {
                 (
                     send[i].buf.clone(),
-                    send[i].st.state() == BufferState::Sending,
+                    send_st[i].state() == BufferState::Sending,
                 )
             })?;
             coalesce::send(
@@ -1006,10 +1051,10 @@ impl Exchange {
         } else {
             for &i in &r.send_order {
                 let e = &r.send[i];
-                if e.ch.is_local() {
+                if e.local {
                     continue;
                 }
-                let range = if e.st.state() == BufferState::Sending {
+                let range = if r.send_st[i].state() == BufferState::Sending {
                     e.buf.clone()
                 } else {
                     e.buf.start..e.buf.start
@@ -1031,16 +1076,21 @@ impl Exchange {
         // run of ends whose values lie back to back in both buffers (both sides sort a
         // route's same-rank ends alike, so most of them make one run).
         let mut run = None;
-        for i in 0..self.routes[ri].recv.len() {
-            let e = &self.routes[ri].recv[i];
-            let (Some((sr, j)), BufferState::Stale) = (e.source, e.st.state()) else {
+        for k in 0..self.routes[ri].local_recv.len() {
+            let r = &self.routes[ri];
+            let LocalRecv {
+                end: i,
+                route: sr,
+                src: j,
+                ref values,
+            } = r.local_recv[k];
+            if r.recv_st[i].state() != BufferState::Stale {
                 continue;
-            };
-            let src = &self.routes[sr].send[j];
-            let arrival = match src.st.state() {
+            }
+            let arrival = match self.routes[sr].send_st[j].state() {
                 BufferState::Sending => {
-                    let fills = src.buf.len() == e.buf.len();
-                    if let Some(done) = Run::push(&mut run, sr, src.buf.clone(), i, fills) {
+                    let fills = values.len() == r.recv[i].buf.len();
+                    if let Some(done) = Run::push(&mut run, sr, values.clone(), i, fills) {
                         copy_local(done, &mut self.routes, ri)?;
                     }
                     Arrival::Data
@@ -1049,7 +1099,7 @@ impl Exchange {
                 _ => continue,
             };
             // The run's values are copied before this call returns.
-            self.routes[ri].recv[i].st.arrived(arrival)?;
+            self.routes[ri].recv_st[i].arrived(arrival)?;
         }
         if let Some(done) = run {
             copy_local(done, &mut self.routes, ri)?;
@@ -1070,8 +1120,7 @@ impl Exchange {
                 // between nulls.
                 let mut run = None;
                 for (k, i) in ends.enumerate() {
-                    let e = &mut r.recv[i];
-                    let arrival = match msg.take(k, e.buf.len())? {
+                    let arrival = match msg.take(k, r.recv[i].buf.len())? {
                         Some(values) => {
                             if let Some(done) = Run::push(&mut run, ri, values, i, true) {
                                 r.recv_buf
@@ -1081,7 +1130,7 @@ impl Exchange {
                         }
                         None => Arrival::Null,
                     };
-                    e.st.arrived(arrival)?;
+                    r.recv_st[i].arrived(arrival)?;
                 }
                 if let Some(done) = run {
                     r.recv_buf
@@ -1093,10 +1142,10 @@ impl Exchange {
             for k in 0..r.recv_order.len() {
                 let i = r.recv_order[k];
                 let e = &mut r.recv[i];
-                if e.ch.is_local()
+                if e.local
                     || !e.sparse
                     || e.posted.is_some()
-                    || e.st.state() != BufferState::Stale
+                    || r.recv_st[i].state() != BufferState::Stale
                 {
                     continue;
                 }
@@ -1108,9 +1157,9 @@ impl Exchange {
                 }
             }
             if r.recv_buf.test() {
-                for e in r.recv.iter_mut() {
+                for (e, st) in r.recv.iter_mut().zip(&mut r.recv_st) {
                     if let Some(n) = e.posted.take() {
-                        e.st.arrived(if n > 0 { Arrival::Data } else { Arrival::Null })?;
+                        st.arrived(if n > 0 { Arrival::Data } else { Arrival::Null })?;
                     }
                 }
             }
@@ -1147,8 +1196,8 @@ impl Exchange {
         if !r.all_arrived() {
             return Ok(TaskStatus::Incomplete);
         }
-        for e in &r.recv {
-            let live = e.st.state() == BufferState::Received;
+        for (e, st) in r.recv.iter().zip(&r.recv_st) {
+            let live = st.state() == BufferState::Received;
             r.recv_cache.set_allocated(e.halos.clone(), live);
             if live && !data.is_allocated(e.block, e.var) {
                 self.pending_alloc[part].push((e.block, e.var));
@@ -1162,11 +1211,12 @@ impl Exchange {
             &self.defaults,
         )?;
         coalesce::rearm(&mut r.recv_groups);
-        for i in 0..self.routes[ri].recv.len() {
-            self.routes[ri].recv[i].st.stale()?;
-            if let Some((sr, j)) = self.routes[ri].recv[i].source {
-                self.routes[sr].send[j].st.stale()?;
-            }
+        for st in &mut r.recv_st {
+            st.stale()?;
+        }
+        for k in 0..self.routes[ri].local_recv.len() {
+            let LocalRecv { route, src, .. } = self.routes[ri].local_recv[k];
+            self.routes[route].send_st[src].stale()?;
         }
         Ok(TaskStatus::Complete)
     }

@@ -41,7 +41,7 @@ use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p::{self, MsgArena, Values, ValuesMut};
 use starhalo_sf::pool::BufferPool;
 
-use crate::channel::{Channel, ChannelKey, RankChannels};
+use crate::channel::{Channel, RankChannels};
 use crate::coalesce::{self, Group};
 use crate::collective;
 use crate::comm_buffer::BufferState;
@@ -457,15 +457,6 @@ struct End {
     target: Option<usize>,
 }
 
-impl coalesce::Listed for End {
-    fn key(&self) -> ChannelKey {
-        self.ch.key
-    }
-    fn values(&self) -> usize {
-        self.buf.len()
-    }
-}
-
 /// The flux correction of one rank.
 pub struct FluxCorrection {
     shape: IndexShape,
@@ -538,8 +529,14 @@ impl FluxCorrection {
             "another rank could not set up its flux correction",
         )?;
         if coalesced {
-            let sends: Vec<_> = coalesce::digests(&fc.send_groups, &fc.send).collect();
-            let recvs: Vec<_> = coalesce::digests(&fc.recv_groups, &fc.recv).collect();
+            let sends: Vec<_> = coalesce::digests(&fc.send_groups, |i| {
+                fc.send.get(i).map(|e| (e.ch.key, e.buf.len()))
+            })
+            .collect();
+            let recvs: Vec<_> = coalesce::digests(&fc.recv_groups, |i| {
+                fc.recv.get(i).map(|e| (e.ch.key, e.buf.len()))
+            })
+            .collect();
             coalesce::agree(&fc.comm, comm.rank(), pool, &sends, &recvs)?;
         }
         Ok(fc)

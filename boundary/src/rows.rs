@@ -186,6 +186,9 @@ impl Rows {
 /// (source, destination) pair per run, 8 bytes of index per 26-byte run.)
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RunList {
+    /// No two boxes of an array touch the same value, so the runs may be written back in any
+    /// order ([`scatter`](Self::scatter) is only offered then).
+    disjoint: bool,
     arrays: Vec<ArrayRuns>,
     /// Per array, per segment of its shape: the segment's first buffer value.
     dsts: Vec<usize>,
@@ -224,7 +227,10 @@ impl RunList {
                 by_array.entry(base).or_default().push((r, at));
             }
         }
-        let mut list = Self::default();
+        let mut list = Self {
+            disjoint: true,
+            ..Self::default()
+        };
         let mut shapes: std::collections::HashMap<Vec<Rows>, std::ops::Range<usize>> =
             Default::default();
         for (base, mut boxes) in by_array {
@@ -250,6 +256,7 @@ impl RunList {
                             end: list.srcs.len(),
                         });
                     }
+                    list.disjoint &= disjoint(&list.segs[first..], &list.srcs);
                     shapes.insert(shape, first..list.segs.len());
                     first..list.segs.len()
                 }
@@ -298,6 +305,49 @@ impl RunList {
             }
         }
     }
+
+    /// Copies every run from its place in `buf` back into `data`, the reverse of
+    /// [`gather`](Self::gather), array by array; `None` (nothing copied) when some array's
+    /// boxes overlap, whose values would then depend on the order of the copies.
+    pub fn scatter(&self, buf: &[f64], data: &mut [f64]) -> Option<()> {
+        if !self.disjoint {
+            return None;
+        }
+        for a in &self.arrays {
+            let array = data.get_mut(a.base..).unwrap_or_default();
+            let segs = &self.segs[a.segs.clone()];
+            for (seg, &d) in segs.iter().zip(&self.dsts[a.dsts..]) {
+                let srcs = &self.srcs[seg.first..seg.end];
+                let Some(inp) = buf.get(d..d + seg.len * srcs.len()) else {
+                    continue;
+                };
+                match seg.len {
+                    1 => scatter_runs::<1>(inp, srcs, array),
+                    2 => scatter_runs::<2>(inp, srcs, array),
+                    3 => scatter_runs::<3>(inp, srcs, array),
+                    4 => scatter_runs::<4>(inp, srcs, array),
+                    5 => scatter_runs::<5>(inp, srcs, array),
+                    6 => scatter_runs::<6>(inp, srcs, array),
+                    8 => scatter_runs::<8>(inp, srcs, array),
+                    16 => scatter_runs::<16>(inp, srcs, array),
+                    n => scatter_any(n, inp, srcs, array),
+                }
+            }
+        }
+        Some(())
+    }
+}
+
+/// True when no two runs of `segs` (starts in `srcs`) share a value.
+fn disjoint(segs: &[Segment], srcs: &[u32]) -> bool {
+    let mut spans: Vec<(u32, usize)> = segs
+        .iter()
+        .flat_map(|seg| srcs[seg.first..seg.end].iter().map(|&s| (s, seg.len)))
+        .collect();
+    spans.sort_unstable();
+    spans
+        .windows(2)
+        .all(|w| w[0].0 as usize + w[0].1 <= w[1].0 as usize)
 }
 
 /// Runs of a length with no loop of its own. Kept out of line: inlined, its loop takes the
@@ -309,6 +359,29 @@ fn gather_any(n: usize, array: &[f64], srcs: &[u32], out: &mut [f64]) {
         let s = s as usize;
         if let Some(from) = array.get(s..s + n) {
             o.copy_from_slice(from);
+        }
+    }
+}
+
+/// [`gather_any`] the other way.
+#[inline(never)]
+fn scatter_any(n: usize, inp: &[f64], srcs: &[u32], array: &mut [f64]) {
+    for (i, &s) in inp.chunks_exact(n).zip(srcs) {
+        let s = s as usize;
+        if let Some(to) = array.get_mut(s..s + n) {
+            to.copy_from_slice(i);
+        }
+    }
+}
+
+/// [`gather_runs`] the other way: consecutive chunks of `inp` to runs of `array`.
+#[inline(always)]
+fn scatter_runs<const N: usize>(inp: &[f64], srcs: &[u32], array: &mut [f64]) {
+    let (chunks, _) = inp.as_chunks::<N>();
+    for (i, &s) in chunks.iter().zip(srcs) {
+        let s = s as usize;
+        if let Some(to) = array.get_mut(s..s + N) {
+            to.copy_from_slice(i);
         }
     }
 }
