@@ -8,7 +8,7 @@
 //! Used by the ghost [`Exchange`](crate::Exchange) and the
 //! [`FluxCorrection`](crate::FluxCorrection), each on a communicator of its own.
 
-use std::collections::HashSet;
+use hashbrown::HashSet;
 use std::ops::Range;
 
 use starhalo_sf::mpi::topology::SimpleCommunicator;

@@ -30,7 +30,7 @@
 //! copying), and the arenas' storage comes from the exchange's [`BufferPool`]. Same-rank and
 //! cross-rank ends go through the same states; only where the bytes come from differs.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::ops::Range;
 use std::str::FromStr;
 

@@ -15,7 +15,8 @@
 //! receiver needs from the sender (each once, in gid order), all posted non-blocking and
 //! waited for together, on a communicator of its own.
 
-use std::collections::{BTreeSet, HashMap};
+use hashbrown::HashMap;
+use std::collections::BTreeSet;
 
 use starhalo_mesh::field::{IndexRange, IndexShape};
 use starhalo_mesh::refine::BlockOrigin;

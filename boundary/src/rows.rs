@@ -231,8 +231,7 @@ impl RunList {
             disjoint: true,
             ..Self::default()
         };
-        let mut shapes: std::collections::HashMap<Vec<Rows>, std::ops::Range<usize>> =
-            Default::default();
+        let mut shapes: hashbrown::HashMap<Vec<Rows>, std::ops::Range<usize>> = Default::default();
         for (base, mut boxes) in by_array {
             // One loop per run length, boxes in array order: arrays that send the same boxes
             // list them identically, whatever their buffer order.

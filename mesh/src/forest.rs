@@ -6,7 +6,7 @@
 
 use crate::error::MeshError;
 use crate::loc::{LogicalLocation, MAX_COORD_BITS};
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 
 /// The root grid: dimensionality, root blocks per direction and periodicity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,7 +17,7 @@
 use crate::error::MeshError;
 use crate::forest::Forest;
 use crate::neighbor::{find_neighbors, BlockNeighbors};
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 /// One level of the multigrid hierarchy.
 #[derive(Debug, Clone)]

@@ -300,7 +300,7 @@ fn ownership(ndim: usize, me: LogicalLocation, neighbors: &[NeighborBlock]) -> O
 mod tests {
     use super::*;
     use crate::forest::RootGrid;
-    use std::collections::HashMap;
+    use hashbrown::HashMap;
 
     fn loc(level: u32, x: i64, y: i64) -> LogicalLocation {
         LogicalLocation::new(level, [x, y, 0])

@@ -19,7 +19,7 @@ use crate::element::Element;
 use crate::error::MeshError;
 use crate::forest::{Forest, RootGrid};
 use crate::loc::LogicalLocation;
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 
 /// What a block asks of the next remesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

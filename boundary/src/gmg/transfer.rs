@@ -7,7 +7,7 @@
 //! peer rank travel as one message, in finer-gid order, so both ends know its length. Links
 //! whose two blocks share a rank are read straight from the send buffer.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::ops::Range;
 
 use starhalo_mesh::field::IndexShape;
