@@ -44,7 +44,7 @@ use starhalo_sf::pool::BufferPool;
 use crate::channel::{Channel, RankChannels};
 use crate::coalesce::{self, Group};
 use crate::collective;
-use crate::comm_buffer::BufferState;
+use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::copy_run::Run;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, TaskStatus, Traffic};
@@ -451,7 +451,9 @@ struct End {
     peer: i32,
     tag: i32,
     sparse: bool,
-    state: BufferState,
+    /// The five-state protocol of this end. A same-rank channel's sender writes the
+    /// receiver's buffer and state and keeps its own stale.
+    st: ChannelState,
     posted: Option<usize>,
     /// Send side of a same-rank channel: the receive end it writes.
     target: Option<usize>,
@@ -617,7 +619,11 @@ impl FluxCorrection {
                         peer,
                         tag,
                         sparse: data.vars()[var].threshold.is_some(),
-                        state: BufferState::Stale,
+                        st: ChannelState::new(if sending {
+                            Role::Sender
+                        } else {
+                            Role::Receiver
+                        }),
                         posted: None,
                         target: None,
                     });
@@ -713,7 +719,11 @@ impl FluxCorrection {
             return Ok(TaskStatus::Complete);
         }
         for (i, e) in self.recv.iter_mut().enumerate() {
-            if e.ch.is_local() || e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+            if e.ch.is_local()
+                || e.sparse
+                || e.posted.is_some()
+                || e.st.state() != BufferState::Stale
+            {
                 continue;
             }
             self.recv_buf
@@ -736,12 +746,18 @@ impl FluxCorrection {
         self.check_fluxes(fluxes)?;
         let busy = self.send.iter().any(|e| {
             e.target
-                .is_some_and(|j| self.recv[j].state != BufferState::Stale)
+                .is_some_and(|j| self.recv[j].st.state() != BufferState::Stale)
         });
         if busy {
             return Ok(TaskStatus::Incomplete);
         }
         self.send_buf.wait();
+        // Remote sends have completed: their ends go stale (they are already, the first time).
+        for e in self.send.iter_mut().filter(|e| e.target.is_none()) {
+            if e.st.state() != BufferState::Stale {
+                e.st.stale()?;
+            }
+        }
         // Every face, allocated or not: one pass (one launch on a device); unallocated
         // variables send null below.
         fluxes.restrict(&self.send_faces, self.send_buf.values_mut()?)?;
@@ -762,19 +778,9 @@ impl FluxCorrection {
                             )?;
                         }
                     }
-                    r.state = if live {
-                        BufferState::Received
-                    } else {
-                        BufferState::ReceivedNull
-                    };
+                    r.st.arrived(if live { Arrival::Data } else { Arrival::Null })?;
                 }
-                None => {
-                    e.state = if live {
-                        BufferState::Sending
-                    } else {
-                        BufferState::SendingNull
-                    };
-                }
+                None => e.st.sent(live)?,
             }
         }
         if let Some(done) = run {
@@ -784,7 +790,10 @@ impl FluxCorrection {
         if self.coalesced {
             let send = &self.send;
             coalesce::compact(&mut self.send_groups, &mut self.send_buf, |i| {
-                (send[i].buf.clone(), send[i].state == BufferState::Sending)
+                (
+                    send[i].buf.clone(),
+                    send[i].st.state() == BufferState::Sending,
+                )
             })?;
             let all = 0..self.send_groups.len();
             coalesce::send(
@@ -797,7 +806,7 @@ impl FluxCorrection {
             return Ok(TaskStatus::Complete);
         }
         for e in self.send.iter().filter(|e| !e.ch.is_local()) {
-            let range = if e.state == BufferState::Sending {
+            let range = if e.st.state() == BufferState::Sending {
                 e.buf.clone()
             } else {
                 e.buf.start..e.buf.start
@@ -835,16 +844,17 @@ impl FluxCorrection {
             let mut run = None;
             for (k, i) in ends.enumerate() {
                 let e = &mut self.recv[i];
-                e.state = match msg.take(k, e.buf.len())? {
+                let arrival = match msg.take(k, e.buf.len())? {
                     Some(values) => {
                         if let Some(done) = Run::push(&mut run, 0, values, i, true) {
                             self.recv_buf
                                 .copy_to_segments(done.ends, &self.coal, done.values)?;
                         }
-                        BufferState::Received
+                        Arrival::Data
                     }
-                    None => BufferState::ReceivedNull,
+                    None => Arrival::Null,
                 };
+                e.st.arrived(arrival)?;
             }
             if let Some(done) = run {
                 self.recv_buf
@@ -859,7 +869,11 @@ impl FluxCorrection {
     /// from null), and marks what has completed.
     fn receive_per_channel(&mut self) -> Result<(), BoundaryError> {
         for (i, e) in self.recv.iter_mut().enumerate() {
-            if e.ch.is_local() || !e.sparse || e.posted.is_some() || e.state != BufferState::Stale {
+            if e.ch.is_local()
+                || !e.sparse
+                || e.posted.is_some()
+                || e.st.state() != BufferState::Stale
+            {
                 continue;
             }
             if let Some(n) = p2p::probe(&self.comm, e.peer, e.tag) {
@@ -878,11 +892,7 @@ impl FluxCorrection {
         if self.recv_buf.test() {
             for e in &mut self.recv {
                 if let Some(n) = e.posted.take() {
-                    e.state = if n > 0 {
-                        BufferState::Received
-                    } else {
-                        BufferState::ReceivedNull
-                    };
+                    e.st.arrived(if n > 0 { Arrival::Data } else { Arrival::Null })?;
                 }
             }
         }
@@ -894,15 +904,13 @@ impl FluxCorrection {
     pub fn pending(&self) -> Vec<String> {
         self.recv
             .iter()
-            .filter(|e| !matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+            .filter(|e| !e.st.has_arrived())
             .map(|e| e.ch.to_string())
             .collect()
     }
 
     fn arrived(&self) -> bool {
-        self.recv
-            .iter()
-            .all(|e| matches!(e.state, BufferState::Received | BufferState::ReceivedNull))
+        self.recv.iter().all(|e| e.st.has_arrived())
     }
 
     fn check_fluxes(&self, fluxes: &impl FluxSpace) -> Result<(), BoundaryError> {
@@ -938,11 +946,11 @@ impl FluxCorrection {
             return Ok(TaskStatus::Incomplete);
         }
         for (a, e) in self.apply.iter_mut().zip(&self.recv) {
-            *a = e.state == BufferState::Received && data.is_allocated(e.block, e.var);
+            *a = e.st.state() == BufferState::Received && data.is_allocated(e.block, e.var);
         }
         fluxes.set(&self.recv_faces, &self.apply, self.recv_buf.values()?)?;
         for e in &mut self.recv {
-            e.state = BufferState::Stale;
+            e.st.stale()?;
         }
         coalesce::rearm(&mut self.recv_groups);
         Ok(TaskStatus::Complete)
