@@ -756,16 +756,16 @@ impl Exchange {
                 let sparse_sends = send_ends
                     .iter()
                     .any(|e| data.vars()[e.var].threshold.is_some());
-                let local_ends = |ends: &[End]| {
-                    let first = ends.iter().position(|e| e.local).unwrap_or(ends.len());
-                    let n = ends[first..].iter().take_while(|e| e.local).count();
-                    first..first + n
-                };
-                let local_send = local_ends(&send_ends);
-                debug_assert_eq!(
-                    local_send.len(),
-                    send_ends.iter().filter(|e| e.local).count()
-                );
+                // Sorted by peer rank first, the same-rank sends are one range.
+                let first = send_ends.iter().position(|e| e.local);
+                let first = first.unwrap_or(send_ends.len());
+                let n = send_ends[first..].iter().take_while(|e| e.local).count();
+                let local_send = first..first + n;
+                if send_ends.iter().filter(|e| e.local).count() != n {
+                    return Err(BoundaryError::Mismatch(
+                        "same-rank send ends are not one range".into(),
+                    ));
+                }
                 routes.push(Route {
                     send_st: vec![ChannelState::new(Role::Sender); send_ends.len()],
                     recv_st: vec![ChannelState::new(Role::Receiver); recv_ends.len()],
@@ -793,37 +793,33 @@ impl Exchange {
 
         // Same-rank receives read the sender's end in the sender's route of the same type (a
         // channel is in the route of every type that admits it; route r has type r % 3).
-        let senders: HashMap<(ChannelKey, usize), LocalRecv> = routes
+        let senders: HashMap<(ChannelKey, usize), (usize, usize)> = routes
             .iter()
             .enumerate()
             .flat_map(|(r, route)| {
-                route.local_send.clone().map(move |j| {
-                    let source = LocalRecv {
-                        end: 0,
-                        route: r,
-                        src: j,
-                        values: route.send[j].buf.clone(),
-                    };
-                    ((route.send_ch[j].key, r % 3), source)
-                })
+                let keys = route.local_send.clone().map(|j| route.send_ch[j].key);
+                keys.zip(route.local_send.clone())
+                    .map(move |(key, j)| ((key, r % 3), (r, j)))
             })
             .collect();
-        for (r, route) in routes.iter_mut().enumerate() {
-            for (i, c) in route
-                .recv_ch
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.is_local())
-            {
+        for r in 0..routes.len() {
+            let mut local_recv = Vec::new();
+            for (i, c) in routes[r].recv_ch.iter().enumerate() {
+                if !c.is_local() {
+                    continue;
+                }
                 let key = c.key;
-                let source = senders
+                let &(route, src) = senders
                     .get(&(key, r % 3))
                     .ok_or_else(|| BoundaryError::Mismatch(format!("no sender for {key:?}")))?;
-                route.local_recv.push(LocalRecv {
+                local_recv.push(LocalRecv {
                     end: i,
-                    ..source.clone()
+                    route,
+                    src,
+                    values: routes[route].send[src].buf.clone(),
                 });
             }
+            routes[r].local_recv = local_recv;
         }
 
         // Post-unpack work per block, from every channel it receives on (of one variable: the

@@ -15,8 +15,7 @@
 //! receiver needs from the sender (each once, in gid order), all posted non-blocking and
 //! waited for together, on a communicator of its own.
 
-use hashbrown::HashMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use starhalo_mesh::field::{IndexRange, IndexShape};
 use starhalo_mesh::refine::BlockOrigin;

@@ -187,7 +187,7 @@ impl Rows {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RunList {
     /// No two boxes of an array touch the same value, so the runs may be written back in any
-    /// order ([`scatter`](Self::scatter) is only offered then).
+    /// order.
     disjoint: bool,
     arrays: Vec<ArrayRuns>,
     /// Per array, per segment of its shape: the segment's first buffer value.
@@ -305,13 +305,16 @@ impl RunList {
         }
     }
 
+    /// True when no two boxes of an array overlap, so that [`scatter`](Self::scatter) writes
+    /// the same values whatever the order of the boxes.
+    pub fn is_disjoint(&self) -> bool {
+        self.disjoint
+    }
+
     /// Copies every run from its place in `buf` back into `data`, the reverse of
-    /// [`gather`](Self::gather), array by array; `None` (nothing copied) when some array's
-    /// boxes overlap, whose values would then depend on the order of the copies.
-    pub fn scatter(&self, buf: &[f64], data: &mut [f64]) -> Option<()> {
-        if !self.disjoint {
-            return None;
-        }
+    /// [`gather`](Self::gather), array by array (where boxes overlap, in no particular
+    /// order: see [`is_disjoint`](Self::is_disjoint)).
+    pub fn scatter(&self, buf: &[f64], data: &mut [f64]) {
         for a in &self.arrays {
             let array = data.get_mut(a.base..).unwrap_or_default();
             let segs = &self.segs[a.segs.clone()];
@@ -333,7 +336,6 @@ impl RunList {
                 }
             }
         }
-        Some(())
     }
 }
 
@@ -487,6 +489,43 @@ mod tests {
         assert_eq!(&buf[..want.len()], &want[..]);
         assert_eq!(&buf[want.len()..], &[-1.0, -1.0]);
         assert!(RunList::new([(0, Rows::of_box(1 << 33, [1, 1, 1], dims), 0)]).is_none());
+    }
+
+    /// Scatter puts every box's values back where gather took them, in several arrays; boxes
+    /// that overlap within an array are seen, and boxes that only touch are not.
+    #[test]
+    fn run_list_scatters_back_and_sees_overlaps() {
+        let dims = [20, 7, 5];
+        let alen: usize = dims.iter().product();
+        let data: Vec<f64> = (0..3 * alen).map(|i| i as f64).collect();
+        let mut items = Vec::new();
+        let mut at = 0;
+        for (a, s, n) in [
+            (0, [0, 0, 0], [2, 7, 5]),
+            (0, [2, 0, 0], [3, 2, 5]),
+            (2, [4, 1, 1], [16, 3, 2]),
+            (1, [19, 6, 4], [1, 1, 1]),
+        ] {
+            let r = Rows::of_box((s[2] * dims[1] + s[1]) * dims[0] + s[0], n, dims);
+            items.push((a * alen, r, at));
+            at += r.values();
+        }
+        let list = RunList::new(items.clone()).unwrap();
+        assert!(list.is_disjoint());
+        let mut buf = vec![0.0; at];
+        list.gather(&data, &mut buf);
+        let mut back = vec![-1.0; data.len()];
+        list.scatter(&buf, &mut back);
+        let mut want = vec![-1.0; data.len()];
+        for (base, r, at) in items.iter().copied() {
+            r.scatter(&buf[at..at + r.values()], &mut want[base..]);
+        }
+        assert!(back == want);
+        assert_eq!(back.iter().filter(|&&x| x >= 0.0).count(), at);
+        // A box one value wider than its neighbour's start overlaps it.
+        let wide = Rows::of_box(1, [2, 1, 1], dims);
+        items.push((0, wide, at));
+        assert!(!RunList::new(items).unwrap().is_disjoint());
     }
 
     /// Arrays that send the same boxes share one list of run starts, whatever order their
