@@ -19,6 +19,8 @@
 //! into its coarse buffer before packing. Boxes of both ends have the same shape and are
 //! walked in the same order, so the buffer needs no index of its own.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use starhalo_exec::{for_each_segment, Policy};
 use starhalo_mesh::field::{IndexRange, IndexShape};
 use starhalo_sf::{PackPlan, Plan};
@@ -343,7 +345,7 @@ impl BlockLayout {
 /// A list of sub-halos prepared for pack-in-one or unpack-in-one over a buffer that holds
 /// them back to back, built once and reused every exchange (pack and unpack allocate
 /// nothing). A descriptor with [`FLAG_COARSE`] indexes its block's coarse buffer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct BndCache {
     layout: BlockLayout,
     infos: Vec<BndInfo>,
@@ -354,6 +356,8 @@ pub struct BndCache {
     runs: RunList,
     /// Descriptors without [`FLAG_ALLOCATED`].
     unallocated: usize,
+    /// See [`version`](Self::version).
+    version: u64,
     /// Buffer segment bounds: sub-halo `h` is `buf[seg[h]..seg[h + 1]]`.
     seg: Vec<usize>,
     /// Sub-halos sorted by block, and per block the range into `by_block`.
@@ -426,6 +430,7 @@ impl BndCache {
                 .iter()
                 .filter(|b| b.flags & FLAG_ALLOCATED == 0)
                 .count(),
+            version: next_version(),
             infos,
             rows,
             runs,
@@ -442,6 +447,14 @@ impl BndCache {
         &self.infos
     }
 
+    /// A number taken anew, unique in the process, whenever the descriptors change (at
+    /// [`new`](Self::new) and when [`set_allocated`](Self::set_allocated) flips a flag), so
+    /// that a copy of them elsewhere (on a device) knows it is current by comparing one
+    /// number rather than every descriptor. A clone keeps it, and its descriptors.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     /// Sets or clears [`FLAG_ALLOCATED`] on descriptors `range` (a channel's sub-halos).
     pub fn set_allocated(&mut self, range: std::ops::Range<usize>, on: bool) {
         for b in &mut self.infos[range] {
@@ -452,7 +465,11 @@ impl BndCache {
                 } else {
                     self.unallocated += 1;
                 }
+                self.version = 0;
             }
+        }
+        if self.version == 0 {
+            self.version = next_version();
         }
     }
 
@@ -542,6 +559,20 @@ impl BndCache {
         });
         Ok(())
     }
+}
+
+/// Two caches are equal when built alike with the same flags (whatever their versions).
+impl PartialEq for BndCache {
+    fn eq(&self, other: &Self) -> bool {
+        // The rest is derived from these.
+        (self.layout, self.nblocks, &self.infos) == (other.layout, other.nblocks, &other.infos)
+    }
+}
+
+/// The next [`BndCache::version`] (never 0).
+fn next_version() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The sparse-allocation flags of a packed buffer: `over[h]` becomes 1 when some |value| of
@@ -790,6 +821,46 @@ mod tests {
                 assert!(data == want, "{policy:?} with {} unallocated", off.len());
             }
         }
+    }
+
+    /// A cache's version changes exactly when its flags do; a clone keeps it, and caches built
+    /// alike are equal whatever their versions.
+    #[test]
+    fn the_version_follows_the_flags() {
+        let l = FieldLayout {
+            dims: [3, 1, 1],
+            nvar: 1,
+        };
+        let r = |s, e| IndexRange { s, e };
+        let infos = vec![
+            BndInfo::new(
+                0,
+                0,
+                &IndexBox([r(0, 0), r(0, 0), r(0, 0)]),
+                0,
+                FLAG_ALLOCATED,
+            ),
+            BndInfo::new(
+                1,
+                0,
+                &IndexBox([r(2, 2), r(0, 0), r(0, 0)]),
+                0,
+                FLAG_ALLOCATED,
+            ),
+        ];
+        let mut a = BndCache::new(l, 2, infos.clone()).unwrap();
+        let b = BndCache::new(l, 2, infos).unwrap();
+        assert!(a == b && a.version() != b.version());
+        let v = a.version();
+        a.set_allocated(0..2, true);
+        assert_eq!(a.version(), v, "no flag flipped");
+        a.set_allocated(1..2, false);
+        let w = a.version();
+        assert!(w != v && a != b);
+        let c = a.clone();
+        assert_eq!((c.version(), &c), (w, &a));
+        a.set_allocated(1..2, true);
+        assert!(a.version() != w && a.version() != v && a == b);
     }
 
     /// Overlapping sub-halos of one array unpack in their order under either policy: the one

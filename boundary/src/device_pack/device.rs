@@ -20,6 +20,8 @@ use starhalo_sf::p2p::{Values, ValuesMut};
 pub struct DeviceBndCache {
     halos: DeviceHalos,
     buffer_len: usize,
+    /// The [`BndCache::version`] of the descriptors uploaded.
+    version: u64,
 }
 
 impl DeviceBndCache {
@@ -38,6 +40,7 @@ impl DeviceBndCache {
         Ok(Self {
             halos: DeviceHalos::for_pack(dev, &descs, f, c, cache.buffer_len())?,
             buffer_len: cache.buffer_len(),
+            version: cache.version(),
         })
     }
 
@@ -49,6 +52,10 @@ impl DeviceBndCache {
     /// Uploads `cache`'s descriptors again if their allocation flags changed since the
     /// upload (sparse variables sending null or data).
     pub fn refresh(&mut self, dev: &Arc<Device>, cache: &BndCache) -> Result<(), CudaError> {
+        // Unchanged since the upload: one comparison, not one per descriptor.
+        if cache.version() == self.version {
+            return Ok(());
+        }
         let infos = cache.infos();
         let same = infos.len() == self.halos.len()
             && infos
@@ -59,6 +66,7 @@ impl DeviceBndCache {
             let descs: Vec<HaloDesc> = infos.iter().map(halo_desc).collect();
             self.halos = self.halos.with_descs(dev, &descs)?;
         }
+        self.version = cache.version();
         Ok(())
     }
 
