@@ -24,8 +24,9 @@
 //! ([`HostFields`]), or a copy in device memory (`device_pack::DeviceFields`) through the
 //! `*_in` variants; the exchange itself moves messages and keeps the channel states.
 //!
-//! Each channel end keeps its state in a [`ChannelState`], the five-state protocol that
-//! [`CommBuffer`](crate::CommBuffer) uses too; the bytes of a route's channels live back to
+//! Each channel end keeps its state in a [`ChannelState`] (held in dense arrays beside the
+//! ends), the five-state protocol that [`CommBuffer`](crate::CommBuffer) and the flux
+//! correction use too; the bytes of a route's channels live back to
 //! back in message arenas (so that a coalesced message is one contiguous range, sent without
 //! copying), and the arenas' storage comes from the exchange's [`BufferPool`]. Same-rank and
 //! cross-rank ends go through the same states; only where the bytes come from differs.
