@@ -457,6 +457,7 @@ impl BndCache {
 
     /// Sets or clears [`FLAG_ALLOCATED`] on descriptors `range` (a channel's sub-halos).
     pub fn set_allocated(&mut self, range: std::ops::Range<usize>, on: bool) {
+        let mut flipped = false;
         for b in &mut self.infos[range] {
             if (b.flags & FLAG_ALLOCATED != 0) != on {
                 b.flags ^= FLAG_ALLOCATED;
@@ -465,10 +466,10 @@ impl BndCache {
                 } else {
                     self.unallocated += 1;
                 }
-                self.version = 0;
+                flipped = true;
             }
         }
-        if self.version == 0 {
+        if flipped {
             self.version = next_version();
         }
     }
@@ -569,7 +570,7 @@ impl PartialEq for BndCache {
     }
 }
 
-/// The next [`BndCache::version`] (never 0).
+/// The next [`BndCache::version`].
 fn next_version() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
