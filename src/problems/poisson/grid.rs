@@ -3,7 +3,7 @@
 
 use super::Face;
 use crate::run::stats::CommTimer;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use starhalo_boundary::{GmgData, GmgExchange};
 use starhalo_mesh::multigrid::GmgLevel;
 use starhalo_mesh::Mesh;
@@ -173,5 +173,37 @@ impl Grid {
     /// `2 Σ_d 1/h_d²`: minus the stencil's diagonal.
     pub(super) fn diagonal(&self) -> f64 {
         (0..self.ndim).map(|d| 2.0 / (self.h[d] * self.h[d])).sum()
+    }
+}
+
+/// Where the blocks of a level lie: by its place (block indices along each direction), each
+/// block's rank and index among that rank's blocks, for star forests rooted in block arrays.
+pub(super) struct Places {
+    /// Blocks across the level.
+    nb: [usize; 3],
+    /// By place: the rank and the index there.
+    at: Vec<(i64, usize)>,
+}
+
+impl Places {
+    pub(super) fn new(grid: &Grid, level: &GmgLevel) -> Result<Self> {
+        let nb: [usize; 3] = std::array::from_fn(|d| grid.across[d] / grid.n[d].max(1));
+        let mut at = vec![(0, 0); nb.iter().product()];
+        let mut count = vec![0; level.ranks.iter().max().map_or(0, |r| r + 1)];
+        for (gid, &rank) in level.ranks.iter().enumerate() {
+            let loc = level
+                .forest
+                .loc(gid)
+                .context("poisson: a block of the level")?;
+            let b: [usize; 3] = std::array::from_fn(|d| loc.lx_dir(d) as usize);
+            at[b[0] + nb[0] * (b[1] + nb[1] * b[2])] = (rank as i64, count[rank]);
+            count[rank] += 1;
+        }
+        Ok(Places { nb, at })
+    }
+
+    /// The rank of the block at place `b` and its index among that rank's blocks.
+    pub(super) fn block(&self, b: [usize; 3]) -> (i64, usize) {
+        self.at[b[0] + self.nb[0] * (b[1] + self.nb[1] * b[2])]
     }
 }

@@ -13,7 +13,7 @@
 //! it was: lines that short, as on the coarse levels of any strongly stretched grid, made
 //! V-cycles alone diverge.
 
-use super::grid::Grid;
+use super::grid::{Grid, Places};
 use super::Face;
 use crate::run::stats::CommTimer;
 use anyhow::{Context as _, Result};
@@ -112,28 +112,13 @@ impl Piece {
 }
 
 impl Lines {
-    /// The line solvers of the level `grid` describes, one along each direction whose
-    /// coupling is at least a quarter of the strongest (cells at most twice the narrowest
-    /// width): a sweep relaxes them in turn. Cells narrow in two directions couple strongly
-    /// across a plane, which lines along one of them alone leave (V-cycles alone diverged).
-    /// Collective: every rank sets up the same forests.
-    pub(super) fn of_level(
+    /// The solver of the lines along `x`.
+    pub(super) fn new(
         grid: &Grid,
         level: &GmgLevel,
         world: &SimpleCommunicator,
-    ) -> Result<Vec<Self>> {
-        let narrowest = grid.h[..grid.ndim]
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min);
-        (0..grid.ndim)
-            .filter(|&d| grid.h[d] <= 2.0 * narrowest)
-            .map(|x| Lines::new(grid, level, world, x))
-            .collect()
-    }
-
-    /// The solver of the lines along `x`.
-    fn new(grid: &Grid, level: &GmgLevel, world: &SimpleCommunicator, x: usize) -> Result<Self> {
+        x: usize,
+    ) -> Result<Self> {
         let (n, a) = (grid.n[x], 1.0 / (grid.h[x] * grid.h[x]));
         let blocks = grid.across[x] / n;
         let face = |side: usize| Some(grid.faces[x][side]).filter(|&f| f != Face::Periodic);
@@ -182,21 +167,7 @@ impl Lines {
         blocks: usize,
         per_block: usize,
     ) -> Result<[Gather; 2]> {
-        // Every block's gid by its place in the level, and its index among its rank's.
-        let nb: [usize; 3] = std::array::from_fn(|d| grid.across[d] / grid.n[d].max(1));
-        let place = |b: [usize; 3]| b[0] + nb[0] * (b[1] + nb[1] * b[2]);
-        let mut gid_at = vec![usize::MAX; nb.iter().product()];
-        let mut index = vec![0; level.ranks.len()];
-        let mut count = vec![0; level.ranks.iter().max().map_or(0, |r| r + 1)];
-        for (gid, &rank) in level.ranks.iter().enumerate() {
-            let loc = level
-                .forest
-                .loc(gid)
-                .context("poisson lines: a block of the level")?;
-            gid_at[place(std::array::from_fn(|d| loc.lx_dir(d) as usize))] = gid;
-            index[gid] = count[rank];
-            count[rank] += 1;
-        }
+        let places = Places::new(grid, level)?;
         // The lines crossing this rank's blocks, by parity, each with its global cell
         // indices (0 along x).
         let mut crossing: [Vec<(usize, [usize; 3])>; 2] = Default::default();
@@ -221,9 +192,8 @@ impl Lines {
                 for bx in 0..blocks {
                     let b: [usize; 3] =
                         std::array::from_fn(|d| if d == x { bx } else { c[d] / grid.n[d] });
-                    let gid = gid_at[place(b)];
-                    let offset = ((index[gid] * per_block + within) * 2) as u64;
-                    let rank = level.ranks[gid] as i64;
+                    let (rank, index) = places.block(b);
+                    let offset = ((index * per_block + within) * 2) as u64;
                     iremote.push(RootRef { rank, offset });
                     iremote.push(RootRef {
                         rank,

@@ -15,8 +15,8 @@
 //! iterations grow with the root grid's cells across, so keep the root grid small.
 //!
 //! A V-cycle, level by level from the finest: `pre_smooth` sweeps of the `smoother` (`rbgs`,
-//! red-black Gauss-Seidel, the default; `line`, zebra line Gauss-Seidel along the narrowest
-//! cells' direction; or `jacobi`, weighted by `omega`), the residual restricted (volume
+//! red-black Gauss-Seidel, the default; `line`, zebra line or plane Gauss-Seidel for cells
+//! far from square; or `jacobi`, weighted by `omega`), the residual restricted (volume
 //! average) into the next level's right-hand side, whose correction starts at zero; on the
 //! coarsest level conjugate gradients until its residual falls by `coarse_tol` (at most
 //! `coarse_iters` iterations); back up, the coarse correction prolongated (linear) and added,
@@ -27,17 +27,21 @@
 //! `||f - ∇²u|| <= tol ||f||` (2-norms over all cells) or after `max_iters` V-cycles; a residual
 //! above where it started stops the run (exit 1). Point smoothers want cells close to
 //! square: at an aspect ratio of 4, V-cycles alone stall, and CG needs about twice the
-//! V-cycles it needs on square cells. The line smoother relaxes the strong coupling that
-//! the coarse levels (coarsened in every direction) cannot carry: it solves every line of
+//! V-cycles it needs on square cells. The `line` smoother relaxes the strong coupling that
+//! the coarse levels (coarsened in every direction) cannot carry. It solves every line of
 //! cells along the narrowest cells' direction whole, across blocks and ranks (a star-forest
-//! bcast per half sweep brings each rank the ends of its lines' pieces; see [`lines`]), and
-//! where cells are narrow in two or three directions, the lines along each in turn. With
-//! it, V-cycles need fewer iterations the farther cells are from square (128² cells: 8 at
-//! an aspect ratio of 8, 2 at 64). Cells narrow in two of three directions want planes
-//! solved whole, which it does not do: V-cycles alone then slow down (26 at an aspect ratio
-//! of 10, 32³ cells), or diverge where both of those directions have Neumann faces, while
-//! CG still converges (11 and 21). Without a Dirichlet face `u` is fixed up to a constant:
-//! the error against the exact solution is then taken after removing the mean.
+//! bcast per half sweep brings each rank the ends of its lines' pieces; see [`lines`]);
+//! where cells are narrow in every direction, the lines along each in turn. Where cells
+//! are narrow in two of three directions it solves every plane of cells across those two
+//! whole instead, each on one rank (a star forest gathers it and takes the solution back;
+//! see [`planes`]): lines along each in turn left the coupling across the plane, and
+//! V-cycles alone diverged where both of its directions had Neumann faces. With it,
+//! V-cycles need fewer iterations the farther cells are from square (128² cells: 8 at an
+//! aspect ratio of 8, 2 at 64; 32³ cells 10 times narrower in two directions than in the
+//! third: 3, with any faces, where lines took 26 to 52 or diverged).
+//!
+//! Without a Dirichlet face `u` is fixed up to a constant: the error against the exact
+//! solution is then taken after removing the mean.
 //!
 //! Every wave number must be at least 1 and below half the cells across, sweeps and
 //! iterations per level are bounded (100 sweeps before and after, at least one after;
@@ -54,6 +58,7 @@
 mod fcg;
 mod grid;
 mod lines;
+mod planes;
 mod solver;
 
 use super::{Problem, ProblemInfo};

@@ -3,14 +3,16 @@
 
 use super::grid::Grid;
 use super::lines::Lines;
+use super::planes::Planes;
 use super::{Poisson, Smoother};
 use crate::exit::bad_input;
 use crate::run::stats::CommTimer;
 use crate::run::RunContext;
 use anyhow::{Context as _, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_boundary::{ExchangeOptions, GmgData, GmgExchange};
+use starhalo_boundary::{BlockData, ExchangeOptions, GmgData, GmgExchange};
 use starhalo_mesh::field::{Centering, Fields, Metadata};
+use starhalo_mesh::multigrid::GmgLevel;
 use starhalo_sf::ExactSum;
 
 /// The storage and exchanges of the solve on one rank.
@@ -37,12 +39,64 @@ pub(super) struct Solver<'a> {
     pub(super) coarse_total: u64,
     pub(super) comm: &'a CommTimer,
     pub(super) smoother: Smoother,
-    /// Each level's line solvers, one per direction of strong coupling, with
-    /// `smoother: line`.
-    pub(super) lines: Vec<Vec<Lines>>,
+    /// Each level's line or plane solvers (see [`Zebra::of_level`]), with `smoother: line`.
+    pub(super) lines: Vec<Vec<Zebra>>,
     /// Residuals are squared after this scaling (one over the size of `f`), so that their
     /// squares neither underflow nor overflow.
     pub(super) scale: f64,
+}
+
+/// One set of a level's zebra relaxation: the lines along one direction, or the planes
+/// across two.
+pub(super) enum Zebra {
+    Lines(Lines),
+    Planes(Planes),
+}
+
+impl Zebra {
+    /// The relaxations of the level `grid` describes, for its directions of strong coupling
+    /// (at least a quarter of the strongest: cells at most twice the narrowest width), a
+    /// sweep relaxing each in turn. Two of three such directions get planes across them
+    /// (lines along each in turn left the coupling across the plane, and V-cycles alone
+    /// diverged); otherwise each gets lines along it. Collective: every rank sets up the
+    /// same forests.
+    fn of_level(grid: &Grid, level: &GmgLevel, world: &SimpleCommunicator) -> Result<Vec<Self>> {
+        let narrowest = grid.h[..grid.ndim]
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let strong: Vec<usize> = (0..grid.ndim)
+            .filter(|&d| grid.h[d] <= 2.0 * narrowest)
+            .collect();
+        if let [p, q] = strong[..] {
+            if grid.ndim == 3 {
+                return Ok(vec![Zebra::Planes(Planes::new(
+                    grid,
+                    level,
+                    world,
+                    [p, q],
+                )?)]);
+            }
+        }
+        strong
+            .into_iter()
+            .map(|x| Ok(Zebra::Lines(Lines::new(grid, level, world, x)?)))
+            .collect()
+    }
+
+    fn relax(
+        &mut self,
+        grid: &Grid,
+        data: &mut BlockData,
+        f: &[f64],
+        parity: usize,
+        comm: &CommTimer,
+    ) -> Result<()> {
+        match self {
+            Zebra::Lines(lines) => lines.relax(grid, data, f, parity, comm),
+            Zebra::Planes(planes) => planes.relax(grid, data, f, parity, comm),
+        }
+    }
 }
 
 impl<'a> Solver<'a> {
@@ -84,7 +138,7 @@ impl<'a> Solver<'a> {
             Smoother::Line => grids
                 .iter()
                 .zip(levels)
-                .map(|(grid, level)| Lines::of_level(grid, level, world))
+                .map(|(grid, level)| Zebra::of_level(grid, level, world))
                 .collect::<Result<_>>()?,
             _ => Vec::new(),
         };
@@ -169,7 +223,8 @@ impl Solver<'_> {
         Ok(())
     }
 
-    /// Half a sweep of level `l`'s `x`-th set of zebra lines (see [`Lines::relax`]).
+    /// Half a sweep of level `l`'s `x`-th set of zebra lines or planes (see
+    /// [`Lines::relax`], [`Planes::relax`]).
     pub(super) fn line_half(&mut self, l: usize, x: usize, parity: usize) -> Result<()> {
         self.fill_u(l)?;
         let data = self.u.level_mut(l)?;
