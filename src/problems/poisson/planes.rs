@@ -129,8 +129,8 @@ impl Planes {
     ) -> Result<()> {
         let (x, ax, len) = (self.x, self.ax, grid.dims.iter().product::<usize>());
         let (sx, cells) = (grid.stride(x), grid.n.iter().product::<usize>());
-        // Each row: the diagonal's share from the plane's directions and `c` times `u`,
-        // less the couplings within the plane, equals the held neighbours' coupling - f.
+        // Each cell's right-hand side: `(T_p ⊗ I + I ⊗ T_q + c) U = a_x (the held
+        // neighbours across x) - f`.
         for b in 0..data.gids().len() {
             let (u, f) = (data.fine(b, 0), &f[b * len..(b + 1) * len]);
             let first = grid.first[b];
