@@ -1,5 +1,6 @@
 # starhalo: `make run` sets up what is missing, builds and runs the main job;
-# `make test` sets up, then runs the whole suite, formatting, lint and doc checks.
+# `make test` sets up, then runs the whole suite (with the examples built first: tests/examples.rs
+# runs them), formatting, lint and doc checks.
 
 RANKS ?= 2
 CARGO ?= cargo
@@ -23,6 +24,7 @@ run: build
 	mpiexec -n 2 target/release/starhalo run inputs/advection.yaml -d out
 
 test: setup
+	$(CARGO) build --examples
 	STARHALO_EMULATE=require $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(CARGO) fmt --all -- --check

@@ -1,5 +1,6 @@
-//! The programs in `examples/` (built by `cargo test --all-targets`, as `make test` runs
-//! it) run under mpiexec and give the same bits on any number of ranks.
+//! The programs in `examples/` (built by `cargo build --examples`, which `make test` runs
+//! first: `cargo test` builds examples as tests, not as programs) run under mpiexec and give
+//! the same bits on any number of ranks.
 
 mod common;
 
@@ -15,7 +16,7 @@ fn example(name: &str) -> PathBuf {
     let path = dir.join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is not built: run `cargo test --all-targets` or `cargo build --examples`",
+        "{} is not built: run `cargo build --examples` first",
         path.display()
     );
     path
