@@ -72,10 +72,8 @@ impl Piece {
         for k in 0..n {
             let mut diag = diagonal;
             for (side, at_end) in [(0, k == 0), (1, k + 1 == n)] {
-                match faces[side] {
-                    Some(Face::Dirichlet) if at_end => diag += a,
-                    Some(Face::Neumann) if at_end => diag -= a,
-                    _ => {}
+                if let Some(face) = faces[side].filter(|_| at_end) {
+                    diag += face.fold(a);
                 }
             }
             let pivot = diag + if k == 0 { 0.0 } else { a * upper[k - 1] };

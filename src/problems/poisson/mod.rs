@@ -119,6 +119,17 @@ enum Face {
 }
 
 impl Face {
+    /// What the ghost beyond this face adds to the diagonal of the cell beside it when a
+    /// solve takes it in, for a coupling `a = 1/h²` across the face: `a` for a Dirichlet
+    /// ghost (`-u`), `-a` for a Neumann one (`u`), nothing through a periodic wrap.
+    fn fold(self, a: f64) -> f64 {
+        match self {
+            Face::Dirichlet => a,
+            Face::Neumann => -a,
+            Face::Periodic => 0.0,
+        }
+    }
+
     /// The exact solution's factor along a direction `width` wide with faces `[low, high]`,
     /// `sin(wave (x - xmin) + phase)`, as `(wave, phase)`: `k` whole periods across a
     /// periodic box, `k` half periods between like faces (a sine between Dirichlet faces, a

@@ -156,12 +156,8 @@ impl Planes {
         let (np, nq) = (self.exact.q[0].nrows(), self.exact.q[1].nrows());
         for (plane, &ix) in owned.got.chunks_exact_mut(np * nq).zip(&owned.planes) {
             let mut c = 2.0 * ax;
-            for side in 0..2 {
-                match folded(grid, x, ix, side) {
-                    Some(Face::Dirichlet) => c += ax,
-                    Some(Face::Neumann) => c -= ax,
-                    _ => {}
-                }
+            for face in (0..2).filter_map(|side| folded(grid, x, ix, side)) {
+                c += face.fold(ax);
             }
             self.exact.solve(plane, c);
         }
@@ -240,8 +236,7 @@ fn second_difference(grid: &Grid, d: usize) -> DMatrix<f64> {
             match (beyond, grid.faces[d][side]) {
                 (Some(j), _) => t[(k, j)] -= a,
                 (None, Face::Periodic) => t[(k, if side == 0 { n - 1 } else { 0 })] -= a,
-                (None, Face::Dirichlet) => t[(k, k)] += a,
-                (None, Face::Neumann) => t[(k, k)] -= a,
+                (None, face) => t[(k, k)] += face.fold(a),
             }
         }
     }
@@ -273,13 +268,14 @@ mod tests {
         let n = dirs.map(|d| g.across[d]);
         let a = dirs.map(|d| 1.0 / (g.h[d] * g.h[d]));
         let at = |i: usize, j: usize| u[i + n[0] * j];
-        let beyond = |k: usize, axis: usize, side: usize, inside: f64, wrap: f64, own: f64| {
+        // `next`: the neighbour's value, its index wrapped, which a periodic face reads.
+        let beyond = |k: usize, axis: usize, side: usize, next: f64, own: f64| {
             let last = n[axis] - 1;
             if (side == 0 && k > 0) || (side == 1 && k < last) {
-                return inside;
+                return next;
             }
             match g.faces[dirs[axis]][side] {
-                Face::Periodic => wrap,
+                Face::Periodic => next,
                 Face::Dirichlet => -own,
                 Face::Neumann => own,
             }
@@ -291,10 +287,10 @@ mod tests {
                 let (ip, im) = ((i + 1) % n[0], (i + n[0] - 1) % n[0]);
                 let (jp, jm) = ((j + 1) % n[1], (j + n[1] - 1) % n[1]);
                 let sides = [
-                    a[0] * beyond(i, 0, 0, at(im, j), at(im, j), own),
-                    a[0] * beyond(i, 0, 1, at(ip, j), at(ip, j), own),
-                    a[1] * beyond(j, 1, 0, at(i, jm), at(i, jm), own),
-                    a[1] * beyond(j, 1, 1, at(i, jp), at(i, jp), own),
+                    a[0] * beyond(i, 0, 0, at(im, j), own),
+                    a[0] * beyond(i, 0, 1, at(ip, j), own),
+                    a[1] * beyond(j, 1, 0, at(i, jm), own),
+                    a[1] * beyond(j, 1, 1, at(i, jp), own),
                 ];
                 out[i + n[0] * j] = (2.0 * a[0] + 2.0 * a[1] + c) * own - sides.iter().sum::<f64>();
             }
