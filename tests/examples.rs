@@ -60,3 +60,51 @@ fn sf_ring_example_fills_ghosts_and_counts_readers() {
         );
     }
 }
+
+/// The SpMV: on 1 to 4 ranks both products match the stencil bit for bit (the example
+/// checks every row and exits 1 otherwise) and their norm is the same; a grid too small for
+/// a matrix is refused with exit code 2.
+#[test]
+fn spmv_example_matches_the_stencil_on_any_number_of_ranks() {
+    let exe = example("spmv");
+    for n in 1..=4 {
+        let o = common::mpirun(n, 60, &exe, &["17"], &[]);
+        common::assert_ok(&format!("spmv example on {n} ranks"), &o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        // Σ over rows of (A x)² for m = 17, worked out by the stencil in exact arithmetic.
+        assert!(
+            out.contains(&format!(
+                "on {n} ranks: A x and Aᵀ x match the stencil, |A x|² = 513.765625"
+            )),
+            "{out}"
+        );
+    }
+    let o = common::mpirun(1, 60, &exe, &["1"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}
+
+/// The ping-pong: on 2 ranks a row per message size, every round's data checked by the
+/// example; on 1 rank it says it needs two and exits 2.
+#[test]
+fn sf_pingpong_example_times_every_size() {
+    let exe = example("sf_pingpong");
+    let o = common::mpirun(2, 120, &exe, &["3"], &[]);
+    common::assert_ok("sf_pingpong example on 2 ranks", &o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let bytes: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        bytes,
+        ["8", "128", "2048", "32768", "262144", "1048576"],
+        "{out}"
+    );
+    let o = common::mpirun(1, 60, &exe, &[], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("needs at least 2 ranks"),
+        "{o:?}"
+    );
+}
