@@ -487,9 +487,7 @@ impl StarForest {
         for_each_segment(self.opts.policy, stage, &peers.offsets, |i, seg| {
             let plan = &peers.plans[i];
             if plan.contiguous_start().is_none() {
-                seg.iter_mut()
-                    .zip(plan.iter())
-                    .for_each(|(s, idx)| *s = data[idx]);
+                gather(seg, plan, data);
             }
         });
         let stage = stage.as_ptr();
@@ -591,12 +589,75 @@ pub(crate) fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar
         .for_each(|(d, s)| red(d, *s));
 }
 
-/// `dst[dst_plan[k]] = dst[...] op src[src_plan[k]]` for every k, in order.
+/// `dst[dst_plan[k]] = dst[...] op src[src_plan[k]]` for every k, in order: slice by slice
+/// over the stretches where both plans' runs overlap, or index by index where either has
+/// short runs (a list's, mostly single cells, or a ghost-wide row's).
 fn scatter<U: Unit>(dst: &mut [U], dst_plan: &Plan, src: &[U], src_plan: &Plan, red: Combine<U>) {
-    let pairs = dst_plan.iter().zip(src_plan.iter());
-    match red {
-        None => pairs.for_each(|(d, s)| dst[d] = src[s]),
-        Some(f) => pairs.for_each(|(d, s)| combine_unit(&mut dst[d], &src[s], f)),
+    if short_runs(dst_plan) || short_runs(src_plan) {
+        let pairs = dst_plan.iter().zip(src_plan.iter());
+        match red {
+            None => pairs.for_each(|(d, s)| dst[d] = src[s]),
+            Some(f) => pairs.for_each(|(d, s)| combine_unit(&mut dst[d], &src[s], f)),
+        }
+        return;
+    }
+    let (mut druns, mut sruns) = (dst_plan.runs(), src_plan.runs());
+    let (mut d, mut s) = (druns.next(), sruns.next());
+    while let (Some((ds, dl)), Some((ss, sl))) = (d, s) {
+        let n = dl.min(sl);
+        let (to, from) = (&mut dst[ds..ds + n], &src[ss..ss + n]);
+        match red {
+            None => copy(to, from),
+            Some(f) => to
+                .iter_mut()
+                .zip(from)
+                .for_each(|(d, s)| combine_unit(d, s, f)),
+        }
+        d = if dl > n {
+            Some((ds + n, dl - n))
+        } else {
+            druns.next()
+        };
+        s = if sl > n {
+            Some((ss + n, sl - n))
+        } else {
+            sruns.next()
+        };
+    }
+}
+
+/// Runs too short for a slice copy to beat a loop over indices (measured by `benches/pack`).
+fn short_runs(p: &Plan) -> bool {
+    match p.kind {
+        PackPlan::Contiguous { .. } => false,
+        PackPlan::Strided { dx, .. } => dx < 8,
+        PackPlan::List(_) => true,
+    }
+}
+
+/// `seg[k] = data[plan[k]]`, run by run (index by index where they are short).
+fn gather<U: Unit>(seg: &mut [U], plan: &Plan, data: &[U]) {
+    if short_runs(plan) {
+        seg.iter_mut()
+            .zip(plan.iter())
+            .for_each(|(s, i)| *s = data[i]);
+        return;
+    }
+    let mut at = 0;
+    for (start, len) in plan.runs() {
+        copy(&mut seg[at..at + len], &data[start..start + len]);
+        at += len;
+    }
+}
+
+/// `to = from`: a loop for a few units (single cells of a list, a ghost-wide row), where a
+/// call to `memcpy` would cost more than the copy.
+#[inline]
+fn copy<U: Unit>(to: &mut [U], from: &[U]) {
+    if to.len() <= 4 {
+        to.iter_mut().zip(from).for_each(|(t, f)| *t = *f);
+    } else {
+        to.copy_from_slice(from);
     }
 }
 
@@ -710,5 +771,68 @@ impl<U: Unit> Pending<'_, U> {
 impl<U: Unit> Drop for Pending<'_, U> {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// A random plan of `n` indices below 200: a contiguous range, a box (rows of 1 to 12,
+    /// so both the slice path and the index path), or a list that may repeat indices.
+    fn random_plan(rng: &mut impl Rng, n: usize) -> Plan {
+        let idx: Vec<usize> = match rng.gen_range(0..3) {
+            0 => {
+                let s = rng.gen_range(0..50);
+                (s..s + n).collect()
+            }
+            1 => {
+                let dx = (1..=12).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1);
+                let sx = dx + rng.gen_range(0..3);
+                let s = rng.gen_range(0..20);
+                (0..n).map(|p| s + (p / dx) * sx + p % dx).collect()
+            }
+            _ => (0..n).map(|_| rng.gen_range(0..200)).collect(),
+        };
+        Plan::new(&idx)
+    }
+
+    #[test]
+    fn scatter_and_gather_follow_the_plans_index_by_index() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let (mut slices, mut short) = (0, 0);
+        for _ in 0..3000 {
+            let n = rng.gen_range(0..60);
+            let (dp, sp) = (random_plan(&mut rng, n), random_plan(&mut rng, n));
+            let src: Vec<f64> = (0..300).map(|i| i as f64).collect();
+            let red = if rng.gen_bool(0.5) {
+                None
+            } else {
+                combine::<f64>(Op::Sum).unwrap()
+            };
+            let (mut got, mut want) = (vec![0.5; 300], vec![0.5; 300]);
+            scatter(&mut got, &dp, &src, &sp, red);
+            for (d, s) in dp.iter().zip(sp.iter()) {
+                want[d] = if red.is_some() {
+                    want[d] + src[s]
+                } else {
+                    src[s]
+                };
+            }
+            assert_eq!(got, want, "{dp} <- {sp}");
+            let mut seg = vec![0.0; n];
+            gather(&mut seg, &sp, &src);
+            assert!(seg.iter().zip(sp.iter()).all(|(&v, s)| v == src[s]), "{sp}");
+            if short_runs(&dp) || short_runs(&sp) {
+                short += 1;
+            } else {
+                slices += 1;
+            }
+        }
+        assert!(
+            slices > 300 && short > 300,
+            "{slices} by slices, {short} by index"
+        );
     }
 }

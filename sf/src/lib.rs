@@ -36,7 +36,7 @@ pub use exact_sum::ExactSum;
 pub use forest::{Pending, SfOptions, StarForest};
 pub use graph::{Graph, RootRef};
 pub use mpi;
-pub use plan::{PackPlan, Plan, PlanIter};
+pub use plan::{PackPlan, Plan, PlanIter, Runs};
 pub use raw::mpi_cuda_support;
 pub use staged::Staged;
 pub use transport::SfType;

@@ -82,49 +82,161 @@ impl Plan {
     /// The indices in order.
     pub fn iter(&self) -> PlanIter<'_> {
         PlanIter {
-            plan: self,
-            pos: 0,
-            len: self.len(),
+            rows: self.rows(),
+            at: 0,
+            end: 0,
+            left: self.len(),
+        }
+    }
+
+    /// The indices in order as maximal runs `(start, len)` of consecutive ones, so that
+    /// packing moves slices: one for a contiguous plan, a row (or more, where rows abut) at a
+    /// time for a strided one, and for a list what its neighbours in it allow.
+    ///
+    /// ```
+    /// use starhalo_sf::Plan;
+    /// let p = Plan::new(&[7, 8, 9, 3, 0, 1]);
+    /// assert_eq!(p.runs().collect::<Vec<_>>(), [(7, 3), (3, 1), (0, 2)]);
+    /// ```
+    pub fn runs(&self) -> Runs<'_> {
+        Runs {
+            rows: self.rows(),
+            next: None,
+        }
+    }
+
+    /// A box's rows, or a list's indices one by one.
+    fn rows(&self) -> Rows<'_> {
+        match &self.kind {
+            PackPlan::Contiguous { start, len } => Rows::Box {
+                start: *start,
+                dx: *len,
+                dy: 1,
+                sx: 0,
+                sy: 0,
+                j: 0,
+                k: 0,
+                rows: usize::from(*len > 0),
+            },
+            PackPlan::Strided {
+                start,
+                dx,
+                dy,
+                dz,
+                sx,
+                sy,
+            } => Rows::Box {
+                start: *start,
+                dx: *dx,
+                dy: *dy,
+                sx: *sx,
+                sy: *sy,
+                j: 0,
+                k: 0,
+                rows: dy * dz,
+            },
+            PackPlan::List(l) => Rows::List(l.iter()),
         }
     }
 }
 
-/// Iterator over a plan's indices.
+/// Iterator over a plan's runs of consecutive indices ([`Plan::runs`]).
+pub struct Runs<'a> {
+    rows: Rows<'a>,
+    /// The run read ahead while extending the last one.
+    next: Option<(usize, usize)>,
+}
+
+/// A plan's runs before neighbours are joined: a box's rows or a list's single indices.
+enum Rows<'a> {
+    /// Rows of `dx` at `start + k sy + j sx`; `(j, k)` is the next, `rows` how many are left.
+    Box {
+        start: usize,
+        dx: usize,
+        dy: usize,
+        sx: usize,
+        sy: usize,
+        j: usize,
+        k: usize,
+        rows: usize,
+    },
+    List(std::slice::Iter<'a, usize>),
+}
+
+impl Iterator for Rows<'_> {
+    type Item = (usize, usize);
+    #[inline]
+    fn next(&mut self) -> Option<(usize, usize)> {
+        match self {
+            Rows::Box {
+                start,
+                dx,
+                dy,
+                sx,
+                sy,
+                j,
+                k,
+                rows,
+            } => {
+                if *rows == 0 {
+                    return None;
+                }
+                let row = (*start + *k * *sy + *j * *sx, *dx);
+                *rows -= 1;
+                *j += 1;
+                if *j == *dy {
+                    (*j, *k) = (0, *k + 1);
+                }
+                Some(row)
+            }
+            Rows::List(it) => it.next().map(|&i| (i, 1)),
+        }
+    }
+}
+
+impl Iterator for Runs<'_> {
+    type Item = (usize, usize);
+    #[inline]
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let (start, mut len) = self.next.take().or_else(|| self.rows.next())?;
+        for (s, l) in self.rows.by_ref() {
+            if s != start + len {
+                self.next = Some((s, l));
+                break;
+            }
+            len += l;
+        }
+        Some((start, len))
+    }
+}
+
+/// Iterator over a plan's indices: along each row, then the next.
 pub struct PlanIter<'a> {
-    plan: &'a Plan,
-    pos: usize,
-    len: usize,
+    rows: Rows<'a>,
+    /// The next index of the current row, and its end.
+    at: usize,
+    end: usize,
+    left: usize,
 }
 
 impl Iterator for PlanIter<'_> {
     type Item = usize;
     #[inline]
     fn next(&mut self) -> Option<usize> {
-        if self.pos == self.len {
+        if self.left == 0 {
             return None;
         }
-        let p = self.pos;
-        self.pos += 1;
-        Some(match &self.plan.kind {
-            PackPlan::Contiguous { start, .. } => start + p,
-            PackPlan::Strided {
-                start,
-                dx,
-                dy,
-                sx,
-                sy,
-                ..
-            } => {
-                let (i, row) = (p % dx, p / dx);
-                start + (row / dy) * sy + (row % dy) * sx + i
-            }
-            PackPlan::List(l) => l[p],
-        })
+        if self.at == self.end {
+            let (start, len) = self.rows.next()?;
+            (self.at, self.end) = (start, start + len);
+        }
+        self.left -= 1;
+        self.at += 1;
+        Some(self.at - 1)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.len - self.pos;
-        (n, Some(n))
+        (self.left, Some(self.left))
     }
 }
 
@@ -281,6 +393,24 @@ mod tests {
         assert!(matches!(p.kind, PackPlan::List(_)) && p.duplicates);
     }
 
+    /// The runs of a plan, expanded, are its indices.
+    fn expand(p: &Plan) -> Vec<usize> {
+        p.runs().flat_map(|(s, l)| s..s + l).collect()
+    }
+
+    #[test]
+    fn runs_join_what_abuts() {
+        // Rows of a box 2 wide with row stride 2 abut: one run per plane.
+        let idx = [10, 11, 12, 13, 30, 31, 32, 33];
+        let p = Plan::new(&idx);
+        assert!(matches!(p.kind, PackPlan::Strided { .. }), "{p}");
+        assert_eq!(p.runs().collect::<Vec<_>>(), [(10, 4), (30, 4)]);
+        assert_eq!(Plan::new(&[]).runs().count(), 0);
+        assert_eq!(Plan::new(&[4, 5, 6]).runs().collect::<Vec<_>>(), [(4, 3)]);
+        let p = Plan::new(&[5, 5, 6, 2]);
+        assert_eq!(p.runs().collect::<Vec<_>>(), [(5, 1), (5, 2), (2, 1)]);
+    }
+
     #[test]
     fn every_plan_reproduces_its_indices() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
@@ -304,6 +434,7 @@ mod tests {
             };
             let p = Plan::new(&idx);
             assert!(p.iter().eq(idx.iter().copied()), "{idx:?} -> {p}");
+            assert_eq!(expand(&p), idx, "{p}");
             let mut s = idx.clone();
             s.sort_unstable();
             s.dedup();
