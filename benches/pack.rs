@@ -107,7 +107,7 @@ fn at(i: usize, j: usize, k: usize) -> usize {
 }
 
 /// The interior of a block: 2 MiB in rows of `N` doubles, read in order, as a 3-D box, and
-/// shuffled.
+/// shuffled; and summed into that box.
 fn sf_interior(c: &mut Criterion, world: &SimpleCommunicator) {
     let nroots = (N + 2 * G).pow(3);
     let boxed: Vec<usize> = (0..N * N * N)
@@ -126,7 +126,30 @@ fn sf_interior(c: &mut Criterion, world: &SimpleCommunicator) {
     );
     bcast(&mut g, world, "strided", nroots, &boxed, "strided");
     bcast(&mut g, world, "list", nroots, &shuffled, "list");
+    reduce_sum(&mut g, world, nroots, &boxed);
     g.finish();
+}
+
+/// `reduce` with `Sum` of leaves onto the roots they read, after checking one.
+fn reduce_sum(
+    g: &mut BenchmarkGroup<WallTime>,
+    world: &SimpleCommunicator,
+    nroots: usize,
+    roots: &[usize],
+) {
+    let sf = forest(world, nroots, roots);
+    let leaf: Vec<f64> = (0..roots.len()).map(|l| l as f64).collect();
+    let mut root = vec![0.5; nroots];
+    sf.reduce(&leaf, &mut root, Op::Sum).expect("reduce");
+    let mut want = vec![0.5; nroots];
+    roots.iter().zip(&leaf).for_each(|(&r, l)| want[r] += l);
+    assert!(root == want, "reduce_sum: a root is wrong");
+    g.bench_function("reduce_sum", |b| {
+        b.iter(|| {
+            sf.reduce(black_box(&leaf), black_box(&mut root), Op::Sum)
+                .expect("reduce")
+        })
+    });
 }
 
 /// A ghost-wide x face of the block (`G` doubles per row, 64 KiB): as a 3-D box and as the

@@ -156,7 +156,7 @@ fn apply<U: Unit>(op: Op, dst: &mut U, src: &U) {
     let f = <U::Scalar as Scalar>::reducer(op).expect("op checked by caller");
     let d: &mut [U::Scalar] = bytemuck::cast_slice_mut(std::slice::from_mut(dst));
     let s: &[U::Scalar] = bytemuck::cast_slice(std::slice::from_ref(src));
-    d.iter_mut().zip(s).for_each(|(d, s)| f(d, *s));
+    f(d, s);
 }
 
 struct Case<'a> {

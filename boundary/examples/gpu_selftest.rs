@@ -206,9 +206,8 @@ mod selftest {
                     let Some(red) = T::reducer(op) else { continue };
                     let mut host = src.clone();
                     for (p, u) in plan.iter().enumerate() {
-                        for l in 0..lanes {
-                            red(&mut host[u * lanes + l], vals[p * lanes + l]);
-                        }
+                        let lane = |k: usize| k * lanes..(k + 1) * lanes;
+                        red(&mut host[lane(u)], &vals[lane(p)]);
                     }
                     let mut ddst = Buffer::from_host_to(dev, &src)?;
                     dplan.unpack(dev, &dvals, 0, lanes, op, &mut ddst)?;

@@ -583,10 +583,10 @@ fn lanes_mut<U: Unit>(u: &mut [U]) -> &mut [U::Scalar] {
 
 /// `dst = dst op src`, lane by lane.
 pub(crate) fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
-    let d = lanes_mut(std::slice::from_mut(dst));
-    d.iter_mut()
-        .zip(lanes(std::slice::from_ref(src)))
-        .for_each(|(d, s)| red(d, *s));
+    red(
+        lanes_mut(std::slice::from_mut(dst)),
+        lanes(std::slice::from_ref(src)),
+    );
 }
 
 /// `dst[dst_plan[k]] = dst[...] op src[src_plan[k]]` for every k, in order: slice by slice
@@ -608,10 +608,7 @@ fn scatter<U: Unit>(dst: &mut [U], dst_plan: &Plan, src: &[U], src_plan: &Plan, 
         let (to, from) = (&mut dst[ds..ds + n], &src[ss..ss + n]);
         match red {
             None => copy(to, from),
-            Some(f) => to
-                .iter_mut()
-                .zip(from)
-                .for_each(|(d, s)| combine_unit(d, s, f)),
+            Some(f) => f(lanes_mut(to), lanes(from)),
         }
         d = if dl > n {
             Some((ds + n, dl - n))

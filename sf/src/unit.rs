@@ -101,22 +101,29 @@ where
     const LANES: usize = N;
 }
 
+/// A [`Reducer`] applying `|d, s| body` (`d: &mut S`, `s: S`) to every pair of lanes.
+macro_rules! lanewise {
+    (|$d:ident, $s:ident| $body:expr) => {
+        |dst, src| dst.iter_mut().zip(src).for_each(|($d, &$s)| $body)
+    };
+}
+
 macro_rules! int_scalar {
     ($($t:ty),*) => {$(
         impl Scalar for $t {
             const NAME: &'static str = stringify!($t);
             fn reducer(op: Op) -> Option<Reducer<Self>> {
                 Some(match op {
-                    Op::Replace => |d, s| *d = s,
-                    Op::Sum => |d, s| *d = d.wrapping_add(s),
-                    Op::Prod => |d, s| *d = d.wrapping_mul(s),
-                    Op::Min => |d, s| *d = (*d).min(s),
-                    Op::Max => |d, s| *d = (*d).max(s),
-                    Op::Land => |d, s| *d = <$t>::from(*d != 0 && s != 0),
-                    Op::Lor => |d, s| *d = <$t>::from(*d != 0 || s != 0),
-                    Op::Band => |d, s| *d &= s,
-                    Op::Bor => |d, s| *d |= s,
-                    Op::Bxor => |d, s| *d ^= s,
+                    Op::Replace => lanewise!(|d, s| *d = s),
+                    Op::Sum => lanewise!(|d, s| *d = d.wrapping_add(s)),
+                    Op::Prod => lanewise!(|d, s| *d = d.wrapping_mul(s)),
+                    Op::Min => lanewise!(|d, s| *d = (*d).min(s)),
+                    Op::Max => lanewise!(|d, s| *d = (*d).max(s)),
+                    Op::Land => lanewise!(|d, s| *d = <$t>::from(*d != 0 && s != 0)),
+                    Op::Lor => lanewise!(|d, s| *d = <$t>::from(*d != 0 || s != 0)),
+                    Op::Band => lanewise!(|d, s| *d &= s),
+                    Op::Bor => lanewise!(|d, s| *d |= s),
+                    Op::Bxor => lanewise!(|d, s| *d ^= s),
                 })
             }
         }
@@ -134,11 +141,11 @@ macro_rules! float_scalar {
             const NAME: &'static str = stringify!($t);
             fn reducer(op: Op) -> Option<Reducer<Self>> {
                 match op {
-                    Op::Replace => Some(|d, s| *d = s),
-                    Op::Sum => Some(|d, s| *d += s),
-                    Op::Prod => Some(|d, s| *d *= s),
-                    Op::Min => Some(|d, s| *d = d.min(s)),
-                    Op::Max => Some(|d, s| *d = d.max(s)),
+                    Op::Replace => Some(lanewise!(|d, s| *d = s)),
+                    Op::Sum => Some(lanewise!(|d, s| *d += s)),
+                    Op::Prod => Some(lanewise!(|d, s| *d *= s)),
+                    Op::Min => Some(lanewise!(|d, s| *d = d.min(s))),
+                    Op::Max => Some(lanewise!(|d, s| *d = d.max(s))),
                     _ => None,
                 }
             }
@@ -151,8 +158,9 @@ macro_rules! float_scalar {
 }
 float_scalar!(f32, f64);
 
-/// `dst = dst op src` for one lane.
-pub type Reducer<S> = fn(&mut S, S);
+/// `dst[i] = dst[i] op src[i]` lane by lane over two slices of equal length: one call per
+/// run of consecutive values, whose loop the compiler sees whole.
+pub type Reducer<S> = fn(&mut [S], &[S]);
 
 /// The reducer of `op` for unit `U`, or the error naming both.
 pub(crate) fn reducer<U: Unit>(op: Op) -> Result<Reducer<U::Scalar>, SfError> {
@@ -168,7 +176,7 @@ mod tests {
 
     fn apply<S: Scalar>(op: Op, d: S, s: S) -> S {
         let mut d = d;
-        S::reducer(op).unwrap()(&mut d, s);
+        S::reducer(op).unwrap()(std::slice::from_mut(&mut d), &[s]);
         d
     }
 
