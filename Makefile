@@ -54,6 +54,7 @@ gpu-bundle: setup
 
 bench: build
 	mpiexec -n 2 target/release/starhalo bench sf-pingpong --json
+	$(CARGO) bench --bench pack
 
 clean:
 	$(CARGO) clean
