@@ -10,9 +10,10 @@
 //! ```
 //!
 //! Rank 0 prints the median round trip of each (microseconds) per message size. Every round
-//! checks what arrived: rank 1 sends back its leaves negated, and the example exits 1 if a
-//! value is wrong, 2 on fewer than 2 ranks or a bad argument. Ranks past the second take no
-//! part. `starhalo bench sf-pingpong` is the full benchmark (JSON, device buffers).
+//! checks what arrived: rank 1 sends back its leaves negated, and the example exits 1 (every
+//! rank, through `MPI_Abort`) if a value is wrong, 2 on fewer than 2 ranks or a bad argument.
+//! Ranks past the second take no part. `starhalo bench sf-pingpong` is the full benchmark
+//! (JSON, device buffers).
 
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::SimpleCommunicator;
@@ -46,8 +47,9 @@ fn main() -> ExitCode {
             Ok(Some((mpi_us, sf_us))) => println!("{:>9} {mpi_us:>10.2} {sf_us:>10.2}", 8 * n),
             Ok(None) => {}
             Err(e) => {
+                // The other rank may be waiting on this one: end them all.
                 eprintln!("sf_pingpong: rank {}: {e}", world.rank());
-                return ExitCode::FAILURE;
+                world.abort(1)
             }
         }
     }

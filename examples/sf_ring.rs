@@ -9,8 +9,8 @@
 //! A `bcast` (root → leaf) fills the ghosts, split into its begin and end halves with the
 //! interior's work between them, as a halo exchange overlaps them; a `reduce` with `Sum`
 //! (leaf → root) then counts how many leaves read each root: 2 for a rank's first and last
-//! cells (its own leaf and a neighbour's ghost), 1 for the others. It exits 1 if either
-//! comes out wrong.
+//! cells (its own leaf and a neighbour's ghost), 1 for the others. It exits 1 (every rank,
+//! through `MPI_Abort`) if either comes out wrong.
 
 use mpi::traits::Communicator;
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
@@ -28,8 +28,9 @@ fn main() -> ExitCode {
     match run(&world) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Other ranks may be waiting on this one: end them all.
             eprintln!("sf_ring: rank {}: {e}", world.rank());
-            ExitCode::FAILURE
+            world.abort(1)
         }
     }
 }

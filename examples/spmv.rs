@@ -10,10 +10,11 @@
 //! Each rank's leaves are the columns its rows touch, rooted in the vector entries that own
 //! them. `y = A x` is a `bcast` of `x` into those columns and a local product; `z = Aᵀ x` is
 //! a local product into the columns and a `reduce` with `Sum` back to their owners. With
-//! `x_i = 1 + (i mod 7)/8` every sum is exact, so both must equal the stencil applied to `x`
-//! directly, bit for bit, on any number of ranks: the example exits 1 otherwise, 2 on a bad
-//! argument. `starhalo run` with the `spmv` problem is the full driver (Matrix Market input,
-//! CG).
+//! `x_i = 1 + i/8 + (i mod 7)/64` (a different value at every row, each a multiple of 1/64)
+//! every sum is exact, so both must equal the stencil applied to `x` directly, bit for bit,
+//! on any number of ranks: the example exits 1 otherwise (every rank, through `MPI_Abort`), 2
+//! on a bad argument. `starhalo run` with the `spmv` problem is the full driver (Matrix
+//! Market input, CG).
 
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
@@ -40,8 +41,9 @@ fn main() -> ExitCode {
     match run(&world, m) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Other ranks may be waiting on this one: end them all.
             eprintln!("spmv: rank {}: {e}", world.rank());
-            ExitCode::FAILURE
+            world.abort(1)
         }
     }
 }
@@ -59,7 +61,7 @@ fn run(world: &SimpleCommunicator, m: usize) -> Result<(), Box<dyn std::error::E
     let n = m * m;
     let owned = |r: usize| r * n / size..(r + 1) * n / size;
     let mine = owned(rank);
-    let x = |i: usize| 1.0 + (i % 7) as f64 / 8.0;
+    let x = |i: usize| 1.0 + i as f64 / 8.0 + (i % 7) as f64 / 64.0;
 
     // The distinct columns of this rank's rows, sorted, are its leaves.
     let mut columns: Vec<usize> = mine

@@ -776,60 +776,82 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// A random plan of `n` indices below 200: a contiguous range, a box (rows of 1 to 12,
-    /// so both the slice path and the index path), or a list that may repeat indices.
+    /// A random plan of `n` indices below 300: a contiguous range, a 3-D box of random row
+    /// and plane counts (rows of 1 to `n` values, so both the slice path and the index path),
+    /// or a list that may repeat indices.
     fn random_plan(rng: &mut impl Rng, n: usize) -> Plan {
+        let divisor = |rng: &mut dyn rand::RngCore, n: usize| {
+            let ds: Vec<usize> = (1..=n.max(1)).filter(|d| n.is_multiple_of(*d)).collect();
+            ds[rng.gen_range(0..ds.len())]
+        };
         let idx: Vec<usize> = match rng.gen_range(0..3) {
             0 => {
                 let s = rng.gen_range(0..50);
                 (s..s + n).collect()
             }
             1 => {
-                let dx = (1..=12).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1);
-                let sx = dx + rng.gen_range(0..3);
-                let s = rng.gen_range(0..20);
-                (0..n).map(|p| s + (p / dx) * sx + p % dx).collect()
+                let dx = divisor(rng, n);
+                let dy = divisor(rng, n / dx.max(1));
+                let sx = dx + rng.gen_range(1..3);
+                let sy = dy * sx + rng.gen_range(0..3);
+                let s = rng.gen_range(0..10);
+                (0..n)
+                    .map(|p| s + (p / (dx * dy)) * sy + (p / dx % dy) * sx + p % dx)
+                    .collect()
             }
-            _ => (0..n).map(|_| rng.gen_range(0..200)).collect(),
+            _ => (0..n).map(|_| rng.gen_range(0..300)).collect(),
         };
         Plan::new(&idx)
+    }
+
+    /// Random plan pairs of units of `L` lanes, with Replace and Sum, against the loop over
+    /// indices; returns how many took the slice path (and of those, with a box) and how
+    /// many the index path.
+    fn scatter_and_gather<const L: usize>(rng: &mut impl Rng) -> (usize, usize, usize) {
+        let (mut slices, mut boxes, mut short) = (0, 0, 0);
+        let unit = |i: usize| -> [f64; L] { std::array::from_fn(|l| (i * L + l) as f64) };
+        for _ in 0..1500 {
+            let n = rng.gen_range(0..60);
+            let (dp, sp) = (random_plan(rng, n), random_plan(rng, n));
+            let src: Vec<[f64; L]> = (0..400).map(unit).collect();
+            let red = if rng.gen_bool(0.5) {
+                None
+            } else {
+                combine::<[f64; L]>(Op::Sum).unwrap()
+            };
+            let (mut got, mut want) = (vec![[0.5; L]; 400], vec![[0.5; L]; 400]);
+            scatter(&mut got, &dp, &src, &sp, red);
+            for (d, s) in dp.iter().zip(sp.iter()) {
+                for l in 0..L {
+                    want[d][l] = src[s][l] + if red.is_some() { want[d][l] } else { 0.0 };
+                }
+            }
+            assert_eq!(got, want, "{dp} <- {sp}");
+            let mut seg = vec![[0.0; L]; n];
+            gather(&mut seg, &sp, &src);
+            assert!(seg.iter().zip(sp.iter()).all(|(v, s)| *v == src[s]), "{sp}");
+            if short_runs(&dp) || short_runs(&sp) {
+                short += 1;
+            } else {
+                slices += 1;
+                let strided = |p: &Plan| matches!(p.kind, PackPlan::Strided { .. });
+                boxes += usize::from(strided(&dp) || strided(&sp));
+            }
+        }
+        (slices, boxes, short)
     }
 
     #[test]
     fn scatter_and_gather_follow_the_plans_index_by_index() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let (mut slices, mut short) = (0, 0);
-        for _ in 0..3000 {
-            let n = rng.gen_range(0..60);
-            let (dp, sp) = (random_plan(&mut rng, n), random_plan(&mut rng, n));
-            let src: Vec<f64> = (0..300).map(|i| i as f64).collect();
-            let red = if rng.gen_bool(0.5) {
-                None
-            } else {
-                combine::<f64>(Op::Sum).unwrap()
-            };
-            let (mut got, mut want) = (vec![0.5; 300], vec![0.5; 300]);
-            scatter(&mut got, &dp, &src, &sp, red);
-            for (d, s) in dp.iter().zip(sp.iter()) {
-                want[d] = if red.is_some() {
-                    want[d] + src[s]
-                } else {
-                    src[s]
-                };
-            }
-            assert_eq!(got, want, "{dp} <- {sp}");
-            let mut seg = vec![0.0; n];
-            gather(&mut seg, &sp, &src);
-            assert!(seg.iter().zip(sp.iter()).all(|(&v, s)| v == src[s]), "{sp}");
-            if short_runs(&dp) || short_runs(&sp) {
-                short += 1;
-            } else {
-                slices += 1;
-            }
+        for (slices, boxes, short) in [
+            scatter_and_gather::<1>(&mut rng),
+            scatter_and_gather::<3>(&mut rng),
+        ] {
+            assert!(
+                slices > 150 && boxes > 30 && short > 150,
+                "{slices} by slices ({boxes} with a box), {short} by index"
+            );
         }
-        assert!(
-            slices > 300 && short > 300,
-            "{slices} by slices, {short} by index"
-        );
     }
 }

@@ -90,8 +90,8 @@ impl Plan {
     }
 
     /// The indices in order as maximal runs `(start, len)` of consecutive ones, so that
-    /// packing moves slices: one for a contiguous plan, a row (or more, where rows abut) at a
-    /// time for a strided one, and for a list what its neighbours in it allow.
+    /// packing moves slices: one for a contiguous plan, a row at a time for a strided one,
+    /// and for a list what its neighbours in it allow.
     ///
     /// ```
     /// use starhalo_sf::Plan;
@@ -108,7 +108,7 @@ impl Plan {
     /// A box's rows, or a list's indices one by one.
     fn rows(&self) -> Rows<'_> {
         match &self.kind {
-            PackPlan::Contiguous { start, len } => Rows::Box {
+            PackPlan::Contiguous { start, len } => Rows::Strided {
                 start: *start,
                 dx: *len,
                 dy: 1,
@@ -125,7 +125,7 @@ impl Plan {
                 dz,
                 sx,
                 sy,
-            } => Rows::Box {
+            } => Rows::Strided {
                 start: *start,
                 dx: *dx,
                 dy: *dy,
@@ -150,7 +150,7 @@ pub struct Runs<'a> {
 /// A plan's runs before neighbours are joined: a box's rows or a list's single indices.
 enum Rows<'a> {
     /// Rows of `dx` at `start + k sy + j sx`; `(j, k)` is the next, `rows` how many are left.
-    Box {
+    Strided {
         start: usize,
         dx: usize,
         dy: usize,
@@ -168,7 +168,7 @@ impl Iterator for Rows<'_> {
     #[inline]
     fn next(&mut self) -> Option<(usize, usize)> {
         match self {
-            Rows::Box {
+            Rows::Strided {
                 start,
                 dx,
                 dy,
@@ -226,7 +226,7 @@ impl Iterator for PlanIter<'_> {
         if self.left == 0 {
             return None;
         }
-        if self.at == self.end {
+        while self.at == self.end {
             let (start, len) = self.rows.next()?;
             (self.at, self.end) = (start, start + len);
         }
@@ -399,16 +399,19 @@ mod tests {
     }
 
     #[test]
-    fn runs_join_what_abuts() {
-        // Rows of a box 2 wide with row stride 2 abut: one run per plane.
+    fn runs_are_rows_and_joined_neighbours() {
+        // A box of two rows of 4: a run per row.
         let idx = [10, 11, 12, 13, 30, 31, 32, 33];
         let p = Plan::new(&idx);
         assert!(matches!(p.kind, PackPlan::Strided { .. }), "{p}");
         assert_eq!(p.runs().collect::<Vec<_>>(), [(10, 4), (30, 4)]);
         assert_eq!(Plan::new(&[]).runs().count(), 0);
         assert_eq!(Plan::new(&[4, 5, 6]).runs().collect::<Vec<_>>(), [(4, 3)]);
-        let p = Plan::new(&[5, 5, 6, 2]);
-        assert_eq!(p.runs().collect::<Vec<_>>(), [(5, 1), (5, 2), (2, 1)]);
+        // A list's consecutive neighbours join; a repeat starts a new run.
+        let p = Plan::new(&[5, 5, 6, 2, 8, 9, 10]);
+        assert!(matches!(p.kind, PackPlan::List(_)), "{p}");
+        let runs = [(5, 1), (5, 2), (2, 1), (8, 3)];
+        assert_eq!(p.runs().collect::<Vec<_>>(), runs);
     }
 
     #[test]
