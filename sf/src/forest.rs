@@ -566,9 +566,9 @@ fn check_len(what: &'static str, got: usize, need: usize) -> Result<(), SfError>
 }
 
 /// How values combine at the destination: `None` is a plain copy (replace).
-type Combine<U> = Option<Reducer<<U as Unit>::Scalar>>;
+pub(crate) type Combine<U> = Option<Reducer<<U as Unit>::Scalar>>;
 
-fn combine<U: Unit>(op: Op) -> Result<Combine<U>, SfError> {
+pub(crate) fn combine<U: Unit>(op: Op) -> Result<Combine<U>, SfError> {
     let red = reducer::<U>(op)?;
     Ok((op != Op::Replace).then_some(red))
 }
@@ -582,7 +582,7 @@ fn lanes_mut<U: Unit>(u: &mut [U]) -> &mut [U::Scalar] {
 }
 
 /// `dst = dst op src`, lane by lane.
-pub(crate) fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
+fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
     red(
         lanes_mut(std::slice::from_mut(dst)),
         lanes(std::slice::from_ref(src)),
@@ -633,7 +633,7 @@ fn short_runs(p: &Plan) -> bool {
 }
 
 /// `seg[k] = data[plan[k]]`, run by run (index by index where they are short).
-fn gather<U: Unit>(seg: &mut [U], plan: &Plan, data: &[U]) {
+pub(crate) fn gather<U: Unit>(seg: &mut [U], plan: &Plan, data: &[U]) {
     if short_runs(plan) {
         seg.iter_mut()
             .zip(plan.iter())
@@ -660,7 +660,7 @@ fn copy<U: Unit>(to: &mut [U], from: &[U]) {
 
 /// `dst[plan[k]] = dst[...] op src[k]`: a scatter from the whole of `src`, with a plain copy
 /// when both sides are contiguous.
-fn unpack<U: Unit>(dst: &mut [U], plan: &Plan, src: &[U], red: Combine<U>) {
+pub(crate) fn unpack<U: Unit>(dst: &mut [U], plan: &Plan, src: &[U], red: Combine<U>) {
     match (red, plan.contiguous_start()) {
         (None, Some(start)) => dst[start..start + src.len()].copy_from_slice(src),
         _ => {

@@ -22,7 +22,7 @@ use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
 
 use crate::error::SfError;
-use crate::forest::{combine_unit, StarForest};
+use crate::forest::{self, StarForest};
 use crate::graph::{Graph, RootRef};
 use crate::plan::Plan;
 use crate::unit::{reducer, Op, Unit};
@@ -270,23 +270,25 @@ fn too_short(what: &'static str, got: usize, need: usize) -> SfError {
 /// `packed[s.offset + k] = data[s.plan[k]]` for every segment (lengths checked).
 fn gather<U: Unit>(segs: &[Segment], data: &[U], packed: &mut [U]) {
     for s in segs {
-        for (k, i) in s.plan.iter().enumerate() {
-            packed[s.offset + k] = data[i];
-        }
+        forest::gather(
+            &mut packed[s.offset..s.offset + s.plan.len()],
+            &s.plan,
+            data,
+        );
     }
 }
 
 /// `data[s.plan[k]] = data[...] op packed[s.offset + k]`, segment by segment, in order
 /// (lengths and `op` checked).
 fn scatter<U: Unit>(segs: &[Segment], packed: &[U], data: &mut [U], op: Op) -> Result<(), SfError> {
-    let red = reducer::<U>(op)?;
+    let red = forest::combine::<U>(op)?;
     for s in segs {
-        for (k, i) in s.plan.iter().enumerate() {
-            match op {
-                Op::Replace => data[i] = packed[s.offset + k],
-                _ => combine_unit(&mut data[i], &packed[s.offset + k], red),
-            }
-        }
+        forest::unpack(
+            data,
+            &s.plan,
+            &packed[s.offset..s.offset + s.plan.len()],
+            red,
+        );
     }
     Ok(())
 }
