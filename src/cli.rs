@@ -5,6 +5,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use starhalo_sf::device::GpuMpi;
+use starhalo_sf::SfType;
 use std::path::PathBuf;
 
 /// starhalo: boundary communication for block-structured AMR, over MPI.
@@ -149,6 +150,9 @@ pub struct PingpongArgs {
     /// (device pointers to an MPI with CUDA support; exit 1 if this MPI has none) or auto.
     #[arg(long, default_value = "auto", requires = "device", value_parser = |s: &str| s.parse::<GpuMpi>())]
     pub gpu_mpi: GpuMpi,
+    /// Star-forest implementation: basic or neighbor.
+    #[arg(long, default_value = "basic", value_parser = |s: &str| s.parse::<SfType>())]
+    pub sf_type: SfType,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -1,7 +1,8 @@
 //! Every star-forest operation and unit type on seeded random graphs, on 1, 2, 3, 4 and 8 ranks,
-//! under both discoveries, against a sequential reference computed here from the whole graph;
-//! bcast and reduce also through the forest's packed (staged) form, with the packed arrays
-//! copied through the forest or moved by MPI in place (the GPU-aware path, on host memory).
+//! under both discoveries and both implementations (basic and neighbor), against a sequential
+//! reference computed here from the whole graph; bcast and reduce also through the forest's
+//! packed (staged) form, with the packed arrays copied through the forest or moved by MPI in
+//! place (the GPU-aware path, on host memory).
 //!
 //! The parent process relaunches this binary under `mpiexec`; each rank builds the same graphs
 //! from the seed, runs its part through the forest, and checks its own results bit for bit.
@@ -13,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use starhalo_exec::Policy;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::{
-    Discovery, Graph, Op, RootRef, Scalar, SfError, SfOptions, Staged, StarForest, Unit,
+    Discovery, Graph, Op, RootRef, Scalar, SfError, SfOptions, SfType, Staged, StarForest, Unit,
 };
 
 fn main() {
@@ -323,16 +324,18 @@ fn child() {
         let w = random_world(seed * 1000 + n as u64, n);
         let g = w.graph(rank);
         let mut seen = Vec::new();
-        // Both discoveries; the second also packs on rayon's pool.
+        // Both discoveries; the second also packs on rayon's pool; the third moves its
+        // messages by neighbourhood collectives.
         let configs = [
-            (Discovery::Allreduce, Policy::Serial),
-            (Discovery::Nbx, Policy::Threaded),
+            (Discovery::Allreduce, Policy::Serial, SfType::Basic),
+            (Discovery::Nbx, Policy::Threaded, SfType::Basic),
+            (Discovery::Allreduce, Policy::Serial, SfType::Neighbor),
         ];
-        for (discovery, policy) in configs {
+        for (discovery, policy, sf_type) in configs {
             let opts = SfOptions {
                 discovery,
                 policy,
-                ..SfOptions::default()
+                sf_type,
             };
             let sf = StarForest::new(&world, &g, opts).unwrap();
             seen.push(plans(&sf));
@@ -354,10 +357,10 @@ fn child() {
             case.all_ops::<[u8; 5]>();
             case.overlapping();
         }
-        if seen[0] != seen[1] {
+        if seen[0] != seen[1] || seen[0] != seen[2] {
             failures.push(format!(
-                "seed {seed}: discoveries differ:\n  {}\n  {}",
-                seen[0], seen[1]
+                "seed {seed}: set-ups differ:\n  {}\n  {}\n  {}",
+                seen[0], seen[1], seen[2]
             ));
         }
     }

@@ -6,7 +6,7 @@ use crate::graph::Graph;
 use crate::link::{self, Kind, Link};
 use crate::plan::{PackPlan, Plan};
 use crate::raw::{self, RawComm};
-use crate::transport::{Basic, Dir, SfType, Side, Transport};
+use crate::transport::{Basic, Dir, Neighbor, NeighborGraphs, SfType, Side, Transport};
 use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{for_each_segment, Policy};
@@ -63,13 +63,14 @@ impl Peers {
 /// mixes with the caller's).
 ///
 /// Operations are collective over the forest's communicator and must be begun in the same
-/// order on every rank; several may be in flight at once on different data. The data slices
+/// order on every rank (and fetch-and-ops, whose end sends, ended in the same order); several
+/// may be in flight at once on different data. The data slices
 /// stay borrowed from `*_begin` until [`Pending::end`], so they cannot be touched in between.
 ///
 /// Reductions are deterministic: each root combines its own rank's leaves first, then the
 /// other ranks' in ascending rank order, each rank's in ascending leaf index.
 ///
-/// Drop the forest before MPI is finalised (before the `Universe`): it frees its communicator
+/// Drop the forest before MPI is finalised (before the `Universe`): it frees its communicators
 /// and persistent requests on drop.
 pub struct StarForest {
     comm: SimpleCommunicator,
@@ -88,6 +89,8 @@ pub struct StarForest {
     /// Root index from which remote reduce data may land in place: set when the remote roots
     /// form one contiguous range that no local edge touches.
     reduce_in_place: Option<usize>,
+    /// The graph communicators of a [`SfType::Neighbor`] forest.
+    neighbor_graphs: Option<NeighborGraphs>,
     links: RefCell<Vec<Link>>,
 }
 
@@ -167,6 +170,8 @@ impl StarForest {
         let self_roots = Plan::new(&self_edges.0);
         let self_leaves = Plan::new(&self_edges.1);
         let reduce_in_place = in_place_range(&leaf_ranks, &self_edges.0);
+        let neighbor_graphs = (opts.sf_type == SfType::Neighbor)
+            .then(|| NeighborGraphs::new(raw, &leaf_ranks.ranks, &root_ranks.ranks));
         Ok(StarForest {
             comm,
             raw,
@@ -179,6 +184,7 @@ impl StarForest {
             self_roots,
             self_leaves,
             reduce_in_place,
+            neighbor_graphs,
             links: RefCell::new(Vec::new()),
         })
     }
@@ -380,13 +386,18 @@ impl StarForest {
         } else {
             0
         };
-        let transport = match self.opts.sf_type {
-            SfType::Basic => Basic::new(
+        let transport: Box<dyn Transport> = match &self.neighbor_graphs {
+            None => Box::new(Basic::new(
                 self.raw,
                 &self.leaf_ranks.ranks,
                 &self.root_ranks.ranks,
                 kind.tags(),
-            ),
+            )),
+            Some(graphs) => Box::new(Neighbor::new(
+                graphs,
+                self.leaf_ranks.len(),
+                self.root_ranks.len(),
+            )),
         };
         Link {
             kind,
@@ -394,7 +405,7 @@ impl StarForest {
             rootbuf: link::staging(self.leaf_ranks.total(), unit_bytes),
             leafbuf: link::staging(self.root_ranks.total(), unit_bytes),
             fetchbuf: link::staging(fetch_units, unit_bytes),
-            transport: Box::new(transport),
+            transport,
         }
     }
 

@@ -1,6 +1,7 @@
-//! The one place where the star forest calls MPI through `mpi::ffi`: persistent requests and the
-//! non-blocking calls of the scalable discovery, which rsmpi has no safe API for. Counts go
-//! through MPI-4's large-count variants (MPICH 4 has them), so no message size is too large.
+//! The one place where the star forest calls MPI through `mpi::ffi`: persistent requests, the
+//! non-blocking calls of the scalable discovery and neighbourhood collectives, which rsmpi has
+//! no safe API for. Counts go through MPI-4's large-count variants (MPICH 4 has them), so no
+//! message size is too large.
 //!
 //! Every function here takes plain Rust values; the pointer rules are kept by the callers'
 //! types (a [`Persistent`] request is only ever bound to memory that outlives its activity,
@@ -421,6 +422,133 @@ impl Requests {
             }
         }
     }
+}
+
+/// A distributed-graph communicator with fixed neighbour lists (no reordering), for MPI's
+/// neighbourhood collectives. Freed on drop.
+pub(crate) struct GraphComm {
+    comm: ffi::MPI_Comm,
+}
+
+impl GraphComm {
+    /// Collective over `comm`: this rank receives from `sources` and sends to `dests`, in
+    /// that order in every neighbourhood collective on the new communicator.
+    pub(crate) fn new(comm: RawComm, sources: &[i32], dests: &[i32]) -> Self {
+        // SAFETY: reading constants exported by the MPI shim.
+        let (unweighted, info) = unsafe { (ffi::RSMPI_UNWEIGHTED(), ffi::RSMPI_INFO_NULL) };
+        // SAFETY: MPI_COMM_NULL is a constant; MPI writes the new handle into `graph`.
+        let mut graph = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: the rank lists outlive the call and their lengths are the degrees; the
+        // weights are MPI_UNWEIGHTED, which MPI never dereferences.
+        let code = unsafe {
+            ffi::MPI_Dist_graph_create_adjacent(
+                comm,
+                sources.len() as c_int,
+                sources.as_ptr(),
+                unweighted,
+                dests.len() as c_int,
+                dests.as_ptr(),
+                unweighted,
+                info,
+                0,
+                &mut graph,
+            )
+        };
+        check(code, "MPI_Dist_graph_create_adjacent");
+        Self { comm: graph }
+    }
+
+    pub(crate) fn raw(&self) -> RawComm {
+        self.comm
+    }
+}
+
+impl Drop for GraphComm {
+    fn drop(&mut self) {
+        // SAFETY: a communicator we created and own, with no operation in flight (every
+        // neighbourhood exchange on it is waited for before its forest can be dropped).
+        let code = unsafe { ffi::MPI_Comm_free(&mut self.comm) };
+        check(code, "MPI_Comm_free");
+    }
+}
+
+/// A non-blocking neighbourhood all-to-all of bytes (`MPI_Ineighbor_alltoallv_c`), with each
+/// neighbour's message anywhere in memory: displacements are taken from the lowest address,
+/// and MPI-4's large-count call takes them as `MPI_Aint`, so separate allocations are fine.
+#[derive(Default)]
+pub(crate) struct NeighborAlltoall {
+    /// Counts and displacements: MPI reads them until the exchange completes.
+    sendcounts: Vec<ffi::MPI_Count>,
+    sdispls: Vec<ffi::MPI_Aint>,
+    recvcounts: Vec<ffi::MPI_Count>,
+    rdispls: Vec<ffi::MPI_Aint>,
+    req: Option<ffi::MPI_Request>,
+}
+
+impl NeighborAlltoall {
+    /// Starts the exchange on `graph`: `sends[i]` (address, bytes) goes to its `i`-th
+    /// destination, `recvs[i]` comes from its `i`-th source. Collective over `graph`.
+    ///
+    /// # Safety
+    /// Every range must stay valid (and, for receives, writable and unaliased) until
+    /// [`wait`](Self::wait).
+    pub(crate) unsafe fn start(
+        &mut self,
+        graph: RawComm,
+        sends: &[(*const u8, usize)],
+        recvs: &[(*const u8, usize)],
+    ) {
+        assert!(self.req.is_none(), "neighbourhood exchange started twice");
+        let sendbuf = lay_out(sends, &mut self.sendcounts, &mut self.sdispls);
+        let recvbuf = lay_out(recvs, &mut self.recvcounts, &mut self.rdispls);
+        let mut req = null_request();
+        // SAFETY: the arrays have one entry per neighbour and live in `self` until the wait
+        // (MPI reads them until completion); the caller keeps every range valid.
+        let code = unsafe {
+            ffi::MPI_Ineighbor_alltoallv_c(
+                sendbuf.cast(),
+                self.sendcounts.as_ptr(),
+                self.sdispls.as_ptr(),
+                byte_type(),
+                recvbuf.cast_mut().cast(),
+                self.recvcounts.as_ptr(),
+                self.rdispls.as_ptr(),
+                byte_type(),
+                graph,
+                &mut req,
+            )
+        };
+        check(code, "MPI_Ineighbor_alltoallv_c");
+        self.req = Some(req);
+    }
+
+    /// Waits for the exchange, if one is in flight.
+    pub(crate) fn wait(&mut self) {
+        if let Some(mut req) = self.req.take() {
+            wait_every(std::slice::from_mut(&mut req));
+        }
+    }
+}
+
+/// Fills `counts` and `displs` for `msgs` and returns the base address the displacements
+/// count from (the lowest one; null when there are no messages).
+fn lay_out(
+    msgs: &[(*const u8, usize)],
+    counts: &mut Vec<ffi::MPI_Count>,
+    displs: &mut Vec<ffi::MPI_Aint>,
+) -> *const u8 {
+    let base = msgs
+        .iter()
+        .map(|&(a, _)| a)
+        .min()
+        .unwrap_or(std::ptr::null());
+    counts.clear();
+    displs.clear();
+    for &(addr, bytes) in msgs {
+        counts.push(count(bytes));
+        displs.push((addr as usize - base as usize) as ffi::MPI_Aint);
+    }
+    base
 }
 
 /// A message's length in bytes as MPI-4's large-count calls (`MPI_Isend_c`, ...) take it, so

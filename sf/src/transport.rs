@@ -4,7 +4,7 @@
 //! here and are picked per forest by [`SfType`].
 
 use crate::error::SfError;
-use crate::raw::{Persistent, RawComm};
+use crate::raw::{GraphComm, NeighborAlltoall, Persistent, RawComm};
 use std::str::FromStr;
 
 /// Which end of the edges a rank acts for.
@@ -39,6 +39,10 @@ pub enum SfType {
     /// Persistent two-sided sends and receives, one per peer rank (PETSc's "basic").
     #[default]
     Basic,
+    /// One non-blocking neighbourhood all-to-all per operation and direction over a
+    /// distributed-graph communicator of the peer ranks (PETSc's "neighbor"). Every rank of
+    /// the forest's communicator takes part in each operation, peers or not.
+    Neighbor,
 }
 
 impl SfType {
@@ -46,6 +50,7 @@ impl SfType {
     pub fn name(self) -> &'static str {
         match self {
             SfType::Basic => "basic",
+            SfType::Neighbor => "neighbor",
         }
     }
 }
@@ -55,10 +60,11 @@ impl FromStr for SfType {
     fn from_str(s: &str) -> Result<Self, SfError> {
         match s {
             "basic" => Ok(SfType::Basic),
+            "neighbor" => Ok(SfType::Neighbor),
             _ => Err(SfError::UnknownName {
                 what: "star-forest type",
                 got: s.to_string(),
-                expected: "basic",
+                expected: "basic, neighbor",
             }),
         }
     }
@@ -121,5 +127,90 @@ impl Transport for Basic {
 
     fn wait(&mut self, side: Side, dir: Dir) {
         self.reqs[side as usize][dir as usize].wait_all();
+    }
+}
+
+/// The distributed-graph communicators of a [`SfType::Neighbor`] forest, one per direction,
+/// created once at set-up (a collective call) and shared by its links.
+pub(crate) struct NeighborGraphs {
+    /// Indexed by [`Dir`]: bcast sources are the root ranks, reduce sources the leaf ranks.
+    graphs: [GraphComm; 2],
+}
+
+impl NeighborGraphs {
+    /// Collective over `comm`.
+    pub(crate) fn new(comm: RawComm, leaf_ranks: &[i32], root_ranks: &[i32]) -> Self {
+        Self {
+            graphs: [
+                GraphComm::new(comm, root_ranks, leaf_ranks),
+                GraphComm::new(comm, leaf_ranks, root_ranks),
+            ],
+        }
+    }
+}
+
+/// A neighbourhood all-to-all per direction. Each side's messages are bound peer by peer;
+/// the collective starts once both sides of the direction have started (the receiving side
+/// first, in the forest's order), and one wait completes both.
+pub(crate) struct Neighbor {
+    graphs: [RawComm; 2],
+    /// Bound messages (address, bytes), indexed `[side][dir][peer]`.
+    msgs: [[Vec<(*const u8, usize)>; 2]; 2],
+    started: [[bool; 2]; 2],
+    exchanges: [NeighborAlltoall; 2],
+}
+
+impl Neighbor {
+    /// The transport of one link; `graphs` must outlive it (the forest owns both).
+    pub(crate) fn new(graphs: &NeighborGraphs, leaf_ranks: usize, root_ranks: usize) -> Self {
+        let unbound = |n| vec![(std::ptr::null(), 0); n];
+        Self {
+            graphs: [graphs.graphs[0].raw(), graphs.graphs[1].raw()],
+            msgs: [
+                [unbound(leaf_ranks), unbound(leaf_ranks)],
+                [unbound(root_ranks), unbound(root_ranks)],
+            ],
+            started: [[false; 2]; 2],
+            exchanges: Default::default(),
+        }
+    }
+}
+
+impl Transport for Neighbor {
+    unsafe fn bind(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize) {
+        self.msgs[side as usize][dir as usize][i] = (addr, bytes);
+    }
+
+    fn start(&mut self, side: Side, dir: Dir) {
+        let d = dir as usize;
+        self.started[side as usize][d] = true;
+        if self.started[0][d] && self.started[1][d] {
+            let (send, recv) = match dir {
+                Dir::Bcast => (Side::Root, Side::Leaf),
+                Dir::Reduce => (Side::Leaf, Side::Root),
+            };
+            // SAFETY: every message was bound under `bind`'s contract: valid until the wait.
+            unsafe {
+                self.exchanges[d].start(
+                    self.graphs[d],
+                    &self.msgs[send as usize][d],
+                    &self.msgs[recv as usize][d],
+                )
+            };
+        }
+    }
+
+    fn wait(&mut self, side: Side, dir: Dir) {
+        let d = dir as usize;
+        if !self.started[side as usize][d] {
+            return; // already completed by the other side's wait
+        }
+        assert!(
+            self.started[0][d] && self.started[1][d],
+            "a neighbourhood exchange was waited for before both sides started"
+        );
+        self.exchanges[d].wait();
+        self.started[0][d] = false;
+        self.started[1][d] = false;
     }
 }

@@ -59,18 +59,21 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
         false => None,
     };
     let comm = world.duplicate();
+    let opts = SfOptions {
+        sf_type: a.sf_type,
+        ..SfOptions::default()
+    };
     let mut rows = Vec::new();
     let mut bytes = a.min_bytes;
     let mut gpu_mpi = None;
     while bytes <= a.max_bytes {
         let device = dev.as_ref().map(|d| (d, a.gpu_mpi));
-        let (row, used) = measure(world, &comm, bytes, a.rounds as usize, device)?;
+        let (row, used) = measure(world, &comm, bytes, a.rounds as usize, opts, device)?;
         rows.push(row);
         gpu_mpi = used.map(GpuMpi::name);
         bytes *= 2;
     }
     if world.rank() == 0 {
-        let opts = SfOptions::default();
         if a.json {
             let report = Report {
                 imp: opts.sf_type.name(),
@@ -117,6 +120,7 @@ fn measure(
     comm: &SimpleCommunicator,
     bytes: usize,
     rounds: usize,
+    opts: SfOptions,
     dev: Option<(&Arc<Device>, GpuMpi)>,
 ) -> Result<(Row, Option<GpuMpi>)> {
     let rank = world.rank();
@@ -131,7 +135,7 @@ fn measure(
                 .collect(),
         )
     };
-    let sf = StarForest::new(world, &graph, SfOptions::default())?;
+    let sf = StarForest::new(world, &graph, opts)?;
     // Both ping-pongs move the same bytes in the same page-aligned memory (rank 0 its roots,
     // rank 1 its leaves), so neither gains from luckier placement or alignment.
     const PAGE: usize = 4096;
@@ -143,7 +147,10 @@ fn measure(
     let iters = (4_000_000 / (bytes + 512)).clamp(60, 20_000);
 
     let mut on_device = match dev {
-        Some((d, mpi)) => Some(agree(world, DeviceCase::new(world, d, bytes / 8, mpi))?),
+        Some((d, mpi)) => Some(agree(
+            world,
+            DeviceCase::new(world, d, bytes / 8, opts, mpi),
+        )?),
         None => None,
     };
     let used = on_device.as_ref().map(|d| d.sf.mpi());
@@ -200,14 +207,20 @@ struct DeviceCase {
 }
 
 impl DeviceCase {
-    fn new(world: &SimpleCommunicator, dev: &Arc<Device>, n: usize, mpi: GpuMpi) -> Result<Self> {
+    fn new(
+        world: &SimpleCommunicator,
+        dev: &Arc<Device>,
+        n: usize,
+        opts: SfOptions,
+        mpi: GpuMpi,
+    ) -> Result<Self> {
         let graph = if world.rank() == 0 {
             Graph::new(n, None, Vec::new())
         } else {
             let leaves = (0..n as u64).map(|offset| RootRef { rank: 0, offset });
             Graph::new(0, None, leaves.collect())
         };
-        let sf = StarForest::new(world, &graph, SfOptions::default())?;
+        let sf = StarForest::new(world, &graph, opts)?;
         let staged = DeviceStaged::new(dev, &sf, mpi)?;
         let ramp = |k: f64, len: usize| (0..len).map(|i| k * i as f64).collect::<Vec<_>>();
         let mut case = Self {
