@@ -70,7 +70,7 @@ pub struct SfSetup {
     /// Reverse discovery: auto, allreduce or nbx.
     #[arg(long, default_value = "auto")]
     pub discovery: String,
-    /// Star-forest implementation.
+    /// Star-forest implementation: basic, neighbor or rma.
     #[arg(long, default_value = "basic")]
     pub sf_type: String,
 }
@@ -150,7 +150,7 @@ pub struct PingpongArgs {
     /// (device pointers to an MPI with CUDA support; exit 1 if this MPI has none) or auto.
     #[arg(long, default_value = "auto", requires = "device", value_parser = |s: &str| s.parse::<GpuMpi>())]
     pub gpu_mpi: GpuMpi,
-    /// Star-forest implementation: basic or neighbor.
+    /// Star-forest implementation: basic, neighbor or rma.
     #[arg(long, default_value = "basic", value_parser = |s: &str| s.parse::<SfType>())]
     pub sf_type: SfType,
     /// Print JSON instead of a table.

@@ -99,23 +99,27 @@ fn fetch_and_op_fetches_in_order() {
     assert_eq!(field(&o, 1, "rootdata"), [200.0 - 203.0 - 100.0]);
 }
 
-/// `--sf-type neighbor` moves the same data as the default: every kind of operation, the
-/// whole result file alike (on three ranks, one of them with no leaves).
+/// `--sf-type neighbor` and `rma` move the same data as the default: every kind of
+/// operation, the whole result file alike (on three ranks, one of them with no leaves).
 #[test]
-fn neighbor_type_matches_basic() {
+fn every_type_matches_basic() {
     for op in ["bcast:sum", "reduce:max", "fetch-and-op:sum"] {
         let name = op.replace(':', "-");
         let basic = run_ok(&format!("basic-{name}"), op, &["--sf-type", "basic"]);
-        let neighbor = run_ok(&format!("neighbor-{name}"), op, &["--sf-type", "neighbor"]);
-        assert_eq!(basic, neighbor, "{op}");
+        for t in ["neighbor", "rma"] {
+            let other = run_ok(&format!("{t}-{name}"), op, &["--sf-type", t]);
+            assert_eq!(basic, other, "{op} under {t}");
+        }
     }
-    let o = run_ok(
-        "neighbor-bcast",
-        "bcast:replace",
-        &["--sf-type", "neighbor"],
-    );
-    assert_eq!(field(&o, 0, "leafdata"), [200.0, -101.0, 101.0]);
-    assert_eq!(field(&o, 1, "leafdata"), [100.0, 302.0, -202.0, 200.0]);
+    for t in ["neighbor", "rma"] {
+        let o = run_ok(&format!("{t}-bcast"), "bcast:replace", &["--sf-type", t]);
+        assert_eq!(field(&o, 0, "leafdata"), [200.0, -101.0, 101.0], "{t}");
+        assert_eq!(
+            field(&o, 1, "leafdata"),
+            [100.0, 302.0, -202.0, 200.0],
+            "{t}"
+        );
+    }
 }
 
 #[test]
@@ -434,20 +438,22 @@ fn pingpong_json_reports_each_size() {
         // The paired overhead is a per-round difference, so it can be slightly negative.
         assert!(r["overhead_us"].as_f64().is_some_and(f64::is_finite), "{r}");
     }
-    let args = [
-        "bench",
-        "sf-pingpong",
-        "--max-bytes",
-        "16",
-        "--sf-type",
-        "neighbor",
-        "--json",
-    ];
-    let out = common::mpirun(2, 120, Path::new(EXE), &args, &[]);
-    common::assert_ok("bench sf-pingpong --sf-type neighbor", &out);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["impl"], "neighbor");
-    assert_eq!(v["rows"].as_array().map(Vec::len), Some(2));
+    for t in ["neighbor", "rma"] {
+        let args = [
+            "bench",
+            "sf-pingpong",
+            "--max-bytes",
+            "16",
+            "--sf-type",
+            t,
+            "--json",
+        ];
+        let out = common::mpirun(2, 120, Path::new(EXE), &args, &[]);
+        common::assert_ok(&format!("bench sf-pingpong --sf-type {t}"), &out);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["impl"], t);
+        assert_eq!(v["rows"].as_array().map(Vec::len), Some(2));
+    }
     let out = common::mpirun(3, 60, Path::new(EXE), &["bench", "sf-pingpong"], &[]);
     common::assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
 }

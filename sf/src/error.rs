@@ -38,6 +38,10 @@ pub enum SfError {
     /// The unit type has no such reduction (e.g. a bitwise op on floats).
     #[error("operation `{op}` is not defined for unit type {unit}")]
     UnsupportedOp { op: Op, unit: &'static str },
+    /// A one-sided (`rma`) forest with as many operations of one direction in flight as its
+    /// signal rings hold.
+    #[error("{0} operations are already in flight on this rma forest (end some first)")]
+    TooManyInFlight(u64),
     /// An option value that names nothing.
     #[error("unknown {what} `{got}` (expected one of: {expected})")]
     UnknownName {

@@ -6,11 +6,13 @@ use crate::graph::Graph;
 use crate::link::{self, Kind, Link};
 use crate::plan::{PackPlan, Plan};
 use crate::raw::{self, RawComm};
+use crate::rma::{Rma, RmaShared, RING};
 use crate::transport::{Basic, Dir, Neighbor, NeighborGraphs, SfType, Side, Transport};
 use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{for_each_segment, Policy};
 use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Choices made when a forest is set up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,6 +93,10 @@ pub struct StarForest {
     reduce_in_place: Option<usize>,
     /// The graph communicators of a [`SfType::Neighbor`] forest.
     neighbor_graphs: Option<NeighborGraphs>,
+    /// The windows and signal rings of a [`SfType::Rma`] forest.
+    rma: Option<Rc<RmaShared>>,
+    /// Links made so far (in flight: these less the pooled ones).
+    made_links: std::cell::Cell<u64>,
     links: RefCell<Vec<Link>>,
 }
 
@@ -172,6 +178,14 @@ impl StarForest {
         let reduce_in_place = in_place_range(&leaf_ranks, &self_edges.0);
         let neighbor_graphs = (opts.sf_type == SfType::Neighbor)
             .then(|| NeighborGraphs::new(raw, &leaf_ranks.ranks, &root_ranks.ranks));
+        let rma = (opts.sf_type == SfType::Rma).then(|| {
+            Rc::new(RmaShared::new(
+                &comm,
+                raw,
+                &leaf_ranks.ranks,
+                &root_ranks.ranks,
+            ))
+        });
         Ok(StarForest {
             comm,
             raw,
@@ -185,6 +199,8 @@ impl StarForest {
             self_leaves,
             reduce_in_place,
             neighbor_graphs,
+            rma,
+            made_links: std::cell::Cell::new(0),
             links: RefCell::new(Vec::new()),
         })
     }
@@ -243,7 +259,7 @@ impl StarForest {
         check_len("rootdata", root.len(), self.nroots)?;
         check_len("leafdata", leaf.len(), self.leaf_space)?;
         let red = combine::<U>(op)?;
-        let mut link = self.take_link::<U>(Kind::Bcast);
+        let mut link = self.take_link::<U>(Kind::Bcast)?;
         let replace = red.is_none();
         self.post_recvs::<U>(
             &mut link,
@@ -270,7 +286,7 @@ impl StarForest {
         check_len("leafdata", leaf.len(), self.leaf_space)?;
         check_len("rootdata", root.len(), self.nroots)?;
         let red = combine::<U>(op)?;
-        let mut link = self.take_link::<U>(Kind::Reduce);
+        let mut link = self.take_link::<U>(Kind::Reduce)?;
         let in_place = self.reduce_in_place.filter(|_| red.is_none());
         match in_place {
             Some(start) => {
@@ -311,7 +327,7 @@ impl StarForest {
         check_len("leafdata", leaf.len(), self.leaf_space)?;
         check_len("leafupdate", leafupdate.len(), self.leaf_space)?;
         let red = reducer::<U>(op)?;
-        let mut link = self.take_link::<U>(Kind::FetchAndOp);
+        let mut link = self.take_link::<U>(Kind::FetchAndOp)?;
         self.post_recvs::<U>(&mut link, Side::Root, Dir::Reduce, None);
         self.post_recvs::<U>(
             &mut link,
@@ -365,7 +381,7 @@ impl StarForest {
     }
 
     /// A pooled link of this kind and unit size, or a new one.
-    fn take_link<U: Unit>(&self, kind: Kind) -> Link {
+    fn take_link<U: Unit>(&self, kind: Kind) -> Result<Link, SfError> {
         assert!(
             align_of::<U>() <= 16,
             "unit types must be aligned to at most 16 bytes"
@@ -373,40 +389,46 @@ impl StarForest {
         self.take_link_bytes(kind, size_of::<U>())
     }
 
-    fn take_link_bytes(&self, kind: Kind, unit_bytes: usize) -> Link {
+    fn take_link_bytes(&self, kind: Kind, unit_bytes: usize) -> Result<Link, SfError> {
         let mut pool = self.links.borrow_mut();
         if let Some(i) = pool
             .iter()
             .position(|l| l.kind == kind && l.unit_bytes == unit_bytes)
         {
-            return pool.swap_remove(i);
+            return Ok(pool.swap_remove(i));
         }
+        let in_flight = self.made_links.get() - pool.len() as u64;
+        if self.rma.is_some() && in_flight >= RING {
+            return Err(SfError::TooManyInFlight(in_flight));
+        }
+        self.made_links.set(self.made_links.get() + 1);
         let fetch_units = if kind == Kind::FetchAndOp {
             self.root_ranks.total()
         } else {
             0
         };
-        let transport: Box<dyn Transport> = match &self.neighbor_graphs {
-            None => Box::new(Basic::new(
+        let transport: Box<dyn Transport> = match (&self.neighbor_graphs, &self.rma) {
+            (Some(graphs), _) => Box::new(Neighbor::new(
+                graphs,
+                self.leaf_ranks.len(),
+                self.root_ranks.len(),
+            )),
+            (_, Some(rma)) => Box::new(Rma::new(rma.clone())),
+            (None, None) => Box::new(Basic::new(
                 self.raw,
                 &self.leaf_ranks.ranks,
                 &self.root_ranks.ranks,
                 kind.tags(),
             )),
-            Some(graphs) => Box::new(Neighbor::new(
-                graphs,
-                self.leaf_ranks.len(),
-                self.root_ranks.len(),
-            )),
         };
-        Link {
+        Ok(Link {
             kind,
             unit_bytes,
             rootbuf: link::staging(self.leaf_ranks.total(), unit_bytes),
             leafbuf: link::staging(self.root_ranks.total(), unit_bytes),
             fetchbuf: link::staging(fetch_units, unit_bytes),
             transport,
-        }
+        })
     }
 
     /// Moves every remote edge's unit, replacing, straight between `root` and `leaf` memory
@@ -443,7 +465,7 @@ impl StarForest {
                 (Side::Root, root),
             ),
         };
-        let mut link = self.take_link_bytes(kind, unit_bytes);
+        let mut link = self.take_link_bytes(kind, unit_bytes)?;
         let t = &mut link.transport;
         // Receives first, then sends.
         for (side, base) in [to, from] {

@@ -1,6 +1,6 @@
 //! The one place where the star forest calls MPI through `mpi::ffi`: persistent requests, the
-//! non-blocking calls of the scalable discovery and neighbourhood collectives, which rsmpi has
-//! no safe API for. Counts go through MPI-4's large-count variants (MPICH 4 has them), so no
+//! non-blocking calls of the scalable discovery, neighbourhood collectives and RMA windows,
+//! which rsmpi has no safe API for. Counts go through MPI-4's large-count variants (MPICH 4 has them), so no
 //! message size is too large.
 //!
 //! Every function here takes plain Rust values; the pointer rules are kept by the callers'
@@ -549,6 +549,193 @@ fn lay_out(
         displs.push((addr as usize - base as usize) as ffi::MPI_Aint);
     }
     base
+}
+
+/// An MPI-3 window held in one passive-target epoch to every rank (`MPI_Win_lock_all`) for
+/// its whole life, so that puts and accumulates need only flushes. Unlocked and freed
+/// (collectively) on drop.
+pub(crate) struct Window {
+    win: ffi::MPI_Win,
+    rank: c_int,
+    /// The memory of a window over words (none for a dynamic one); MPI reads and writes it
+    /// until the window is freed, so it is freed after.
+    _words: Option<Box<[u64]>>,
+}
+
+impl Window {
+    /// Collective over `comm`: a window over `words` (their initial values), addressed in
+    /// words.
+    pub(crate) fn over_words(comm: RawComm, mut words: Box<[u64]>) -> Self {
+        let bytes = std::mem::size_of_val(&*words) as ffi::MPI_Aint;
+        let mut win = win_null();
+        // SAFETY: the words live in the window until it is freed (drop frees the window
+        // first); MPI writes the handle into `win`.
+        let code = unsafe {
+            ffi::MPI_Win_create(
+                words.as_mut_ptr().cast(),
+                bytes,
+                8,
+                ffi::RSMPI_INFO_NULL,
+                comm,
+                &mut win,
+            )
+        };
+        check(code, "MPI_Win_create");
+        Self::locked(win, comm, Some(words))
+    }
+
+    /// Collective over `comm`: a window with no memory until [`attach`](Self::attach),
+    /// addressed by `MPI_Get_address`.
+    pub(crate) fn dynamic(comm: RawComm) -> Self {
+        let mut win = win_null();
+        // SAFETY: MPI writes the handle into `win`.
+        let code = unsafe { ffi::MPI_Win_create_dynamic(ffi::RSMPI_INFO_NULL, comm, &mut win) };
+        check(code, "MPI_Win_create_dynamic");
+        Self::locked(win, comm, None)
+    }
+
+    fn locked(win: ffi::MPI_Win, comm: RawComm, words: Option<Box<[u64]>>) -> Self {
+        let mut rank: c_int = 0;
+        // SAFETY: a valid communicator; `rank` is an out-parameter.
+        check(
+            unsafe { ffi::MPI_Comm_rank(comm, &mut rank) },
+            "MPI_Comm_rank",
+        );
+        // SAFETY: a window just created, in no epoch yet.
+        let code = unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win) };
+        check(code, "MPI_Win_lock_all");
+        Self {
+            win,
+            rank,
+            _words: words,
+        }
+    }
+
+    /// Exposes `bytes` bytes at `addr` to remote puts (a dynamic window).
+    ///
+    /// # Safety
+    /// The memory must stay valid until [`detach`](Self::detach).
+    pub(crate) unsafe fn attach(&self, addr: *const u8, bytes: usize) {
+        // SAFETY: the caller keeps the memory valid while attached.
+        let code = unsafe {
+            ffi::MPI_Win_attach(self.win, addr.cast_mut().cast(), bytes as ffi::MPI_Aint)
+        };
+        check(code, "MPI_Win_attach");
+    }
+
+    /// Ends the exposure of memory attached at `addr`.
+    pub(crate) fn detach(&self, addr: *const u8) {
+        // SAFETY: `addr` was attached to this window (MPI checks and reports otherwise).
+        let code = unsafe { ffi::MPI_Win_detach(self.win, addr.cast()) };
+        check(code, "MPI_Win_detach");
+    }
+
+    /// The address remote ranks name `addr` by in a dynamic window.
+    pub(crate) fn address(addr: *const u8) -> u64 {
+        let mut a: ffi::MPI_Aint = 0;
+        // SAFETY: MPI_Get_address only computes the address; `a` is an out-parameter.
+        let code = unsafe { ffi::MPI_Get_address(addr.cast(), &mut a) };
+        check(code, "MPI_Get_address");
+        a as u64
+    }
+
+    /// Puts `bytes` bytes from `origin` at displacement `disp` (in the window's unit: words,
+    /// or bytes from address 0 for a dynamic window) of `target`; complete (and
+    /// `origin` reusable) after [`flush`](Self::flush).
+    ///
+    /// # Safety
+    /// `origin` must stay valid and unchanged until the flush, and the target range must be
+    /// exposed by `target`.
+    pub(crate) unsafe fn put(&self, origin: *const u8, bytes: usize, target: i32, disp: u64) {
+        // SAFETY: the caller's contract.
+        let code = unsafe {
+            ffi::MPI_Put_c(
+                origin.cast(),
+                count(bytes),
+                byte_type(),
+                target,
+                disp as ffi::MPI_Aint,
+                count(bytes),
+                byte_type(),
+                self.win,
+            )
+        };
+        check(code, "MPI_Put_c");
+    }
+
+    /// Completes every operation to `target` at the target.
+    pub(crate) fn flush(&self, target: i32) {
+        // SAFETY: a valid window in a lock-all epoch.
+        let code = unsafe { ffi::MPI_Win_flush(target, self.win) };
+        check(code, "MPI_Win_flush");
+    }
+
+    /// Writes word `disp` of `target` and completes the write there.
+    pub(crate) fn put_word(&self, target: i32, disp: u64, value: u64) {
+        // SAFETY: `value` lives on this stack frame until the flush below completes the put;
+        // the window is addressed in words (its displacement unit), and every word written
+        // lies in it.
+        unsafe { self.put((&raw const value).cast(), 8, target, disp) };
+        self.flush(target);
+    }
+
+    /// Atomically adds `value` to word `disp` of `target` (wrapping) and completes it there.
+    pub(crate) fn add_word(&self, target: i32, disp: u64, value: u64) {
+        // SAFETY: `value` lives until the flush below; a single word of the window.
+        let code = unsafe {
+            ffi::MPI_Accumulate(
+                (&raw const value).cast(),
+                1,
+                ffi::RSMPI_UINT64_T,
+                target,
+                disp as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_UINT64_T,
+                ffi::RSMPI_SUM,
+                self.win,
+            )
+        };
+        check(code, "MPI_Accumulate");
+        self.flush(target);
+    }
+
+    /// Atomically reads this rank's word `disp` (driving MPI's progress as it does).
+    pub(crate) fn read_word(&self, disp: u64) -> u64 {
+        let zero = 0u64;
+        let mut value = 0u64;
+        // SAFETY: both words live on this frame until the flush below completes the call.
+        let code = unsafe {
+            ffi::MPI_Fetch_and_op(
+                (&raw const zero).cast(),
+                (&raw mut value).cast(),
+                ffi::RSMPI_UINT64_T,
+                self.rank,
+                disp as ffi::MPI_Aint,
+                ffi::RSMPI_SUM,
+                self.win,
+            )
+        };
+        check(code, "MPI_Fetch_and_op");
+        self.flush(self.rank);
+        value
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        // SAFETY: a window we created, in the lock-all epoch opened at creation, with every
+        // operation flushed; freeing is collective, like the forest's own drop.
+        let code = unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win)
+        };
+        check(code, "MPI_Win_free");
+    }
+}
+
+fn win_null() -> ffi::MPI_Win {
+    // SAFETY: reading a constant handle exported by the MPI shim.
+    unsafe { ffi::RSMPI_WIN_NULL }
 }
 
 /// A message's length in bytes as MPI-4's large-count calls (`MPI_Isend_c`, ...) take it, so

@@ -1,7 +1,7 @@
 //! Transports: how packed remote data moves between ranks. Packing, local scatter and the
-//! order of reductions live in the forest; a transport only moves bytes, so further
-//! implementations (neighbourhood collectives, one-sided put + signal, node-aware) plug in
-//! here and are picked per forest by [`SfType`].
+//! order of reductions live in the forest; a transport only moves bytes, so each
+//! implementation (persistent two-sided, neighbourhood collectives here; one-sided put +
+//! signal in `rma`) plugs in here and is picked per forest by [`SfType`].
 
 use crate::error::SfError;
 use crate::raw::{GraphComm, NeighborAlltoall, Persistent, RawComm};
@@ -43,6 +43,10 @@ pub enum SfType {
     /// distributed-graph communicator of the peer ranks (PETSc's "neighbor"). Every rank of
     /// the forest's communicator takes part in each operation, peers or not.
     Neighbor,
+    /// One-sided: each receiver posts where its message goes, and the sender puts the bytes
+    /// there and raises a signal (put + signal over MPI-3 RMA windows, in the manner of
+    /// OpenSHMEM). At most 64 operations of one direction in flight on a rank.
+    Rma,
 }
 
 impl SfType {
@@ -51,6 +55,7 @@ impl SfType {
         match self {
             SfType::Basic => "basic",
             SfType::Neighbor => "neighbor",
+            SfType::Rma => "rma",
         }
     }
 }
@@ -61,10 +66,11 @@ impl FromStr for SfType {
         match s {
             "basic" => Ok(SfType::Basic),
             "neighbor" => Ok(SfType::Neighbor),
+            "rma" => Ok(SfType::Rma),
             _ => Err(SfError::UnknownName {
                 what: "star-forest type",
                 got: s.to_string(),
-                expected: "basic, neighbor",
+                expected: "basic, neighbor, rma",
             }),
         }
     }

@@ -1,0 +1,293 @@
+//! The one-sided implementation ([`SfType::Rma`](crate::SfType::Rma)): put + signal over
+//! MPI-3 RMA, in the manner of OpenSHMEM's `put_signal`. No message is matched by MPI:
+//!
+//! - the receiver of each message exposes the memory it will land in (a dynamic window) and
+//!   posts its address into the sender's mailbox, then raises the sender's "posted" signal;
+//! - the sender, once it sees that signal, puts the bytes straight there, flushes, and raises
+//!   the receiver's "arrived" signal; the receiver's wait polls its own signals.
+//!
+//! Each (direction, pair of ranks) has a ring of [`RING`] slots of mailbox and signal words,
+//! one per operation in flight; operations are numbered per direction in the order they are
+//! begun, the same on every rank. A slot's word holds `seq + 1` once the operation numbered
+//! `seq` has signalled it: writers add `RING`, and the words start `RING` below their first
+//! value. Sends whose mailbox is not yet posted wait in the forest's outgoing list, moved on by
+//! every poll of any operation of the forest (so, as with MPI's own progress, no rank needs
+//! another to end first).
+
+use crate::raw::{RawComm, Window};
+use crate::transport::{Dir, Side, Transport};
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+/// Slots per direction and pair: operations of one direction a rank may have in flight.
+pub(crate) const RING: u64 = 64;
+/// Set-up message tags (the forest's operations use 1 to 4).
+const TAG_FROM_ROOTS: i32 = 5;
+const TAG_FROM_LEAVES: i32 = 6;
+
+/// One peer of a direction: its rank, this rank's signal words for it, and the peer's words
+/// for this rank (word displacements in the control windows, the first slot of each ring).
+#[derive(Clone, Copy, Debug, Default)]
+struct Pair {
+    rank: i32,
+    /// Receiving: my arrived ring. Sending: my posted ring.
+    signal: u64,
+    /// Sending: my mailbox ring.
+    mailbox: u64,
+    /// Receiving: the sender's posted ring. Sending: the receiver's arrived ring.
+    remote_signal: u64,
+    /// Receiving: the sender's mailbox ring.
+    remote_mailbox: u64,
+}
+
+/// A send waiting for its receiver's mailbox.
+struct Outgoing {
+    dir: usize,
+    seq: u64,
+    peer: usize,
+    addr: *const u8,
+    bytes: usize,
+}
+
+/// The windows and rings of one forest, shared by its links.
+pub(crate) struct RmaShared {
+    ctl: Window,
+    data: Window,
+    /// Per direction: the pairs this rank sends to and receives from.
+    send: [Vec<Pair>; 2],
+    recv: [Vec<Pair>; 2],
+    /// Per direction: the number the next operation begun gets.
+    next: Cell<[u64; 2]>,
+    outgoing: RefCell<Vec<Outgoing>>,
+}
+
+impl RmaShared {
+    /// Collective over `comm`: the control window of every ring, the dynamic data window, and
+    /// the exchange of ring positions with every peer.
+    pub(crate) fn new(
+        comm: &SimpleCommunicator,
+        raw: RawComm,
+        leaf_ranks: &[i32],
+        root_ranks: &[i32],
+    ) -> Self {
+        // Bcast: roots send to leaf ranks, leaves receive from root ranks; reduce the reverse.
+        let sends = [leaf_ranks, root_ranks];
+        let recvs = [root_ranks, leaf_ranks];
+        let mut words = Vec::new();
+        let mut ring = |init: bool| {
+            let at = words.len() as u64;
+            words.extend((1..=RING).map(|s| if init { s.wrapping_sub(RING) } else { 0 }));
+            at
+        };
+        let mut send: [Vec<Pair>; 2] = Default::default();
+        let mut recv: [Vec<Pair>; 2] = Default::default();
+        for d in 0..2 {
+            for &rank in sends[d] {
+                let (signal, mailbox) = (ring(true), ring(false));
+                send[d].push(Pair {
+                    rank,
+                    signal,
+                    mailbox,
+                    ..Pair::default()
+                });
+            }
+            for &rank in recvs[d] {
+                let signal = ring(true);
+                recv[d].push(Pair {
+                    rank,
+                    signal,
+                    ..Pair::default()
+                });
+            }
+        }
+        exchange_rings(comm, &mut send, &mut recv);
+        Self {
+            ctl: Window::over_words(raw, words.into_boxed_slice()),
+            data: Window::dynamic(raw),
+            send,
+            recv,
+            next: Cell::new([0; 2]),
+            outgoing: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn number(&self, dir: usize) -> u64 {
+        let mut next = self.next.get();
+        let seq = next[dir];
+        next[dir] += 1;
+        self.next.set(next);
+        seq
+    }
+
+    /// Puts every outgoing message whose mailbox has been posted, and signals its arrival.
+    fn progress(&self) {
+        self.outgoing.borrow_mut().retain(|o| {
+            let pair = &self.send[o.dir][o.peer];
+            let slot = o.seq % RING;
+            if self.ctl.read_word(pair.signal + slot) != o.seq + 1 {
+                return true;
+            }
+            let target = self.ctl.read_word(pair.mailbox + slot);
+            // SAFETY: `o.addr` is the sender's bound message, valid until its wait, which
+            // does not return while the message is outgoing; the receiver attached `target`
+            // for `o.bytes` bytes before posting it.
+            unsafe { self.data.put(o.addr, o.bytes, pair.rank, target) };
+            self.data.flush(pair.rank);
+            self.ctl
+                .add_word(pair.rank, pair.remote_signal + slot, RING);
+            false
+        });
+    }
+
+    fn sending(&self, dir: usize, seq: u64) -> bool {
+        let out = self.outgoing.borrow();
+        out.iter().any(|o| o.dir == dir && o.seq == seq)
+    }
+}
+
+/// Tells each peer where this rank's rings for it are, and learns where its rings for this
+/// rank are. A root-side peer (in `leaf_ranks`) is sent to in bcast and received from in
+/// reduce; a leaf-side peer the reverse.
+fn exchange_rings(comm: &SimpleCommunicator, send: &mut [Vec<Pair>; 2], recv: &mut [Vec<Pair>; 2]) {
+    const B: usize = Dir::Bcast as usize;
+    const R: usize = Dir::Reduce as usize;
+    // To my leaf ranks (bcast send pairs = reduce recv pairs, same order) and my root ranks.
+    let to_leaves: Vec<[u64; 3]> = (send[B].iter().zip(&recv[R]))
+        .map(|(s, r)| [s.signal, s.mailbox, r.signal])
+        .collect();
+    let to_roots: Vec<[u64; 3]> = (send[R].iter().zip(&recv[B]))
+        .map(|(s, r)| [s.signal, s.mailbox, r.signal])
+        .collect();
+    mpi::request::multiple_scope(to_leaves.len() + to_roots.len(), |scope, reqs| {
+        for (pair, msg) in send[B].iter().zip(&to_leaves) {
+            let p = comm.process_at_rank(pair.rank);
+            reqs.add(p.immediate_send_with_tag(scope, &msg[..], TAG_FROM_ROOTS));
+        }
+        for (pair, msg) in send[R].iter().zip(&to_roots) {
+            let p = comm.process_at_rank(pair.rank);
+            reqs.add(p.immediate_send_with_tag(scope, &msg[..], TAG_FROM_LEAVES));
+        }
+        // From my root ranks (they sent to their leaf ranks), then from my leaf ranks.
+        for i in 0..recv[B].len() {
+            let mut msg = [0u64; 3];
+            let p = comm.process_at_rank(recv[B][i].rank);
+            p.receive_into_with_tag(&mut msg[..], TAG_FROM_ROOTS);
+            recv[B][i].remote_signal = msg[0];
+            recv[B][i].remote_mailbox = msg[1];
+            send[R][i].remote_signal = msg[2];
+        }
+        for j in 0..recv[R].len() {
+            let mut msg = [0u64; 3];
+            let p = comm.process_at_rank(recv[R][j].rank);
+            p.receive_into_with_tag(&mut msg[..], TAG_FROM_LEAVES);
+            recv[R][j].remote_signal = msg[0];
+            recv[R][j].remote_mailbox = msg[1];
+            send[B][j].remote_signal = msg[2];
+        }
+        reqs.wait_all(&mut Vec::new());
+    });
+}
+
+/// One link's messages over the forest's windows.
+pub(crate) struct Rma {
+    shared: Rc<RmaShared>,
+    /// Bound messages (address, bytes), indexed `[side][dir][peer]`.
+    msgs: [[Vec<(*const u8, usize)>; 2]; 2],
+    /// The number of the operation in flight per direction, taken when its first side starts.
+    seq: [Option<u64>; 2],
+    started: [[bool; 2]; 2],
+}
+
+impl Rma {
+    pub(crate) fn new(shared: Rc<RmaShared>) -> Self {
+        let unbound = |n| vec![(std::ptr::null(), 0); n];
+        let (b, r) = (Dir::Bcast as usize, Dir::Reduce as usize);
+        let msgs = [
+            // Root side: bcast sends to leaf ranks, reduce receives from them.
+            [unbound(shared.send[b].len()), unbound(shared.recv[r].len())],
+            [unbound(shared.recv[b].len()), unbound(shared.send[r].len())],
+        ];
+        Self {
+            shared,
+            msgs,
+            seq: [None; 2],
+            started: [[false; 2]; 2],
+        }
+    }
+}
+
+fn receives(side: Side, dir: Dir) -> bool {
+    matches!(
+        (side, dir),
+        (Side::Leaf, Dir::Bcast) | (Side::Root, Dir::Reduce)
+    )
+}
+
+impl Transport for Rma {
+    unsafe fn bind(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize) {
+        self.msgs[side as usize][dir as usize][i] = (addr, bytes);
+    }
+
+    fn start(&mut self, side: Side, dir: Dir) {
+        let (s, d) = (side as usize, dir as usize);
+        let sh = &*self.shared;
+        let seq = *self.seq[d].get_or_insert_with(|| sh.number(d));
+        let slot = seq % RING;
+        self.started[s][d] = true;
+        if receives(side, dir) {
+            for (pair, &(addr, bytes)) in sh.recv[d].iter().zip(&self.msgs[s][d]) {
+                // SAFETY: bound under `bind`'s contract: valid and unaliased until the wait,
+                // which detaches it.
+                unsafe { sh.data.attach(addr, bytes) };
+                let at = Window::address(addr);
+                sh.ctl.put_word(pair.rank, pair.remote_mailbox + slot, at);
+                sh.ctl.add_word(pair.rank, pair.remote_signal + slot, RING);
+            }
+        } else {
+            let mut out = sh.outgoing.borrow_mut();
+            for (peer, &(addr, bytes)) in self.msgs[s][d].iter().enumerate() {
+                out.push(Outgoing {
+                    dir: d,
+                    seq,
+                    peer,
+                    addr,
+                    bytes,
+                });
+            }
+            drop(out);
+            sh.progress();
+        }
+    }
+
+    fn wait(&mut self, side: Side, dir: Dir) {
+        let (s, d) = (side as usize, dir as usize);
+        if !self.started[s][d] {
+            return;
+        }
+        let sh = &*self.shared;
+        let seq = self.seq[d].expect("a started direction has a number");
+        let slot = seq % RING;
+        if receives(side, dir) {
+            for pair in &sh.recv[d] {
+                while sh.ctl.read_word(pair.signal + slot) != seq + 1 {
+                    sh.progress();
+                    std::thread::yield_now();
+                }
+            }
+            for &(addr, _) in &self.msgs[s][d] {
+                sh.data.detach(addr);
+            }
+        } else {
+            while sh.sending(d, seq) {
+                sh.progress();
+                std::thread::yield_now();
+            }
+        }
+        self.started[s][d] = false;
+        if !self.started[0][d] && !self.started[1][d] {
+            self.seq[d] = None;
+        }
+    }
+}
