@@ -670,15 +670,6 @@ impl Window {
         check(code, "MPI_Win_flush");
     }
 
-    /// Writes word `disp` of `target` and completes the write there.
-    pub(crate) fn put_word(&self, target: i32, disp: u64, value: u64) {
-        // SAFETY: `value` lives on this stack frame until the flush below completes the put;
-        // the window is addressed in words (its displacement unit), and every word written
-        // lies in it.
-        unsafe { self.put((&raw const value).cast(), 8, target, disp) };
-        self.flush(target);
-    }
-
     /// Atomically adds `value` to word `disp` of `target` (wrapping) and completes it there.
     pub(crate) fn add_word(&self, target: i32, disp: u64, value: u64) {
         // SAFETY: `value` lives until the flush below; a single word of the window.

@@ -2,17 +2,19 @@
 //! MPI-3 RMA, in the manner of OpenSHMEM's `put_signal`. No message is matched by MPI:
 //!
 //! - the receiver of each message exposes the memory it will land in (a dynamic window) and
-//!   posts its address into the sender's mailbox, then raises the sender's "posted" signal;
-//! - the sender, once it sees that signal, puts the bytes straight there, flushes, and raises
-//!   the receiver's "arrived" signal; the receiver's wait polls its own signals.
+//!   adds its address into an empty word of the sender's mailbox, one atomic operation that is
+//!   both the address and the signal;
+//! - the sender, once it sees the word filled, empties it, puts the bytes straight there,
+//!   flushes, and raises the receiver's "arrived" signal; the receiver's wait polls its own
+//!   signals.
 //!
-//! Each (direction, pair of ranks) has a ring of [`RING`] slots of mailbox and signal words,
-//! one per operation in flight; operations are numbered per direction in the order they are
-//! begun, the same on every rank. A slot's word holds `seq + 1` once the operation numbered
-//! `seq` has signalled it: writers add `RING`, and the words start `RING` below their first
-//! value. Sends whose mailbox is not yet posted wait in the forest's outgoing list, moved on by
-//! every poll of any operation of the forest (so, as with MPI's own progress, no rank needs
-//! another to end first).
+//! Each (direction, pair of ranks) has a ring of [`RING`] mailbox words and [`RING`] arrival
+//! words, one per operation in flight; operations are numbered per direction in the order
+//! they are begun, the same on every rank. An arrival word holds `seq + 1` once the operation
+//! numbered `seq` has arrived: senders add `RING`, and the words start `RING` below their
+//! first value. Sends whose mailbox is still empty wait in the forest's outgoing list, moved
+//! on by every poll of any operation of the forest (so, as with MPI's own progress, no rank
+//! needs another to end an operation first).
 
 use crate::raw::{RawComm, Window};
 use crate::transport::{Dir, Side, Transport};
@@ -27,19 +29,15 @@ pub(crate) const RING: u64 = 64;
 const TAG_FROM_ROOTS: i32 = 5;
 const TAG_FROM_LEAVES: i32 = 6;
 
-/// One peer of a direction: its rank, this rank's signal words for it, and the peer's words
-/// for this rank (word displacements in the control windows, the first slot of each ring).
+/// One peer of a direction: its rank and the first word of two rings (word displacements
+/// in the control windows).
 #[derive(Clone, Copy, Debug, Default)]
 struct Pair {
     rank: i32,
-    /// Receiving: my arrived ring. Sending: my posted ring.
-    signal: u64,
-    /// Sending: my mailbox ring.
-    mailbox: u64,
-    /// Receiving: the sender's posted ring. Sending: the receiver's arrived ring.
-    remote_signal: u64,
-    /// Receiving: the sender's mailbox ring.
-    remote_mailbox: u64,
+    /// Receiving: my arrival ring. Sending: my mailbox ring.
+    local: u64,
+    /// Receiving: the sender's mailbox ring. Sending: the receiver's arrival ring.
+    remote: u64,
 }
 
 /// A send waiting for its receiver's mailbox.
@@ -53,6 +51,7 @@ struct Outgoing {
 
 /// The windows and rings of one forest, shared by its links.
 pub(crate) struct RmaShared {
+    rank: i32,
     ctl: Window,
     data: Window,
     /// Per direction: the pairs this rank sends to and receives from.
@@ -85,25 +84,25 @@ impl RmaShared {
         let mut recv: [Vec<Pair>; 2] = Default::default();
         for d in 0..2 {
             for &rank in sends[d] {
-                let (signal, mailbox) = (ring(true), ring(false));
+                let local = ring(false);
                 send[d].push(Pair {
                     rank,
-                    signal,
-                    mailbox,
-                    ..Pair::default()
+                    local,
+                    remote: 0,
                 });
             }
             for &rank in recvs[d] {
-                let signal = ring(true);
+                let local = ring(true);
                 recv[d].push(Pair {
                     rank,
-                    signal,
-                    ..Pair::default()
+                    local,
+                    remote: 0,
                 });
             }
         }
         exchange_rings(comm, &mut send, &mut recv);
         Self {
+            rank: comm.rank(),
             ctl: Window::over_words(raw, words.into_boxed_slice()),
             data: Window::dynamic(raw),
             send,
@@ -121,22 +120,24 @@ impl RmaShared {
         seq
     }
 
-    /// Puts every outgoing message whose mailbox has been posted, and signals its arrival.
+    /// Puts every outgoing message whose mailbox word is filled, and signals its arrival.
     fn progress(&self) {
         self.outgoing.borrow_mut().retain(|o| {
             let pair = &self.send[o.dir][o.peer];
-            let slot = o.seq % RING;
-            if self.ctl.read_word(pair.signal + slot) != o.seq + 1 {
+            let word = pair.local + o.seq % RING;
+            let target = self.ctl.read_word(word);
+            if target == 0 {
                 return true;
             }
-            let target = self.ctl.read_word(pair.mailbox + slot);
+            // Emptied before the arrival signal, so the receiver never refills it too early.
+            self.ctl.add_word(self.rank, word, target.wrapping_neg());
             // SAFETY: `o.addr` is the sender's bound message, valid until its wait, which
             // does not return while the message is outgoing; the receiver attached `target`
             // for `o.bytes` bytes before posting it.
             unsafe { self.data.put(o.addr, o.bytes, pair.rank, target) };
             self.data.flush(pair.rank);
             self.ctl
-                .add_word(pair.rank, pair.remote_signal + slot, RING);
+                .add_word(pair.rank, pair.remote + o.seq % RING, RING);
             false
         });
     }
@@ -154,11 +155,11 @@ fn exchange_rings(comm: &SimpleCommunicator, send: &mut [Vec<Pair>; 2], recv: &m
     const B: usize = Dir::Bcast as usize;
     const R: usize = Dir::Reduce as usize;
     // To my leaf ranks (bcast send pairs = reduce recv pairs, same order) and my root ranks.
-    let to_leaves: Vec<[u64; 3]> = (send[B].iter().zip(&recv[R]))
-        .map(|(s, r)| [s.signal, s.mailbox, r.signal])
+    let to_leaves: Vec<[u64; 2]> = (send[B].iter().zip(&recv[R]))
+        .map(|(s, r)| [s.local, r.local])
         .collect();
-    let to_roots: Vec<[u64; 3]> = (send[R].iter().zip(&recv[B]))
-        .map(|(s, r)| [s.signal, s.mailbox, r.signal])
+    let to_roots: Vec<[u64; 2]> = (send[R].iter().zip(&recv[B]))
+        .map(|(s, r)| [s.local, r.local])
         .collect();
     mpi::request::multiple_scope(to_leaves.len() + to_roots.len(), |scope, reqs| {
         for (pair, msg) in send[B].iter().zip(&to_leaves) {
@@ -171,20 +172,18 @@ fn exchange_rings(comm: &SimpleCommunicator, send: &mut [Vec<Pair>; 2], recv: &m
         }
         // From my root ranks (they sent to their leaf ranks), then from my leaf ranks.
         for i in 0..recv[B].len() {
-            let mut msg = [0u64; 3];
+            let mut msg = [0u64; 2];
             let p = comm.process_at_rank(recv[B][i].rank);
             p.receive_into_with_tag(&mut msg[..], TAG_FROM_ROOTS);
-            recv[B][i].remote_signal = msg[0];
-            recv[B][i].remote_mailbox = msg[1];
-            send[R][i].remote_signal = msg[2];
+            recv[B][i].remote = msg[0];
+            send[R][i].remote = msg[1];
         }
         for j in 0..recv[R].len() {
-            let mut msg = [0u64; 3];
+            let mut msg = [0u64; 2];
             let p = comm.process_at_rank(recv[R][j].rank);
             p.receive_into_with_tag(&mut msg[..], TAG_FROM_LEAVES);
-            recv[R][j].remote_signal = msg[0];
-            recv[R][j].remote_mailbox = msg[1];
-            send[B][j].remote_signal = msg[2];
+            recv[R][j].remote = msg[0];
+            send[B][j].remote = msg[1];
         }
         reqs.wait_all(&mut Vec::new());
     });
@@ -242,8 +241,7 @@ impl Transport for Rma {
                 // which detaches it.
                 unsafe { sh.data.attach(addr, bytes) };
                 let at = Window::address(addr);
-                sh.ctl.put_word(pair.rank, pair.remote_mailbox + slot, at);
-                sh.ctl.add_word(pair.rank, pair.remote_signal + slot, RING);
+                sh.ctl.add_word(pair.rank, pair.remote + slot, at);
             }
         } else {
             let mut out = sh.outgoing.borrow_mut();
@@ -271,7 +269,7 @@ impl Transport for Rma {
         let slot = seq % RING;
         if receives(side, dir) {
             for pair in &sh.recv[d] {
-                while sh.ctl.read_word(pair.signal + slot) != seq + 1 {
+                while sh.ctl.read_word(pair.local + slot) != seq + 1 {
                     sh.progress();
                     std::thread::yield_now();
                 }
