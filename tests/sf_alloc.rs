@@ -1,11 +1,11 @@
 //! A warm star forest allocates nothing per operation: links, staging buffers and persistent
 //! requests are all reused. Counted with a global allocator, on 3 ranks, for every kind of
-//! operation over contiguous, list and self edges.
+//! operation over contiguous, list and self edges, under every implementation.
 
 mod common;
 
 use starhalo_sf::mpi::topology::Communicator;
-use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
+use starhalo_sf::{Graph, Op, RootRef, SfOptions, SfType, StarForest};
 
 #[global_allocator]
 static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;
@@ -22,13 +22,15 @@ fn main() {
 fn child() {
     let universe = starhalo_sf::mpi::initialize().expect("MPI init");
     let world = universe.world();
-    let ok = count_warm_allocations(&world);
+    let ok = [SfType::Basic, SfType::Neighbor, SfType::Rma]
+        .into_iter()
+        .fold(true, |ok, t| count_warm_allocations(&world, t) && ok);
     drop(universe);
     std::process::exit(i32::from(!ok));
 }
 
 /// True when 600 warm operations allocated nothing (and the counter demonstrably counts).
-fn count_warm_allocations(world: &impl Communicator) -> bool {
+fn count_warm_allocations(world: &impl Communicator, sf_type: SfType) -> bool {
     let (r, n) = (world.rank() as i64, world.size() as i64);
     let at = |rank: i64, offset: u64| RootRef {
         rank: rank.rem_euclid(n),
@@ -39,7 +41,11 @@ fn count_warm_allocations(world: &impl Communicator) -> bool {
     let mut iremote: Vec<RootRef> = (0..4).map(|o| at(r + 1, o)).collect();
     iremote.extend([7, 5, 3, 1].map(|o| at(r + 2, o)));
     iremote.extend([2, 3].map(|o| at(r, o)));
-    let sf = StarForest::new(world, &Graph::new(8, None, iremote), SfOptions::default()).unwrap();
+    let opts = SfOptions {
+        sf_type,
+        ..SfOptions::default()
+    };
+    let sf = StarForest::new(world, &Graph::new(8, None, iremote), opts).unwrap();
     let mut root = vec![1.0f64; 8];
     let mut leaf = vec![2.0f64; 10];
     let mut upd = vec![0.0f64; 10];
@@ -64,7 +70,8 @@ fn count_warm_allocations(world: &impl Communicator) -> bool {
     let counted = starhalo_exec::alloc_count::allocations() - before - during;
     drop(probe);
     if during != 0 || counted == 0 {
-        eprintln!("[rank {r}] FAIL: {during} allocations in 600 warm operations (counter probe saw {counted})");
+        let t = sf_type.name();
+        eprintln!("[rank {r}] FAIL {t}: {during} allocations in 600 warm operations (counter probe saw {counted})");
         return false;
     }
     true
