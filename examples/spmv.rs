@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release --example spmv
-//! mpiexec -n 4 target/release/examples/spmv [m]
+//! mpiexec -n 4 target/release/examples/spmv [m [basic|neighbor|rma]]
 //! ```
 //!
 //! Each rank's leaves are the columns its rows touch, rooted in the vector entries that own
@@ -12,14 +12,14 @@
 //! a local product into the columns and a `reduce` with `Sum` back to their owners. With
 //! `x_i = 1 + i/8 + (i mod 7)/64` (a different value at every row, each a multiple of 1/64)
 //! every sum is exact, so both must equal the stencil applied to `x` directly, bit for bit,
-//! on any number of ranks: the example exits 1 otherwise (every rank, through `MPI_Abort`), 2
-//! on a bad argument. `starhalo run` with the `spmv` problem is the full driver (Matrix
+//! on any number of ranks and under every implementation of the forest (the second argument):
+//! the example exits 1 otherwise (every rank, through `MPI_Abort`), 2 on a bad argument. `starhalo run` with the `spmv` problem is the full driver (Matrix
 //! Market input, CG).
 
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives};
-use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
+use starhalo_sf::{Graph, Op, RootRef, SfOptions, SfType, StarForest};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -33,12 +33,22 @@ fn main() -> ExitCode {
         Some(Ok(m)) if (2..=4096).contains(&m) => m,
         Some(_) => {
             if world.rank() == 0 {
-                eprintln!("spmv: the argument, m, must be an integer from 2 to 4096");
+                eprintln!("spmv: the first argument, m, must be an integer from 2 to 4096");
             }
             return ExitCode::from(2);
         }
     };
-    match run(&world, m) {
+    let sf_type = match std::env::args().nth(2).map(|a| a.parse::<SfType>()) {
+        None => SfType::default(),
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            if world.rank() == 0 {
+                eprintln!("spmv: the second argument: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match run(&world, m, sf_type) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Other ranks may be waiting on this one: end them all.
@@ -56,7 +66,11 @@ struct Rows {
     vals: Vec<f64>,
 }
 
-fn run(world: &SimpleCommunicator, m: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn run(
+    world: &SimpleCommunicator,
+    m: usize,
+    sf_type: SfType,
+) -> Result<(), Box<dyn std::error::Error>> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let n = m * m;
     let owned = |r: usize| r * n / size..(r + 1) * n / size;
@@ -82,11 +96,11 @@ fn run(world: &SimpleCommunicator, m: usize) -> Result<(), Box<dyn std::error::E
             }
         })
         .collect();
-    let sf = StarForest::new(
-        world,
-        &Graph::new(mine.len(), None, leaves),
-        SfOptions::default(),
-    )?;
+    let opts = SfOptions {
+        sf_type,
+        ..SfOptions::default()
+    };
+    let sf = StarForest::new(world, &Graph::new(mine.len(), None, leaves), opts)?;
     let rows = Rows::new(mine.clone().map(|r| stencil(m, r)), &columns);
 
     // y = A x: the columns' entries from their owners, then the local rows.

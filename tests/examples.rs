@@ -79,7 +79,16 @@ fn spmv_example_matches_the_stencil_on_any_number_of_ranks() {
             "{out}"
         );
     }
+    // The same bits under the other implementations of the forest.
+    for t in ["neighbor", "rma"] {
+        let o = common::mpirun(3, 60, &exe, &["17", t], &[]);
+        common::assert_ok(&format!("spmv example on 3 ranks, {t}"), &o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("|A x|² = 46365.097900390625"), "{t}: {out}");
+    }
     let o = common::mpirun(1, 60, &exe, &["1"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let o = common::mpirun(1, 60, &exe, &["17", "pigeon"], &[]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
 
