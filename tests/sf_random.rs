@@ -267,6 +267,92 @@ impl Case<'_> {
         }
     }
 
+    /// A fetch-and-op and a bcast in flight together, the fetch-and-op ended before the bcast
+    /// begins on odd ranks and after it on even ones (its end sends, so the two ranks' sends
+    /// start in opposite orders): each still gets its own data.
+    fn fetch_across_bcast(&mut self) {
+        let n = self.world.nroots.len();
+        let me = self.rank;
+        let roots: Vec<Vec<f64>> = (0..n)
+            .map(|r| values(self.seed + 8, r, self.world.nroots[r]))
+            .collect();
+        let leaves: Vec<Vec<f64>> = (0..n)
+            .map(|r| values(self.seed + 9, r, self.world.leaf_space[r]))
+            .collect();
+        let bcast_roots: Vec<Vec<f64>> = (0..n)
+            .map(|r| values(self.seed + 10, r, self.world.nroots[r]))
+            .collect();
+        let mut want_root = roots[me].clone();
+        let mut want_upd = vec![0.0; self.world.leaf_space[me]];
+        for (q, root_q) in roots.iter().enumerate() {
+            for (o, &root_qo) in root_q.iter().enumerate() {
+                let mut acc = root_qo;
+                for (p, l) in self.world.leaves_of(q, o) {
+                    if p == me {
+                        want_upd[l] = acc;
+                    }
+                    acc += leaves[p][l];
+                }
+                if q == me {
+                    want_root[o] = acc;
+                }
+            }
+        }
+        let mut want_b = leaves[me].clone();
+        for &(l, q, o) in &self.world.leaves[me] {
+            want_b[l] = bcast_roots[q][o];
+        }
+        let (mut root, mut upd, mut b) = (
+            roots[me].clone(),
+            vec![0.0; self.world.leaf_space[me]],
+            leaves[me].clone(),
+        );
+        let f = self
+            .sf
+            .fetch_and_op_begin(&mut root, &leaves[me], &mut upd, Op::Sum)
+            .unwrap();
+        if me % 2 == 1 {
+            f.end();
+            self.sf
+                .bcast(&bcast_roots[me], &mut b, Op::Replace)
+                .unwrap();
+        } else {
+            let pb = self
+                .sf
+                .bcast_begin(&bcast_roots[me], &mut b, Op::Replace)
+                .unwrap();
+            f.end();
+            pb.end();
+        }
+        self.check("fetch across bcast: root", &root, &want_root);
+        self.check("fetch across bcast: leafupdate", &upd, &want_upd);
+        self.check("fetch across bcast: bcast", &b, &want_b);
+    }
+
+    /// One-sided: with one operation kept in flight, 63 more run, and the 64th, which would
+    /// share its signal slot, is refused (the same on every rank, as every rank runs the same
+    /// sequence); the kept one then ends with its data.
+    fn ring_window(&mut self) {
+        let roots = vec![3.0f64; self.sf.nroots()];
+        let mut kept = vec![0.0f64; self.sf.leaf_space()];
+        let mut want = kept.clone();
+        for &(l, _, _) in &self.world.leaves[self.rank] {
+            want[l] = 3.0;
+        }
+        let a = self.sf.bcast_begin(&roots, &mut kept, Op::Replace).unwrap();
+        let mut scratch = vec![0.0f64; self.sf.leaf_space()];
+        let ran = (0..63)
+            .take_while(|_| self.sf.bcast(&roots, &mut scratch, Op::Replace).is_ok())
+            .count();
+        let refused = self.sf.bcast(&roots, &mut scratch, Op::Replace);
+        a.end();
+        if ran != 63 || !matches!(refused, Err(SfError::TooManyInFlight(64))) {
+            self.failures
+                .push(format!("rma ring window: {ran} ran, then {refused:?}"));
+        }
+        self.check("rma ring window: kept bcast", &kept, &want);
+    }
+
     /// A one-sided forest refuses the 65th operation in flight (its signal rings hold 64), on
     /// every rank alike, and works on once they end (the next check runs on it).
     fn ring_limit(&mut self) {
@@ -385,7 +471,9 @@ fn child() {
                 case.all_ops::<u8>();
                 case.all_ops::<[f64; 3]>();
             }
+            case.fetch_across_bcast();
             if sf_type == SfType::Rma {
+                case.ring_window();
                 case.ring_limit();
             }
             case.overlapping();

@@ -38,9 +38,9 @@ pub enum SfError {
     /// The unit type has no such reduction (e.g. a bitwise op on floats).
     #[error("operation `{op}` is not defined for unit type {unit}")]
     UnsupportedOp { op: Op, unit: &'static str },
-    /// A one-sided (`rma`) forest with as many operations of one direction in flight as its
-    /// signal rings hold.
-    #[error("{0} operations are already in flight on this rma forest (end some first)")]
+    /// A one-sided (`rma`) forest whose signal ring slot for the next operation still holds
+    /// one in flight on this rank (an error on this rank only: end operations sooner).
+    #[error("an rma forest keeps operations in flight at most {0} apart in begin order; one begun {0} operations ago has not ended")]
     TooManyInFlight(u64),
     /// An option value that names nothing.
     #[error("unknown {what} `{got}` (expected one of: {expected})")]

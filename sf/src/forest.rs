@@ -6,7 +6,7 @@ use crate::graph::Graph;
 use crate::link::{self, Kind, Link};
 use crate::plan::{PackPlan, Plan};
 use crate::raw::{self, RawComm};
-use crate::rma::{Rma, RmaShared, RING};
+use crate::rma::{Rma, RmaShared};
 use crate::transport::{Basic, Dir, Neighbor, NeighborGraphs, SfType, Side, Transport};
 use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -95,8 +95,6 @@ pub struct StarForest {
     neighbor_graphs: Option<NeighborGraphs>,
     /// The windows and signal rings of a [`SfType::Rma`] forest.
     rma: Option<Rc<RmaShared>>,
-    /// Links made so far (in flight: these less the pooled ones).
-    made_links: std::cell::Cell<u64>,
     links: RefCell<Vec<Link>>,
 }
 
@@ -200,7 +198,6 @@ impl StarForest {
             reduce_in_place,
             neighbor_graphs,
             rma,
-            made_links: std::cell::Cell::new(0),
             links: RefCell::new(Vec::new()),
         })
     }
@@ -390,6 +387,9 @@ impl StarForest {
     }
 
     fn take_link_bytes(&self, kind: Kind, unit_bytes: usize) -> Result<Link, SfError> {
+        if let Some(rma) = &self.rma {
+            rma.check_slots()?;
+        }
         let mut pool = self.links.borrow_mut();
         if let Some(i) = pool
             .iter()
@@ -397,11 +397,6 @@ impl StarForest {
         {
             return Ok(pool.swap_remove(i));
         }
-        let in_flight = self.made_links.get() - pool.len() as u64;
-        if self.rma.is_some() && in_flight >= RING {
-            return Err(SfError::TooManyInFlight(in_flight));
-        }
-        self.made_links.set(self.made_links.get() + 1);
         let fetch_units = if kind == Kind::FetchAndOp {
             self.root_ranks.total()
         } else {
@@ -410,6 +405,7 @@ impl StarForest {
         let transport: Box<dyn Transport> = match (&self.neighbor_graphs, &self.rma) {
             (Some(graphs), _) => Box::new(Neighbor::new(
                 graphs,
+                kind == Kind::FetchAndOp,
                 self.leaf_ranks.len(),
                 self.root_ranks.len(),
             )),

@@ -557,28 +557,22 @@ fn lay_out(
 pub(crate) struct Window {
     win: ffi::MPI_Win,
     rank: c_int,
-    /// The memory of a window over words (none for a dynamic one); MPI reads and writes it
-    /// until the window is freed, so it is freed after.
-    _words: Option<Box<[u64]>>,
+    /// The memory of a window over words (from `Box::into_raw`; none for a dynamic one): MPI
+    /// reads and writes it until the window is freed, so it is freed after.
+    words: Option<*mut [u64]>,
 }
 
 impl Window {
     /// Collective over `comm`: a window over `words` (their initial values), addressed in
     /// words.
-    pub(crate) fn over_words(comm: RawComm, mut words: Box<[u64]>) -> Self {
+    pub(crate) fn over_words(comm: RawComm, words: Box<[u64]>) -> Self {
         let bytes = std::mem::size_of_val(&*words) as ffi::MPI_Aint;
+        let words = Box::into_raw(words);
         let mut win = win_null();
-        // SAFETY: the words live in the window until it is freed (drop frees the window
-        // first); MPI writes the handle into `win`.
+        // SAFETY: the words live until drop, which frees the window before them; MPI writes
+        // the handle into `win`.
         let code = unsafe {
-            ffi::MPI_Win_create(
-                words.as_mut_ptr().cast(),
-                bytes,
-                8,
-                ffi::RSMPI_INFO_NULL,
-                comm,
-                &mut win,
-            )
+            ffi::MPI_Win_create(words.cast(), bytes, 8, ffi::RSMPI_INFO_NULL, comm, &mut win)
         };
         check(code, "MPI_Win_create");
         Self::locked(win, comm, Some(words))
@@ -594,7 +588,7 @@ impl Window {
         Self::locked(win, comm, None)
     }
 
-    fn locked(win: ffi::MPI_Win, comm: RawComm, words: Option<Box<[u64]>>) -> Self {
+    fn locked(win: ffi::MPI_Win, comm: RawComm, words: Option<*mut [u64]>) -> Self {
         let mut rank: c_int = 0;
         // SAFETY: a valid communicator; `rank` is an out-parameter.
         check(
@@ -604,11 +598,7 @@ impl Window {
         // SAFETY: a window just created, in no epoch yet.
         let code = unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win) };
         check(code, "MPI_Win_lock_all");
-        Self {
-            win,
-            rank,
-            _words: words,
-        }
+        Self { win, rank, words }
     }
 
     /// Exposes `bytes` bytes at `addr` to remote puts (a dynamic window).
@@ -663,6 +653,14 @@ impl Window {
         check(code, "MPI_Put_c");
     }
 
+    /// Makes this rank's public and private copies of its window memory the same (the
+    /// separate memory model needs it between remote puts and local reads).
+    pub(crate) fn sync(&self) {
+        // SAFETY: a valid window in a lock-all epoch.
+        let code = unsafe { ffi::MPI_Win_sync(self.win) };
+        check(code, "MPI_Win_sync");
+    }
+
     /// Completes every operation to `target` at the target.
     pub(crate) fn flush(&self, target: i32) {
         // SAFETY: a valid window in a lock-all epoch.
@@ -715,12 +713,17 @@ impl Window {
 impl Drop for Window {
     fn drop(&mut self) {
         // SAFETY: a window we created, in the lock-all epoch opened at creation, with every
-        // operation flushed; freeing is collective, like the forest's own drop.
-        let code = unsafe {
-            ffi::MPI_Win_unlock_all(self.win);
-            ffi::MPI_Win_free(&mut self.win)
-        };
-        check(code, "MPI_Win_free");
+        // operation flushed.
+        check(
+            unsafe { ffi::MPI_Win_unlock_all(self.win) },
+            "MPI_Win_unlock_all",
+        );
+        // SAFETY: as above; freeing is collective, like the forest's own drop.
+        check(unsafe { ffi::MPI_Win_free(&mut self.win) }, "MPI_Win_free");
+        if let Some(words) = self.words.take() {
+            // SAFETY: from `Box::into_raw` in `over_words`, and no longer in any window.
+            drop(unsafe { Box::from_raw(words) });
+        }
     }
 }
 

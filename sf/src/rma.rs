@@ -12,10 +12,13 @@
 //! words, one per operation in flight; operations are numbered per direction in the order
 //! they are begun, the same on every rank. An arrival word holds `seq + 1` once the operation
 //! numbered `seq` has arrived: senders add `RING`, and the words start `RING` below their
-//! first value. Sends whose mailbox is still empty wait in the forest's outgoing list, moved
-//! on by every poll of any operation of the forest (so, as with MPI's own progress, no rank
-//! needs another to end an operation first).
+//! first value. An operation is refused when its slot still holds one in flight, so no two
+//! operations in flight on a rank share a slot, and a slot is refilled only after the
+//! operation that used it has ended on both ranks. Sends whose mailbox is still empty wait in
+//! the forest's outgoing list, moved on by every start and wait of the forest's operations:
+//! unlike MPI's own sends, they do not move while their rank is in another MPI call.
 
+use crate::error::SfError;
 use crate::raw::{RawComm, Window};
 use crate::transport::{Dir, Side, Transport};
 use mpi::point_to_point::{Destination, Source};
@@ -59,6 +62,8 @@ pub(crate) struct RmaShared {
     recv: [Vec<Pair>; 2],
     /// Per direction: the number the next operation begun gets.
     next: Cell<[u64; 2]>,
+    /// Per direction: the ring slots of the operations in flight on this rank, one bit each.
+    busy: Cell<[u64; 2]>,
     outgoing: RefCell<Vec<Outgoing>>,
 }
 
@@ -108,16 +113,35 @@ impl RmaShared {
             send,
             recv,
             next: Cell::new([0; 2]),
+            busy: Cell::new([0; 2]),
             outgoing: RefCell::new(Vec::new()),
         }
     }
 
+    /// Refuses an operation whose ring slot, in either direction, still holds one in flight
+    /// (begun 64 or more operations earlier and not ended).
+    pub(crate) fn check_slots(&self) -> Result<(), SfError> {
+        let (next, busy) = (self.next.get(), self.busy.get());
+        match (0..2).any(|d| busy[d] & (1 << (next[d] % RING)) != 0) {
+            true => Err(SfError::TooManyInFlight(RING)),
+            false => Ok(()),
+        }
+    }
+
     fn number(&self, dir: usize) -> u64 {
-        let mut next = self.next.get();
+        let (mut next, mut busy) = (self.next.get(), self.busy.get());
         let seq = next[dir];
         next[dir] += 1;
+        busy[dir] |= 1 << (seq % RING);
         self.next.set(next);
+        self.busy.set(busy);
         seq
+    }
+
+    fn release(&self, dir: usize, seq: u64) {
+        let mut busy = self.busy.get();
+        busy[dir] &= !(1 << (seq % RING));
+        self.busy.set(busy);
     }
 
     /// Puts every outgoing message whose mailbox word is filled, and signals its arrival.
@@ -240,6 +264,7 @@ impl Transport for Rma {
                 // SAFETY: bound under `bind`'s contract: valid and unaliased until the wait,
                 // which detaches it.
                 unsafe { sh.data.attach(addr, bytes) };
+                sh.data.sync();
                 let at = Window::address(addr);
                 sh.ctl.add_word(pair.rank, pair.remote + slot, at);
             }
@@ -274,6 +299,7 @@ impl Transport for Rma {
                     std::thread::yield_now();
                 }
             }
+            sh.data.sync();
             for &(addr, _) in &self.msgs[s][d] {
                 sh.data.detach(addr);
             }
@@ -286,6 +312,7 @@ impl Transport for Rma {
         self.started[s][d] = false;
         if !self.started[0][d] && !self.started[1][d] {
             self.seq[d] = None;
+            sh.release(d, seq);
         }
     }
 }

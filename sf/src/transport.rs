@@ -45,7 +45,11 @@ pub enum SfType {
     Neighbor,
     /// One-sided: each receiver posts where its message goes, and the sender puts the bytes
     /// there and raises a signal (put + signal over MPI-3 RMA windows, in the manner of
-    /// OpenSHMEM). At most 64 operations of one direction in flight on a rank.
+    /// OpenSHMEM). Operations in flight on a rank may be at most 64 apart in begin order
+    /// (the next is refused with [`SfError::TooManyInFlight`] on that rank). A send whose
+    /// receiver had not yet begun moves only inside a later start or wait of this forest's
+    /// operations, so a rank must not block in another MPI call (a barrier, another forest)
+    /// between begin and end while others wait for its data.
     Rma,
 }
 
@@ -141,6 +145,10 @@ impl Transport for Basic {
 pub(crate) struct NeighborGraphs {
     /// Indexed by [`Dir`]: bcast sources are the root ranks, reduce sources the leaf ranks.
     graphs: [GraphComm; 2],
+    /// Root to leaf again, for the replies of fetch-and-ops: those start at the operation's
+    /// end, so on the bcast communicator they could pair with another rank's next bcast
+    /// (collectives match in the order they start, and ends need not keep begin order).
+    replies: GraphComm,
 }
 
 impl NeighborGraphs {
@@ -151,6 +159,7 @@ impl NeighborGraphs {
                 GraphComm::new(comm, root_ranks, leaf_ranks),
                 GraphComm::new(comm, leaf_ranks, root_ranks),
             ],
+            replies: GraphComm::new(comm, root_ranks, leaf_ranks),
         }
     }
 }
@@ -167,11 +176,22 @@ pub(crate) struct Neighbor {
 }
 
 impl Neighbor {
-    /// The transport of one link; `graphs` must outlive it (the forest owns both).
-    pub(crate) fn new(graphs: &NeighborGraphs, leaf_ranks: usize, root_ranks: usize) -> Self {
+    /// The transport of one link (of a fetch-and-op when `replies`); `graphs` must outlive it
+    /// (the forest owns both).
+    pub(crate) fn new(
+        graphs: &NeighborGraphs,
+        replies: bool,
+        leaf_ranks: usize,
+        root_ranks: usize,
+    ) -> Self {
         let unbound = |n| vec![(std::ptr::null(), 0); n];
+        let bcast = if replies {
+            &graphs.replies
+        } else {
+            &graphs.graphs[0]
+        };
         Self {
-            graphs: [graphs.graphs[0].raw(), graphs.graphs[1].raw()],
+            graphs: [bcast.raw(), graphs.graphs[1].raw()],
             msgs: [
                 [unbound(leaf_ranks), unbound(leaf_ranks)],
                 [unbound(root_ranks), unbound(root_ranks)],
