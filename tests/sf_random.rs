@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use starhalo_exec::Policy;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::mpi::traits::CommunicatorCollectives;
 use starhalo_sf::{
     Discovery, Graph, Op, Pending, RootRef, Scalar, SfError, SfOptions, SfType, Staged, StarForest,
     Unit,
@@ -329,6 +330,36 @@ impl Case<'_> {
         self.check("fetch across bcast: bcast", &b, &want_b);
     }
 
+    /// Rank 0 waits in a barrier between its bcast's begin and end, while the other ranks,
+    /// late to begin, need its data before they reach the barrier: its messages must move
+    /// while it is in another MPI call.
+    fn barrier_inside(&mut self) {
+        let n = self.world.nroots.len();
+        let me = self.rank;
+        let roots: Vec<Vec<f64>> = (0..n)
+            .map(|r| values(self.seed + 11, r, self.world.nroots[r]))
+            .collect();
+        let mut want = vec![0.0; self.world.leaf_space[me]];
+        for &(l, q, o) in &self.world.leaves[me] {
+            want[l] = roots[q][o];
+        }
+        let mut got = vec![0.0; self.world.leaf_space[me]];
+        let comm = self.sf.comm();
+        if me == 0 {
+            let p = self
+                .sf
+                .bcast_begin(&roots[me], &mut got, Op::Replace)
+                .unwrap();
+            comm.barrier();
+            p.end();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.sf.bcast(&roots[me], &mut got, Op::Replace).unwrap();
+            comm.barrier();
+        }
+        self.check("bcast across a barrier", &got, &want);
+    }
+
     /// One-sided: with one operation kept in flight, 63 more run, and the 64th, which would
     /// share its signal slot, is refused (the same on every rank, as every rank runs the same
     /// sequence); the kept one then ends with its data.
@@ -472,6 +503,10 @@ fn child() {
                 case.all_ops::<[f64; 3]>();
             }
             case.fetch_across_bcast();
+            // An rma send moves only inside its forest's calls (documented on SfType::Rma).
+            if sf_type != SfType::Rma {
+                case.barrier_inside();
+            }
             if sf_type == SfType::Rma {
                 case.ring_window();
                 case.ring_limit();
