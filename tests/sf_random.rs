@@ -173,6 +173,18 @@ struct Case<'a> {
 }
 
 impl Case<'_> {
+    /// Every rank's root values (or leaf values with `leaf`), drawn from the seed plus `salt`.
+    fn per_rank<U: TestUnit>(&self, salt: u64, leaf: bool) -> Vec<Vec<U>> {
+        let len = |r: usize| match leaf {
+            true => self.world.leaf_space[r],
+            false => self.world.nroots[r],
+        };
+        let n = self.world.nroots.len();
+        (0..n)
+            .map(|r| values(self.seed + salt, r, len(r)))
+            .collect()
+    }
+
     fn check<U: TestUnit>(&mut self, what: &str, got: &[U], want: &[U]) {
         let same = got.len() == want.len() && got.iter().zip(want).all(|(a, b)| a.bits_eq(b));
         if !same {
@@ -184,13 +196,8 @@ impl Case<'_> {
     }
 
     fn all_ops<U: TestUnit>(&mut self) {
-        let n = self.world.nroots.len();
-        let roots: Vec<Vec<U>> = (0..n)
-            .map(|r| values(self.seed, r, self.world.nroots[r]))
-            .collect();
-        let leaves: Vec<Vec<U>> = (0..n)
-            .map(|r| values(self.seed + 1, r, self.world.leaf_space[r]))
-            .collect();
+        let roots: Vec<Vec<U>> = self.per_rank(0, false);
+        let leaves: Vec<Vec<U>> = self.per_rank(1, true);
         let me = self.rank;
         let name = std::any::type_name::<U>();
         for op in Op::ALL {
@@ -272,17 +279,10 @@ impl Case<'_> {
     /// begins on odd ranks and after it on even ones (its end sends, so the two ranks' sends
     /// start in opposite orders): each still gets its own data.
     fn fetch_across_bcast(&mut self) {
-        let n = self.world.nroots.len();
         let me = self.rank;
-        let roots: Vec<Vec<f64>> = (0..n)
-            .map(|r| values(self.seed + 8, r, self.world.nroots[r]))
-            .collect();
-        let leaves: Vec<Vec<f64>> = (0..n)
-            .map(|r| values(self.seed + 9, r, self.world.leaf_space[r]))
-            .collect();
-        let bcast_roots: Vec<Vec<f64>> = (0..n)
-            .map(|r| values(self.seed + 10, r, self.world.nroots[r]))
-            .collect();
+        let roots: Vec<Vec<f64>> = self.per_rank(8, false);
+        let leaves: Vec<Vec<f64>> = self.per_rank(9, true);
+        let bcast_roots: Vec<Vec<f64>> = self.per_rank(10, false);
         let mut want_root = roots[me].clone();
         let mut want_upd = vec![0.0; self.world.leaf_space[me]];
         for (q, root_q) in roots.iter().enumerate() {
@@ -334,11 +334,8 @@ impl Case<'_> {
     /// late to begin, need its data before they reach the barrier: its messages must move
     /// while it is in another MPI call.
     fn barrier_inside(&mut self) {
-        let n = self.world.nroots.len();
         let me = self.rank;
-        let roots: Vec<Vec<f64>> = (0..n)
-            .map(|r| values(self.seed + 11, r, self.world.nroots[r]))
-            .collect();
+        let roots: Vec<Vec<f64>> = self.per_rank(11, false);
         let mut want = vec![0.0; self.world.leaf_space[me]];
         for &(l, q, o) in &self.world.leaves[me] {
             want[l] = roots[q][o];
@@ -410,17 +407,10 @@ impl Case<'_> {
 
     /// Three operations in flight at once on one forest, ended in reverse order.
     fn overlapping(&mut self) {
-        let n = self.world.nroots.len();
         let me = self.rank;
-        let roots: Vec<Vec<f64>> = (0..n)
-            .map(|r| values(self.seed + 5, r, self.world.nroots[r]))
-            .collect();
-        let leaves: Vec<Vec<f64>> = (0..n)
-            .map(|r| values(self.seed + 6, r, self.world.leaf_space[r]))
-            .collect();
-        let root_i: Vec<Vec<i32>> = (0..n)
-            .map(|r| values(self.seed + 7, r, self.world.nroots[r]))
-            .collect();
+        let roots: Vec<Vec<f64>> = self.per_rank(5, false);
+        let leaves: Vec<Vec<f64>> = self.per_rank(6, true);
+        let root_i: Vec<Vec<i32>> = self.per_rank(7, false);
 
         let mut want_a = leaves[me].clone();
         for &(l, q, o) in &self.world.leaves[me] {
