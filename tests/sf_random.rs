@@ -185,6 +185,44 @@ impl Case<'_> {
             .collect()
     }
 
+    /// This rank's leaves after a bcast with `op` of `roots` onto `leaves`.
+    fn bcast_reference<U: TestUnit>(&self, roots: &[Vec<U>], leaves: &[U], op: Op) -> Vec<U> {
+        let mut want = leaves.to_vec();
+        for &(l, q, o) in &self.world.leaves[self.rank] {
+            apply(op, &mut want[l], &roots[q][o]);
+        }
+        want
+    }
+
+    /// This rank's roots after a reduce with `op` of every rank's `leaves` into `roots`, and
+    /// the leaf updates of the same fetch-and-op: each root combines its leaves in the
+    /// documented order.
+    fn reduce_reference<U: TestUnit>(
+        &self,
+        roots: &[Vec<U>],
+        leaves: &[Vec<U>],
+        op: Op,
+    ) -> (Vec<U>, Vec<U>) {
+        let me = self.rank;
+        let mut want_root = roots[me].clone();
+        let mut want_upd = vec![U::zeroed(); self.world.leaf_space[me]];
+        for (q, root_q) in roots.iter().enumerate() {
+            for (o, &root_qo) in root_q.iter().enumerate() {
+                let mut acc = root_qo;
+                for (p, l) in self.world.leaves_of(q, o) {
+                    if p == me {
+                        want_upd[l] = acc;
+                    }
+                    apply(op, &mut acc, &leaves[p][l]);
+                }
+                if q == me {
+                    want_root[o] = acc;
+                }
+            }
+        }
+        (want_root, want_upd)
+    }
+
     fn check<U: TestUnit>(&mut self, what: &str, got: &[U], want: &[U]) {
         let same = got.len() == want.len() && got.iter().zip(want).all(|(a, b)| a.bits_eq(b));
         if !same {
@@ -212,10 +250,7 @@ impl Case<'_> {
                 continue;
             }
             // bcast: every leaf combines with its one root.
-            let mut want = leaves[me].clone();
-            for &(l, q, o) in &self.world.leaves[me] {
-                apply(op, &mut want[l], &roots[q][o]);
-            }
+            let want = self.bcast_reference(&roots, &leaves[me], op);
             let mut got = leaves[me].clone();
             self.sf.bcast(&roots[me], &mut got, op).unwrap();
             self.check(&format!("bcast {op} {name}"), &got, &want);
@@ -229,22 +264,7 @@ impl Case<'_> {
             self.check(&format!("in-place bcast {op} {name}"), &got, &want);
 
             // reduce and fetch-and-op: each root combines its leaves in the documented order.
-            let mut want_root = roots[me].clone();
-            let mut want_upd = vec![U::zeroed(); self.world.leaf_space[me]];
-            for (q, root_q) in roots.iter().enumerate() {
-                for (o, &root_qo) in root_q.iter().enumerate() {
-                    let mut acc = root_qo;
-                    for (p, l) in self.world.leaves_of(q, o) {
-                        if p == me {
-                            want_upd[l] = acc;
-                        }
-                        apply(op, &mut acc, &leaves[p][l]);
-                    }
-                    if q == me {
-                        want_root[o] = acc;
-                    }
-                }
-            }
+            let (want_root, want_upd) = self.reduce_reference(&roots, &leaves, op);
             let mut got = roots[me].clone();
             self.sf.reduce(&leaves[me], &mut got, op).unwrap();
             self.check(&format!("reduce {op} {name}"), &got, &want_root);
@@ -283,26 +303,8 @@ impl Case<'_> {
         let roots: Vec<Vec<f64>> = self.per_rank(8, false);
         let leaves: Vec<Vec<f64>> = self.per_rank(9, true);
         let bcast_roots: Vec<Vec<f64>> = self.per_rank(10, false);
-        let mut want_root = roots[me].clone();
-        let mut want_upd = vec![0.0; self.world.leaf_space[me]];
-        for (q, root_q) in roots.iter().enumerate() {
-            for (o, &root_qo) in root_q.iter().enumerate() {
-                let mut acc = root_qo;
-                for (p, l) in self.world.leaves_of(q, o) {
-                    if p == me {
-                        want_upd[l] = acc;
-                    }
-                    acc += leaves[p][l];
-                }
-                if q == me {
-                    want_root[o] = acc;
-                }
-            }
-        }
-        let mut want_b = leaves[me].clone();
-        for &(l, q, o) in &self.world.leaves[me] {
-            want_b[l] = bcast_roots[q][o];
-        }
+        let (want_root, want_upd) = self.reduce_reference(&roots, &leaves, Op::Sum);
+        let want_b = self.bcast_reference(&bcast_roots, &leaves[me], Op::Replace);
         let (mut root, mut upd, mut b) = (
             roots[me].clone(),
             vec![0.0; self.world.leaf_space[me]],
@@ -336,11 +338,8 @@ impl Case<'_> {
     fn barrier_inside(&mut self) {
         let me = self.rank;
         let roots: Vec<Vec<f64>> = self.per_rank(11, false);
-        let mut want = vec![0.0; self.world.leaf_space[me]];
-        for &(l, q, o) in &self.world.leaves[me] {
-            want[l] = roots[q][o];
-        }
         let mut got = vec![0.0; self.world.leaf_space[me]];
+        let want = self.bcast_reference(&roots, &got, Op::Replace);
         let comm = self.sf.comm();
         if me == 0 {
             let p = self
@@ -412,14 +411,8 @@ impl Case<'_> {
         let leaves: Vec<Vec<f64>> = self.per_rank(6, true);
         let root_i: Vec<Vec<i32>> = self.per_rank(7, false);
 
-        let mut want_a = leaves[me].clone();
-        for &(l, q, o) in &self.world.leaves[me] {
-            want_a[l] = roots[q][o];
-        }
-        let mut want_b = leaves[me].clone();
-        for &(l, q, o) in &self.world.leaves[me] {
-            want_b[l] += roots[q][o];
-        }
+        let want_a = self.bcast_reference(&roots, &leaves[me], Op::Replace);
+        let want_b = self.bcast_reference(&roots, &leaves[me], Op::Sum);
         let mut want_c = root_i[me].clone();
         for (o, want) in want_c.iter_mut().enumerate() {
             for (p, l) in self.world.leaves_of(me, o) {
