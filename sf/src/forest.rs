@@ -66,8 +66,8 @@ impl Peers {
 ///
 /// Operations are collective over the forest's communicator and must be begun in the same
 /// order on every rank (and fetch-and-ops, whose end sends, ended in the same order); several
-/// may be in flight at once on different data. The data slices
-/// stay borrowed from `*_begin` until [`Pending::end`], so they cannot be touched in between.
+/// may be in flight at once on different data. The data slices stay borrowed from `*_begin`
+/// until [`Pending::end`], so they cannot be touched in between.
 ///
 /// Reductions are deterministic: each root combines its own rank's leaves first, then the
 /// other ranks' in ascending rank order, each rank's in ascending leaf index.
@@ -91,11 +91,17 @@ pub struct StarForest {
     /// Root index from which remote reduce data may land in place: set when the remote roots
     /// form one contiguous range that no local edge touches.
     reduce_in_place: Option<usize>,
-    /// The graph communicators of a [`SfType::Neighbor`] forest.
-    neighbor_graphs: Option<NeighborGraphs>,
-    /// The windows and signal rings of a [`SfType::Rma`] forest.
-    rma: Option<Rc<RmaShared>>,
+    /// What the links of its implementation share.
+    shared: Shared,
     links: RefCell<Vec<Link>>,
+}
+
+/// What a forest's links share, per implementation: the graph communicators of a
+/// [`SfType::Neighbor`] forest, the windows and signal rings of a [`SfType::Rma`] one.
+enum Shared {
+    Basic,
+    Neighbor(NeighborGraphs),
+    Rma(Rc<RmaShared>),
 }
 
 impl StarForest {
@@ -174,16 +180,12 @@ impl StarForest {
         let self_roots = Plan::new(&self_edges.0);
         let self_leaves = Plan::new(&self_edges.1);
         let reduce_in_place = in_place_range(&leaf_ranks, &self_edges.0);
-        let neighbor_graphs = (opts.sf_type == SfType::Neighbor)
-            .then(|| NeighborGraphs::new(raw, &leaf_ranks.ranks, &root_ranks.ranks));
-        let rma = (opts.sf_type == SfType::Rma).then(|| {
-            Rc::new(RmaShared::new(
-                &comm,
-                raw,
-                &leaf_ranks.ranks,
-                &root_ranks.ranks,
-            ))
-        });
+        let (leaves, roots) = (&leaf_ranks.ranks, &root_ranks.ranks);
+        let shared = match opts.sf_type {
+            SfType::Basic => Shared::Basic,
+            SfType::Neighbor => Shared::Neighbor(NeighborGraphs::new(raw, leaves, roots)),
+            SfType::Rma => Shared::Rma(Rc::new(RmaShared::new(&comm, raw, leaves, roots))),
+        };
         Ok(StarForest {
             comm,
             raw,
@@ -196,8 +198,7 @@ impl StarForest {
             self_roots,
             self_leaves,
             reduce_in_place,
-            neighbor_graphs,
-            rma,
+            shared,
             links: RefCell::new(Vec::new()),
         })
     }
@@ -387,7 +388,7 @@ impl StarForest {
     }
 
     fn take_link_bytes(&self, kind: Kind, unit_bytes: usize) -> Result<Link, SfError> {
-        if let Some(rma) = &self.rma {
+        if let Shared::Rma(rma) = &self.shared {
             rma.check_slots()?;
         }
         let mut pool = self.links.borrow_mut();
@@ -402,20 +403,20 @@ impl StarForest {
         } else {
             0
         };
-        let transport: Box<dyn Transport> = match (&self.neighbor_graphs, &self.rma) {
-            (Some(graphs), _) => Box::new(Neighbor::new(
-                graphs,
-                kind == Kind::FetchAndOp,
-                self.leaf_ranks.len(),
-                self.root_ranks.len(),
-            )),
-            (_, Some(rma)) => Box::new(Rma::new(rma.clone())),
-            (None, None) => Box::new(Basic::new(
+        let transport: Box<dyn Transport> = match &self.shared {
+            Shared::Basic => Box::new(Basic::new(
                 self.raw,
                 &self.leaf_ranks.ranks,
                 &self.root_ranks.ranks,
                 kind.tags(),
             )),
+            Shared::Neighbor(graphs) => Box::new(Neighbor::new(
+                graphs,
+                kind == Kind::FetchAndOp,
+                self.leaf_ranks.len(),
+                self.root_ranks.len(),
+            )),
+            Shared::Rma(rma) => Box::new(Rma::new(rma.clone())),
         };
         Ok(Link {
             kind,

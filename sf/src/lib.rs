@@ -10,11 +10,10 @@
 //!
 //! Layout: `graph` (the input), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
-//! `transport` (how bytes move: one implementation per [`SfType`], the one-sided one in `rma`),
-//! `raw` (the only MPI FFI),
-//! `staged` (the traffic through packed arrays, for data in device memory), `device` (pack
-//! plans and the staged forest on a CUDA device), `exact_sum` (reductions whose bits do not
-//! depend on the decomposition).
+//! `transport` (how bytes move: one implementation per [`SfType`], the one-sided one in
+//! `rma`), `raw` (the only MPI FFI), `staged` (the traffic through packed arrays, for data in
+//! device memory), `device` (pack plans and the staged forest on a CUDA device), `exact_sum`
+//! (reductions whose bits do not depend on the decomposition).
 
 pub mod device;
 mod discovery;

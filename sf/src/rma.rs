@@ -20,7 +20,7 @@
 
 use crate::error::SfError;
 use crate::raw::{RawComm, Window};
-use crate::transport::{Dir, Side, Transport};
+use crate::transport::{Bound, Dir, Side, Transport};
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::cell::{Cell, RefCell};
@@ -216,8 +216,7 @@ fn exchange_rings(comm: &SimpleCommunicator, send: &mut [Vec<Pair>; 2], recv: &m
 /// One link's messages over the forest's windows.
 pub(crate) struct Rma {
     shared: Rc<RmaShared>,
-    /// Bound messages (address, bytes), indexed `[side][dir][peer]`.
-    msgs: [[Vec<(*const u8, usize)>; 2]; 2],
+    msgs: Bound,
     /// The number of the operation in flight per direction, taken when its first side starts.
     seq: [Option<u64>; 2],
     started: [[bool; 2]; 2],
@@ -225,13 +224,11 @@ pub(crate) struct Rma {
 
 impl Rma {
     pub(crate) fn new(shared: Rc<RmaShared>) -> Self {
-        let unbound = |n| vec![(std::ptr::null(), 0); n];
-        let (b, r) = (Dir::Bcast as usize, Dir::Reduce as usize);
-        let msgs = [
-            // Root side: bcast sends to leaf ranks, reduce receives from them.
-            [unbound(shared.send[b].len()), unbound(shared.recv[r].len())],
-            [unbound(shared.recv[b].len()), unbound(shared.send[r].len())],
-        ];
+        // Root-side peers are the leaf ranks: bcast's send pairs.
+        let msgs = Bound::new(
+            shared.send[Dir::Bcast as usize].len(),
+            shared.recv[Dir::Bcast as usize].len(),
+        );
         Self {
             shared,
             msgs,
@@ -241,16 +238,9 @@ impl Rma {
     }
 }
 
-fn receives(side: Side, dir: Dir) -> bool {
-    matches!(
-        (side, dir),
-        (Side::Leaf, Dir::Bcast) | (Side::Root, Dir::Reduce)
-    )
-}
-
 impl Transport for Rma {
     unsafe fn bind(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize) {
-        self.msgs[side as usize][dir as usize][i] = (addr, bytes);
+        self.msgs.set(side, dir, i, addr, bytes);
     }
 
     fn start(&mut self, side: Side, dir: Dir) {
@@ -259,8 +249,8 @@ impl Transport for Rma {
         let seq = *self.seq[d].get_or_insert_with(|| sh.number(d));
         let slot = seq % RING;
         self.started[s][d] = true;
-        if receives(side, dir) {
-            for (pair, &(addr, bytes)) in sh.recv[d].iter().zip(&self.msgs[s][d]) {
+        if !side.sends(dir) {
+            for (pair, &(addr, bytes)) in sh.recv[d].iter().zip(self.msgs.get(side, dir)) {
                 // SAFETY: bound under `bind`'s contract: valid and unaliased until the wait,
                 // which detaches it.
                 unsafe { sh.data.attach(addr, bytes) };
@@ -270,7 +260,7 @@ impl Transport for Rma {
             }
         } else {
             let mut out = sh.outgoing.borrow_mut();
-            for (peer, &(addr, bytes)) in self.msgs[s][d].iter().enumerate() {
+            for (peer, &(addr, bytes)) in self.msgs.get(side, dir).iter().enumerate() {
                 out.push(Outgoing {
                     dir: d,
                     seq,
@@ -292,7 +282,7 @@ impl Transport for Rma {
         let sh = &*self.shared;
         let seq = self.seq[d].expect("a started direction has a number");
         let slot = seq % RING;
-        if receives(side, dir) {
+        if !side.sends(dir) {
             for pair in &sh.recv[d] {
                 while sh.ctl.read_word(pair.local + slot) != seq + 1 {
                     sh.progress();
@@ -300,7 +290,7 @@ impl Transport for Rma {
                 }
             }
             sh.data.sync();
-            for &(addr, _) in &self.msgs[s][d] {
+            for &(addr, _) in self.msgs.get(side, dir) {
                 sh.data.detach(addr);
             }
         } else {

@@ -25,11 +25,50 @@ pub(crate) enum Dir {
 
 impl Side {
     /// Whether this side sends in `dir`.
-    fn sends(self, dir: Dir) -> bool {
-        matches!(
-            (self, dir),
-            (Side::Root, Dir::Bcast) | (Side::Leaf, Dir::Reduce)
-        )
+    pub(crate) fn sends(self, dir: Dir) -> bool {
+        self == dir.sender()
+    }
+}
+
+impl Dir {
+    /// The side that sends in this direction (the other receives).
+    pub(crate) fn sender(self) -> Side {
+        match self {
+            Dir::Bcast => Side::Root,
+            Dir::Reduce => Side::Leaf,
+        }
+    }
+
+    /// The side that receives in this direction.
+    pub(crate) fn receiver(self) -> Side {
+        match self {
+            Dir::Bcast => Side::Leaf,
+            Dir::Reduce => Side::Root,
+        }
+    }
+}
+
+/// Each peer's bound message (address, bytes) per side and direction, indexed
+/// `[side][dir][peer]`: what the transports that start whole directions at once hold until
+/// then.
+pub(crate) struct Bound([[Vec<(*const u8, usize)>; 2]; 2]);
+
+impl Bound {
+    /// Unbound messages for `leaf_ranks` root-side peers and `root_ranks` leaf-side ones.
+    pub(crate) fn new(leaf_ranks: usize, root_ranks: usize) -> Self {
+        let unbound = |n| vec![(std::ptr::null(), 0); n];
+        Self([
+            [unbound(leaf_ranks), unbound(leaf_ranks)],
+            [unbound(root_ranks), unbound(root_ranks)],
+        ])
+    }
+
+    pub(crate) fn set(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize) {
+        self.0[side as usize][dir as usize][i] = (addr, bytes);
+    }
+
+    pub(crate) fn get(&self, side: Side, dir: Dir) -> &[(*const u8, usize)] {
+        &self.0[side as usize][dir as usize]
     }
 }
 
@@ -169,8 +208,7 @@ impl NeighborGraphs {
 /// first, in the forest's order), and one wait completes both.
 pub(crate) struct Neighbor {
     graphs: [RawComm; 2],
-    /// Bound messages (address, bytes), indexed `[side][dir][peer]`.
-    msgs: [[Vec<(*const u8, usize)>; 2]; 2],
+    msgs: Bound,
     started: [[bool; 2]; 2],
     exchanges: [NeighborAlltoall; 2],
 }
@@ -184,7 +222,6 @@ impl Neighbor {
         leaf_ranks: usize,
         root_ranks: usize,
     ) -> Self {
-        let unbound = |n| vec![(std::ptr::null(), 0); n];
         let bcast = if replies {
             &graphs.replies
         } else {
@@ -192,10 +229,7 @@ impl Neighbor {
         };
         Self {
             graphs: [bcast.raw(), graphs.graphs[1].raw()],
-            msgs: [
-                [unbound(leaf_ranks), unbound(leaf_ranks)],
-                [unbound(root_ranks), unbound(root_ranks)],
-            ],
+            msgs: Bound::new(leaf_ranks, root_ranks),
             started: [[false; 2]; 2],
             exchanges: Default::default(),
         }
@@ -204,25 +238,19 @@ impl Neighbor {
 
 impl Transport for Neighbor {
     unsafe fn bind(&mut self, side: Side, dir: Dir, i: usize, addr: *const u8, bytes: usize) {
-        self.msgs[side as usize][dir as usize][i] = (addr, bytes);
+        self.msgs.set(side, dir, i, addr, bytes);
     }
 
     fn start(&mut self, side: Side, dir: Dir) {
         let d = dir as usize;
         self.started[side as usize][d] = true;
         if self.started[0][d] && self.started[1][d] {
-            let (send, recv) = match dir {
-                Dir::Bcast => (Side::Root, Side::Leaf),
-                Dir::Reduce => (Side::Leaf, Side::Root),
-            };
+            let (sends, recvs) = (
+                self.msgs.get(dir.sender(), dir),
+                self.msgs.get(dir.receiver(), dir),
+            );
             // SAFETY: every message was bound under `bind`'s contract: valid until the wait.
-            unsafe {
-                self.exchanges[d].start(
-                    self.graphs[d],
-                    &self.msgs[send as usize][d],
-                    &self.msgs[recv as usize][d],
-                )
-            };
+            unsafe { self.exchanges[d].start(self.graphs[d], sends, recvs) };
         }
     }
 
