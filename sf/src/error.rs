@@ -42,6 +42,16 @@ pub enum SfError {
     /// one in flight on this rank (an error on this rank only: end operations sooner).
     #[error("an rma forest keeps operations in flight at most {0} apart in begin order; one begun {0} operations ago has not ended")]
     TooManyInFlight(u64),
+    /// An inverse asked of a forest with a root that has more than one leaf.
+    #[error("root {root} has {degree} leaves, so the forest has no inverse (each root needs at most one leaf)")]
+    NotInvertible { root: usize, degree: usize },
+    /// An index given to the graph algebra outside the space it indexes.
+    #[error("{what} index {index} is out of range (the space has {len})")]
+    IndexOutOfRange {
+        what: &'static str,
+        index: usize,
+        len: usize,
+    },
     /// An option value that names nothing.
     #[error("unknown {what} `{got}` (expected one of: {expected})")]
     UnknownName {

@@ -1,5 +1,6 @@
 //! The star forest: set-up from a graph, and the operations with begin and end halves.
 
+use crate::algebra::MultiSf;
 use crate::discovery::{self, Discovery};
 use crate::error::SfError;
 use crate::graph::Graph;
@@ -11,7 +12,7 @@ use crate::transport::{Basic, Dir, Neighbor, NeighborGraphs, SfType, Side, Trans
 use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{for_each_segment, Policy};
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 
 /// Choices made when a forest is set up.
@@ -78,8 +79,8 @@ pub struct StarForest {
     comm: SimpleCommunicator,
     raw: RawComm,
     opts: SfOptions,
-    nroots: usize,
-    nleaves: usize,
+    /// This rank's part of the graph, kept for the graph algebra (`algebra`).
+    graph: Graph,
     leaf_space: usize,
     /// Remote ranks with leaves on my roots; indices are my roots.
     leaf_ranks: Peers,
@@ -94,6 +95,8 @@ pub struct StarForest {
     /// What the links of its implementation share.
     shared: Shared,
     links: RefCell<Vec<Link>>,
+    /// The multi-SF, set up by the first gather or scatter.
+    multi: OnceCell<Box<MultiSf>>,
 }
 
 /// What a forest's links share, per implementation: the graph communicators of a
@@ -190,8 +193,7 @@ impl StarForest {
             comm,
             raw,
             opts,
-            nroots: graph.nroots,
-            nleaves: graph.nleaves(),
+            graph: graph.clone(),
             leaf_space: graph.leaf_space(),
             leaf_ranks,
             root_ranks,
@@ -200,6 +202,7 @@ impl StarForest {
             reduce_in_place,
             shared,
             links: RefCell::new(Vec::new()),
+            multi: OnceCell::new(),
         })
     }
 
@@ -215,12 +218,21 @@ impl StarForest {
 
     /// Roots on this rank.
     pub fn nroots(&self) -> usize {
-        self.nroots
+        self.graph.nroots
     }
 
     /// Connected leaves on this rank.
     pub fn nleaves(&self) -> usize {
-        self.nleaves
+        self.graph.nleaves()
+    }
+
+    pub(crate) fn multi_cell(&self) -> &OnceCell<Box<MultiSf>> {
+        &self.multi
+    }
+
+    /// This rank's part of the graph the forest was set up from.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
     }
 
     /// Length a leaf array must have.
@@ -254,7 +266,7 @@ impl StarForest {
         leaf: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
-        check_len("rootdata", root.len(), self.nroots)?;
+        check_len("rootdata", root.len(), self.graph.nroots)?;
         check_len("leafdata", leaf.len(), self.leaf_space)?;
         let red = combine::<U>(op)?;
         let mut link = self.take_link::<U>(Kind::Bcast)?;
@@ -282,7 +294,7 @@ impl StarForest {
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
         check_len("leafdata", leaf.len(), self.leaf_space)?;
-        check_len("rootdata", root.len(), self.nroots)?;
+        check_len("rootdata", root.len(), self.graph.nroots)?;
         let red = combine::<U>(op)?;
         let mut link = self.take_link::<U>(Kind::Reduce)?;
         let in_place = self.reduce_in_place.filter(|_| red.is_none());
@@ -321,7 +333,7 @@ impl StarForest {
         leafupdate: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
-        check_len("rootdata", root.len(), self.nroots)?;
+        check_len("rootdata", root.len(), self.graph.nroots)?;
         check_len("leafdata", leaf.len(), self.leaf_space)?;
         check_len("leafupdate", leafupdate.len(), self.leaf_space)?;
         let red = reducer::<U>(op)?;

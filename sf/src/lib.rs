@@ -6,15 +6,18 @@
 //! per peer (contiguous, 3-D strided, or a list); then [`StarForest::bcast_begin`] (root to
 //! leaf), [`StarForest::reduce_begin`] (leaf to root) and
 //! [`StarForest::fetch_and_op_begin`] move data, any number at once, each finished by
-//! [`Pending::end`].
+//! [`Pending::end`]. Forests make forests: [`StarForest::multi`] (with gather and scatter),
+//! [`StarForest::invert`], [`StarForest::compose`], [`StarForest::compose_inverse`],
+//! [`StarForest::embed_roots`] and [`StarForest::embed_leaves`].
 //!
-//! Layout: `graph` (the input), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
+//! Layout: `graph` (the input), `algebra` (forests from forests), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
 //! `transport` (how bytes move: one implementation per [`SfType`], the one-sided one in
 //! `rma`), `raw` (the only MPI FFI), `staged` (the traffic through packed arrays, for data in
 //! device memory), `device` (pack plans and the staged forest on a CUDA device), `exact_sum`
 //! (reductions whose bits do not depend on the decomposition).
 
+mod algebra;
 pub mod device;
 mod discovery;
 mod error;
@@ -31,6 +34,7 @@ pub mod staged;
 mod transport;
 mod unit;
 
+pub use algebra::MultiSf;
 pub use discovery::{Discovery, NBX_FROM_RANKS};
 pub use error::SfError;
 pub use exact_sum::ExactSum;

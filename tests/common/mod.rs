@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod amr;
+pub mod sf_world;
 
 use std::path::Path;
 use std::process::{Command, Output};
