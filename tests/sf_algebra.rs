@@ -158,7 +158,7 @@ fn child() {
         t.eq("invert refused", sf.invert().map(|_| ()), want);
 
         // Root embedding: the even roots (by seed).
-        let keep = |o: usize| (o + seed as usize) % 2 == 0;
+        let keep = |o: usize| (o + seed as usize).is_multiple_of(2);
         let sel: Vec<usize> = (0..w.nroots[rank]).filter(|&o| keep(o)).collect();
         let want: Vec<_> = mine.iter().copied().filter(|e| keep(e.2)).collect();
         t.eq(
