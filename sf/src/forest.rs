@@ -745,10 +745,19 @@ pub struct Pending<'a, U: Unit> {
     work: Work<'a, U>,
 }
 
-impl<U: Unit> Pending<'_, U> {
+impl<'a, U: Unit> Pending<'a, U> {
     /// Waits for the remote messages and finishes the operation.
     pub fn end(mut self) {
         self.finish();
+    }
+
+    /// Ends a bcast and hands its leaf data back, for a caller that goes on writing it.
+    pub(crate) fn end_bcast(mut self) -> &'a mut [U] {
+        self.finish();
+        match &mut self.work {
+            Work::Bcast { leaf, .. } => std::mem::take(leaf),
+            _ => &mut [],
+        }
     }
 
     fn finish(&mut self) {

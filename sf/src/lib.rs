@@ -10,7 +10,9 @@
 //! [`StarForest::invert`], [`StarForest::compose`], [`StarForest::compose_inverse`],
 //! [`StarForest::embed_roots`] and [`StarForest::embed_leaves`].
 //!
-//! Layout: `graph` (the input), `algebra` (forests from forests), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
+//! Layout: `graph` (the input), `algebra` (forests from forests), `node_aware` (bcasts routed
+//! through paired ranks of other nodes), `cost` (the postal and max-rate models that choose a
+//! route), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
 //! `transport` (how bytes move: one implementation per [`SfType`], the one-sided one in
 //! `rma`), `raw` (the only MPI FFI), `staged` (the traffic through packed arrays, for data in
@@ -18,6 +20,7 @@
 //! (reductions whose bits do not depend on the decomposition).
 
 mod algebra;
+mod cost;
 pub mod device;
 mod discovery;
 mod error;
@@ -25,6 +28,7 @@ mod exact_sum;
 mod forest;
 mod graph;
 mod link;
+mod node_aware;
 pub mod p2p;
 mod plan;
 pub mod pool;
@@ -35,12 +39,14 @@ mod transport;
 mod unit;
 
 pub use algebra::MultiSf;
+pub use cost::{load, CostModel, Load, Postal, Prediction};
 pub use discovery::{Discovery, NBX_FROM_RANKS};
 pub use error::SfError;
 pub use exact_sum::ExactSum;
 pub use forest::{Pending, SfOptions, StarForest};
 pub use graph::{Graph, RootRef};
 pub use mpi;
+pub use node_aware::{NodeAwareSf, Nodes, RoutedPending, Strategy};
 pub use plan::{PackPlan, Plan, PlanIter, Runs};
 pub use raw::mpi_cuda_support;
 pub use staged::Staged;

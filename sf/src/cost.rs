@@ -1,0 +1,303 @@
+//! The postal and max-rate models of a node-aware bcast, with parameters measured on the
+//! running machine, and the choice of the strategy they predict fastest.
+//!
+//! A message of `s` bytes costs `alpha + beta * s` (postal). Off-node, a rank's traffic is
+//! also bounded by its node's injection rate: `alpha * m + max(s_node / rate, beta * s)`
+//! (max-rate), where `s_node` is what all ranks of the node inject. A bcast's time on a rank
+//! is the sum over the forests it runs through; the prediction is the largest over ranks.
+
+use crate::error::SfError;
+use crate::forest::{SfOptions, StarForest};
+use crate::graph::Graph;
+use crate::node_aware::{NodeAwareSf, Nodes, Strategy};
+use mpi::collective::SystemOperation;
+use mpi::topology::Communicator;
+use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
+use std::time::Instant;
+
+/// Latency (s) and inverse bandwidth (s per byte) of one message.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Postal {
+    pub alpha: f64,
+    pub beta: f64,
+}
+
+impl Postal {
+    /// Time of `m` messages carrying `s` bytes in all.
+    pub fn time(&self, m: usize, s: usize) -> f64 {
+        self.alpha * m as f64 + self.beta * s as f64
+    }
+}
+
+/// The parameters of both models.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// Between ranks on one node.
+    pub on_node: Postal,
+    /// Between ranks on different nodes.
+    pub off_node: Postal,
+    /// Bytes per second one node can inject into the network (`R_N`); infinite reduces the
+    /// max-rate model to the postal one.
+    pub node_rate: f64,
+}
+
+/// What one rank sends in one forest's bcast.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    pub on_msgs: usize,
+    pub on_bytes: usize,
+    pub off_msgs: usize,
+    pub off_bytes: usize,
+    /// Off-node bytes sent by every rank of this rank's node together.
+    pub node_off_bytes: usize,
+}
+
+/// One strategy's predicted and (when asked) measured time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prediction {
+    pub strategy: Strategy,
+    /// Seconds, the largest over ranks.
+    pub seconds: f64,
+}
+
+impl CostModel {
+    /// The time of one forest's bcast on a rank with this load.
+    pub fn time(&self, load: &Load) -> f64 {
+        let off = self.off_node.alpha * load.off_msgs as f64
+            + (load.node_off_bytes as f64 / self.node_rate)
+                .max(self.off_node.beta * load.off_bytes as f64);
+        self.on_node.time(load.on_msgs, load.on_bytes) + off
+    }
+
+    /// The predicted time of a bcast of `unit_bytes`-byte units through `sf`, the largest over
+    /// ranks. Collective.
+    pub fn predict(&self, sf: &NodeAwareSf, unit_bytes: usize) -> f64 {
+        let comm = sf.forests().next().map(StarForest::comm);
+        let Some(comm) = comm else { return 0.0 };
+        let mine: f64 = sf
+            .forests()
+            .map(|f| self.time(&load(f, sf.nodes(), unit_bytes)))
+            .sum();
+        let mut worst = 0.0f64;
+        comm.all_reduce_into(&mine, &mut worst, SystemOperation::max());
+        worst
+    }
+
+    /// Sets up every strategy for `graph`, predicts each, and keeps the fastest (the first of
+    /// equals, so standard wins ties). Collective; every rank makes the same choice.
+    pub fn choose<C: Communicator>(
+        &self,
+        comm: &C,
+        graph: &Graph,
+        opts: SfOptions,
+        nodes: &Nodes,
+        unit_bytes: usize,
+    ) -> Result<(NodeAwareSf, Vec<Prediction>), SfError> {
+        let mut best: Option<(NodeAwareSf, f64)> = None;
+        let mut all = Vec::new();
+        for strategy in Strategy::ALL {
+            let sf = NodeAwareSf::new(comm, graph, opts, nodes, strategy)?;
+            let seconds = self.predict(&sf, unit_bytes);
+            all.push(Prediction { strategy, seconds });
+            if best.as_ref().is_none_or(|(_, t)| seconds < *t) {
+                best = Some((sf, seconds));
+            }
+        }
+        let (sf, _) = best.expect("Strategy::ALL is not empty");
+        Ok((sf, all))
+    }
+
+    /// Measures the parameters by ping-pong: rank 0 with the next rank on its node (on-node)
+    /// and with the first rank of the next node (off-node), and the injection rate as the
+    /// bytes every rank of node 0 sends at once to the next node, per second. A pair that does
+    /// not exist takes the other's figures; rank 0's results go to every rank. Collective.
+    pub fn calibrate<C: Communicator>(comm: &C, nodes: &Nodes) -> CostModel {
+        let rank = comm.rank() as usize;
+        let on_peer = nodes.members(nodes.of(0)).get(1).copied();
+        let off_peer = (nodes.count() > 1).then(|| nodes.members(1)[0]);
+        let on = on_peer.map(|p| pingpong(comm, rank, p));
+        let off = off_peer.map(|p| pingpong(comm, rank, p));
+        let fallback = Postal {
+            alpha: 1e-6,
+            beta: 1e-10,
+        };
+        let on_node = on.or(off).unwrap_or(fallback);
+        let off_node = off.or(on).unwrap_or(fallback);
+        let node_rate = match nodes.count() > 1 {
+            true => injection_rate(comm, nodes),
+            false => f64::INFINITY,
+        };
+        let mut params = [
+            on_node.alpha,
+            on_node.beta,
+            off_node.alpha,
+            off_node.beta,
+            node_rate,
+        ];
+        comm.process_at_rank(0).broadcast_into(&mut params[..]);
+        CostModel {
+            on_node: Postal {
+                alpha: params[0],
+                beta: params[1],
+            },
+            off_node: Postal {
+                alpha: params[2],
+                beta: params[3],
+            },
+            node_rate: params[4],
+        }
+    }
+}
+
+/// What this rank sends in a bcast through `sf`: one message per remote leaf rank.
+pub fn load(sf: &StarForest, nodes: &Nodes, unit_bytes: usize) -> Load {
+    let me = sf.comm().rank() as usize;
+    let mut l = Load::default();
+    for (r, plan) in sf.leaf_ranks() {
+        let (r, bytes) = (r as usize, plan.len() * unit_bytes);
+        match r {
+            _ if r == me => {}
+            _ if nodes.of(r) == nodes.of(me) => {
+                l.on_msgs += 1;
+                l.on_bytes += bytes;
+            }
+            _ => {
+                l.off_msgs += 1;
+                l.off_bytes += bytes;
+            }
+        }
+    }
+    let mut each = vec![0u64; sf.comm().size() as usize];
+    sf.comm()
+        .all_gather_into(&(l.off_bytes as u64), &mut each[..]);
+    l.node_off_bytes = nodes
+        .members(nodes.of(me))
+        .iter()
+        .map(|&r| each[r] as usize)
+        .sum();
+    l
+}
+
+const SMALL: usize = 8;
+const LARGE: usize = 1 << 16;
+const ROUNDS: usize = 50;
+
+/// One-way postal parameters between rank 0 and `peer`, fitted through a small and a large
+/// message (measured on rank 0; other ranks return zeros).
+fn pingpong<C: Communicator>(comm: &C, rank: usize, peer: usize) -> Postal {
+    let mut one_way = [0.0; 2];
+    for (k, size) in [SMALL, LARGE].into_iter().enumerate() {
+        let mut buf = vec![0u8; size];
+        comm.barrier();
+        let t0 = Instant::now();
+        for _ in 0..ROUNDS {
+            match rank {
+                0 => {
+                    comm.process_at_rank(peer as i32).send(&buf[..]);
+                    comm.process_at_rank(peer as i32).receive_into(&mut buf[..]);
+                }
+                r if r == peer => {
+                    comm.process_at_rank(0).receive_into(&mut buf[..]);
+                    comm.process_at_rank(0).send(&buf[..]);
+                }
+                _ => {}
+            }
+        }
+        one_way[k] = t0.elapsed().as_secs_f64() / (2 * ROUNDS) as f64;
+    }
+    let beta = ((one_way[1] - one_way[0]) / (LARGE - SMALL) as f64).max(0.0);
+    Postal {
+        alpha: (one_way[0] - beta * SMALL as f64).max(0.0),
+        beta,
+    }
+}
+
+/// Bytes per second node 0 injects when each of its ranks sends a large message to a rank of
+/// node 1 at once (measured on rank 0).
+fn injection_rate<C: Communicator>(comm: &C, nodes: &Nodes) -> f64 {
+    let rank = comm.rank() as usize;
+    let (from, to) = (nodes.members(0), nodes.members(1));
+    let pairs: Vec<(usize, usize)> = from
+        .iter()
+        .zip(to.iter().cycle())
+        .map(|(&a, &b)| (a, b))
+        .collect();
+    let mut buf = vec![0u8; LARGE * 4];
+    comm.barrier();
+    let t0 = Instant::now();
+    for _ in 0..ROUNDS / 5 {
+        for &(a, b) in &pairs {
+            if rank == a {
+                comm.process_at_rank(b as i32).send(&buf[..]);
+            }
+        }
+        // A receiver may be paired with several senders: take them in sender order.
+        for &(a, b) in &pairs {
+            if rank == b {
+                comm.process_at_rank(a as i32).receive_into(&mut buf[..]);
+            }
+        }
+    }
+    comm.barrier();
+    let seconds = t0.elapsed().as_secs_f64();
+    (pairs.len() * buf.len() * (ROUNDS / 5)) as f64 / seconds.max(1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> CostModel {
+        CostModel {
+            on_node: Postal {
+                alpha: 1e-6,
+                beta: 1e-10,
+            },
+            off_node: Postal {
+                alpha: 5e-6,
+                beta: 1e-9,
+            },
+            node_rate: 4e9,
+        }
+    }
+
+    #[test]
+    fn postal_below_the_injection_limit_and_max_rate_above() {
+        let m = model();
+        let load = Load {
+            on_msgs: 2,
+            on_bytes: 1000,
+            off_msgs: 3,
+            off_bytes: 1_000_000,
+            node_off_bytes: 1_000_000,
+        };
+        let postal = 2e-6 + 1e-7 + 15e-6 + 1e-3;
+        assert!((m.time(&load) - postal).abs() < 1e-12);
+        // Four ranks of the node inject 40 MB at once: the node's rate bounds it.
+        let crowded = Load {
+            node_off_bytes: 40_000_000,
+            ..load
+        };
+        let max_rate = 2e-6 + 1e-7 + 15e-6 + 40e6 / 4e9;
+        assert!((m.time(&crowded) - max_rate).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fewer_larger_messages_win_when_latency_dominates() {
+        let m = model();
+        let many = Load {
+            off_msgs: 16,
+            off_bytes: 16 * 64,
+            node_off_bytes: 4 * 16 * 64,
+            ..Load::default()
+        };
+        let aggregated = Load {
+            on_msgs: 3,
+            on_bytes: 3 * 4 * 64,
+            off_msgs: 1,
+            off_bytes: 16 * 64,
+            node_off_bytes: 16 * 64,
+        };
+        assert!(m.time(&aggregated) < m.time(&many));
+    }
+}

@@ -1,0 +1,419 @@
+//! Node-aware bcasts: the off-node part of a forest routed through paired ranks so that fewer,
+//! larger messages cross the network (Lockhart, Bienz, Gropp and Olson's 2-step and 3-step).
+//!
+//! A route is a chain of ordinary star forests whose intermediate roots and leaves are relay
+//! slots: values a rank holds on behalf of others, one slot per distinct root, so that a root
+//! read by many leaves of a node crosses the network once. On-node edges go directly, by a
+//! forest of their own. Building a chain is leaf-driven: each rank asks the next rank up its
+//! path for the slots it needs (one request and one reply exchange per level).
+
+use crate::discovery::{self, Discovery};
+use crate::error::SfError;
+use crate::forest::{Pending, SfOptions, StarForest};
+use crate::graph::{Graph, RootRef};
+use crate::raw;
+use crate::unit::{Op, Unit};
+use mpi::collective::SystemOperation;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+use std::str::FromStr;
+
+/// How the off-node part of a bcast travels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// One message from each root rank to each leaf rank.
+    #[default]
+    Standard,
+    /// Each rank sends what a node needs of it to one paired rank there, which passes it on.
+    TwoStep,
+    /// A node's data for another node is gathered on one rank, sent as one message to the
+    /// paired rank there, and passed on.
+    ThreeStep,
+}
+
+impl Strategy {
+    /// Every strategy, in the order the cost model lists them.
+    pub const ALL: [Strategy; 3] = [Strategy::Standard, Strategy::TwoStep, Strategy::ThreeStep];
+
+    /// Relay ranks between a root and an off-node leaf.
+    fn relays(self) -> usize {
+        match self {
+            Strategy::Standard => 0,
+            Strategy::TwoStep => 1,
+            Strategy::ThreeStep => 2,
+        }
+    }
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Standard => "standard",
+            Strategy::TwoStep => "2-step",
+            Strategy::ThreeStep => "3-step",
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = SfError;
+    fn from_str(s: &str) -> Result<Self, SfError> {
+        Strategy::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| SfError::UnknownName {
+                what: "strategy",
+                got: s.to_string(),
+                expected: "standard, 2-step, 3-step",
+            })
+    }
+}
+
+/// Which ranks of a communicator share a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nodes {
+    node: Vec<usize>,
+    members: Vec<Vec<usize>>,
+}
+
+impl Nodes {
+    /// The nodes as MPI sees them (ranks that can share memory). Collective.
+    pub fn detect<C: Communicator>(comm: &C) -> Nodes {
+        let local = comm.split_shared(comm.rank());
+        // A node is named by its lowest rank.
+        let mut leader = 0u64;
+        local.all_reduce_into(&(comm.rank() as u64), &mut leader, SystemOperation::min());
+        let mut leaders = vec![0u64; comm.size() as usize];
+        comm.all_gather_into(&leader, &mut leaders[..]);
+        Nodes::from_leaders(&leaders)
+    }
+
+    /// `size` ranks in nodes of `per_node` consecutive ranks (the last may be smaller): for
+    /// trying node-aware routes on one machine.
+    pub fn blocks(size: usize, per_node: usize) -> Nodes {
+        let per = per_node.max(1) as u64;
+        let leaders: Vec<u64> = (0..size as u64).map(|r| r / per * per).collect();
+        Nodes::from_leaders(&leaders)
+    }
+
+    fn from_leaders(leaders: &[u64]) -> Nodes {
+        let mut names: Vec<u64> = leaders.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        let node: Vec<usize> = leaders
+            .iter()
+            .map(|l| names.binary_search(l).unwrap_or(0))
+            .collect();
+        let mut members = vec![Vec::new(); names.len()];
+        node.iter()
+            .enumerate()
+            .for_each(|(r, &n)| members[n].push(r));
+        Nodes { node, members }
+    }
+
+    /// Number of nodes.
+    pub fn count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The node of `rank`.
+    pub fn of(&self, rank: usize) -> usize {
+        self.node[rank]
+    }
+
+    /// The ranks of node `n`, ascending.
+    pub fn members(&self, n: usize) -> &[usize] {
+        &self.members[n]
+    }
+
+    /// Ranks on the largest node.
+    pub fn max_per_node(&self) -> usize {
+        self.members.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
+    fn local_index(&self, rank: usize) -> usize {
+        let m = &self.members[self.node[rank]];
+        m.binary_search(&rank).unwrap_or(0)
+    }
+
+    /// The rank of node `n` paired with index `i` (wrapping round the node's ranks).
+    fn pick(&self, n: usize, i: usize) -> usize {
+        let m = &self.members[n];
+        m[i % m.len()]
+    }
+
+    /// The relay ranks a value of root rank `r` passes through on its way to node `to`, in
+    /// order; empty when it goes directly.
+    fn path(&self, strategy: Strategy, r: usize, to: usize) -> Vec<usize> {
+        let from = self.node[r];
+        match strategy {
+            _ if from == to => Vec::new(),
+            Strategy::Standard => Vec::new(),
+            Strategy::TwoStep => vec![self.pick(to, self.local_index(r))],
+            Strategy::ThreeStep => vec![self.pick(from, to), self.pick(to, from)],
+        }
+    }
+}
+
+/// A forest whose bcasts take a node-aware route.
+///
+/// Set up from the same graph as a [`StarForest`] and giving the same bits, it moves on-node
+/// edges directly (started by [`bcast_begin`](Self::bcast_begin)) and the off-node ones
+/// through relay ranks (in [`RoutedPending::end`]). Begin bcasts in the same order on every
+/// rank and end them in that order too (the relays send at the end).
+pub struct NodeAwareSf {
+    strategy: Strategy,
+    direct: StarForest,
+    /// Relay hops, first (from the roots) to last (into the leaves).
+    hops: Vec<StarForest>,
+    nodes: Nodes,
+}
+
+impl NodeAwareSf {
+    /// Sets up the route of `strategy` for `graph` over `nodes`. Collective.
+    pub fn new<C: Communicator>(
+        comm: &C,
+        graph: &Graph,
+        opts: SfOptions,
+        nodes: &Nodes,
+        strategy: Strategy,
+    ) -> Result<Self, SfError> {
+        let comm = comm.duplicate();
+        let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+        let check = match nodes.node.len() {
+            n if n != size => Err(SfError::BufferTooShort {
+                what: "node map",
+                got: n,
+                need: size,
+            }),
+            _ => graph.check_local(rank as i32, size),
+        };
+        discovery::agree(&comm, check)?;
+        let here = nodes.of(rank);
+        let mut direct = (Vec::new(), Vec::new());
+        // Off-node edges: leaf, item (root rank and offset) and the relays on its way here.
+        let mut routed: Vec<(usize, [u64; 2], Vec<usize>)> = Vec::new();
+        for (i, r) in graph.iremote.iter().enumerate() {
+            let path = nodes.path(strategy, r.rank as usize, here);
+            if path.is_empty() {
+                direct.0.push(graph.leaf_index(i));
+                direct.1.push(*r);
+            } else {
+                routed.push((graph.leaf_index(i), [r.rank as u64, r.offset], path));
+            }
+        }
+        let g = Graph::new(graph.nroots, Some(direct.0), direct.1);
+        let direct = StarForest::new(&comm, &g, opts)?;
+        // Relay levels 1 (nearest the roots) to `depth` (nearest the leaves); the hops between
+        // them are built from the leaves up, each level asking the one above for slots.
+        let depth = strategy.relays();
+        let mut graphs = Vec::new();
+        if depth > 0 {
+            let mut asks: Vec<(usize, [u64; 2])> = routed
+                .iter()
+                .map(|(_, item, path)| (path[depth - 1], *item))
+                .collect();
+            let mut ilocal = Some(routed.iter().map(|(l, ..)| *l).collect());
+            for k in (1..=depth).rev() {
+                let (held, slots) = request(&comm, &asks)?;
+                let iremote = asks
+                    .iter()
+                    .zip(slots)
+                    .map(|((relay, _), slot)| RootRef {
+                        rank: *relay as i64,
+                        offset: slot as u64,
+                    })
+                    .collect();
+                graphs.push(Graph::new(held.len(), ilocal.take(), iremote));
+                // What this rank holds at level k it asks of level k - 1 (the roots at 0).
+                asks = held
+                    .into_iter()
+                    .map(|item| match k {
+                        1 => (item[0] as usize, item),
+                        _ => (nodes.path(strategy, item[0] as usize, here)[k - 2], item),
+                    })
+                    .collect();
+            }
+            let iremote = asks
+                .iter()
+                .map(|(_, [rank, offset])| RootRef {
+                    rank: *rank as i64,
+                    offset: *offset,
+                })
+                .collect();
+            graphs.push(Graph::new(graph.nroots, None, iremote));
+        }
+        let hops = graphs
+            .iter()
+            .rev()
+            .map(|g| StarForest::new(&comm, g, opts))
+            .collect::<Result<_, _>>()?;
+        Ok(NodeAwareSf {
+            strategy,
+            direct,
+            hops,
+            nodes: nodes.clone(),
+        })
+    }
+
+    /// The strategy it routes by.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The forests a bcast runs through, direct first, then the hops from the roots down.
+    pub fn forests(&self) -> impl Iterator<Item = &StarForest> {
+        std::iter::once(&self.direct).chain(&self.hops)
+    }
+
+    /// The node map it was set up with.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
+    }
+
+    /// Starts a bcast (`leaf = leaf op root`): the on-node edges now, the routed ones at
+    /// [`RoutedPending::end`].
+    pub fn bcast_begin<'a, U: Unit>(
+        &'a self,
+        root: &'a [U],
+        leaf: &'a mut [U],
+        op: Op,
+    ) -> Result<RoutedPending<'a, U>, SfError> {
+        if let Some(last) = self.hops.last() {
+            let need = last.leaf_space();
+            if leaf.len() < need {
+                return Err(SfError::BufferTooShort {
+                    what: "leafdata",
+                    got: leaf.len(),
+                    need,
+                });
+            }
+        }
+        let direct = self.direct.bcast_begin(root, leaf, op)?;
+        Ok(RoutedPending {
+            sf: self,
+            root,
+            op,
+            direct: Some(direct),
+        })
+    }
+
+    /// [`bcast_begin`](Self::bcast_begin) and its end.
+    pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
+        self.bcast_begin(root, leaf, op)?.end()
+    }
+}
+
+/// A node-aware bcast in flight.
+#[must_use = "a bcast in flight completes at `end`"]
+pub struct RoutedPending<'a, U: Unit> {
+    sf: &'a NodeAwareSf,
+    root: &'a [U],
+    op: Op,
+    direct: Option<Pending<'a, U>>,
+}
+
+impl<U: Unit> RoutedPending<'_, U> {
+    /// Finishes the on-node edges, then moves the off-node values hop by hop.
+    pub fn end(mut self) -> Result<(), SfError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), SfError> {
+        let Some(direct) = self.direct.take() else {
+            return Ok(());
+        };
+        let leaf = direct.end_bcast();
+        let Some((last, relays)) = self.sf.hops.split_last() else {
+            return Ok(());
+        };
+        let mut held: Option<Vec<U>> = None;
+        for hop in relays {
+            let mut next = vec![U::zeroed(); hop.leaf_space()];
+            hop.bcast(held.as_deref().unwrap_or(self.root), &mut next, Op::Replace)?;
+            held = Some(next);
+        }
+        last.bcast(held.as_deref().unwrap_or(self.root), leaf, self.op)
+    }
+}
+
+impl<U: Unit> Drop for RoutedPending<'_, U> {
+    fn drop(&mut self) {
+        // Peers wait on this rank's relays: finish even when dropped (errors were reported by
+        // `end` to a caller who asked).
+        let _ = self.finish();
+    }
+}
+
+/// One level of the route: sends each `(relay, item)` ask to its relay, and returns the items
+/// this rank holds for others (sorted, each once) and the slot each ask got there.
+fn request(
+    comm: &SimpleCommunicator,
+    asks: &[(usize, [u64; 2])],
+) -> Result<(Vec<[u64; 2]>, Vec<usize>), SfError> {
+    let me = comm.rank() as usize;
+    let raw = raw::raw_comm(comm);
+    let mut by_rank: Vec<(usize, Vec<[u64; 2]>)> = Vec::new();
+    let mut sorted: Vec<(usize, [u64; 2])> = asks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    for (r, item) in sorted {
+        match by_rank.last_mut() {
+            Some((q, items)) if *q == r => items.push(item),
+            _ => by_rank.push((r, vec![item])),
+        }
+    }
+    let flat = |items: &[[u64; 2]]| items.iter().flatten().copied().collect::<Vec<u64>>();
+    let outgoing: Vec<(i32, Vec<u64>)> = by_rank
+        .iter()
+        .filter(|(r, _)| *r != me)
+        .map(|(r, items)| (*r as i32, flat(items)))
+        .collect();
+    let incoming = discovery::exchange(comm, raw, Discovery::Auto, &outgoing);
+    let own = by_rank
+        .iter()
+        .find(|(r, _)| *r == me)
+        .map(|(_, i)| i.clone());
+    let mut held: Vec<[u64; 2]> = incoming
+        .iter()
+        .flat_map(|(_, v)| v.chunks_exact(2).map(|c| [c[0], c[1]]))
+        .chain(own.iter().flatten().copied())
+        .collect();
+    held.sort_unstable();
+    held.dedup();
+    let slot = |item: &[u64; 2]| held.binary_search(item).unwrap_or(0) as u64;
+    let replies: Vec<(i32, Vec<u64>)> = incoming
+        .iter()
+        .map(|(src, v)| {
+            (
+                *src,
+                v.chunks_exact(2).map(|c| slot(&[c[0], c[1]])).collect(),
+            )
+        })
+        .collect();
+    let answers = discovery::exchange(comm, raw, Discovery::Auto, &replies);
+    // Each asked rank answers in the order asked.
+    let mut found: Vec<((usize, [u64; 2]), usize)> = Vec::new();
+    for (r, items) in &by_rank {
+        let got: Vec<usize> = match *r == me {
+            true => items.iter().map(|i| slot(i) as usize).collect(),
+            false => answers
+                .iter()
+                .find(|(src, _)| *src as usize == *r)
+                .map(|(_, v)| v.iter().map(|&s| s as usize).collect())
+                .unwrap_or_default(),
+        };
+        if got.len() != items.len() {
+            return Err(SfError::PeerInvalid(*r as i32));
+        }
+        found.extend(items.iter().map(|i| (*r, *i)).zip(got));
+    }
+    let slots = asks
+        .iter()
+        .map(|a| {
+            found
+                .binary_search_by(|(k, _)| k.cmp(a))
+                .map_or(0, |i| found[i].1)
+        })
+        .collect();
+    Ok((held, slots))
+}
