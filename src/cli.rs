@@ -109,6 +109,37 @@ pub enum BenchCommand {
     /// Ghost exchange on a deck's mesh, coalesced against per channel, and pack-in-one
     /// against memcpy of the same bytes.
     Exchange(ExchangeBenchArgs),
+    /// Node-aware bcasts (2-step, 3-step) against the standard route on an irregular pattern,
+    /// with the cost model's predictions and choice.
+    SfStrategies(StrategiesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StrategiesArgs {
+    /// Group consecutive ranks into nodes of this many (default: the machine's real nodes).
+    #[arg(long)]
+    pub ranks_per_node: Option<usize>,
+    /// Roots (doubles) per rank.
+    #[arg(long, default_value_t = 4096)]
+    pub roots: usize,
+    /// Other ranks each rank reads from.
+    #[arg(long, default_value_t = 3)]
+    pub peers: usize,
+    /// Random roots read from each of those ranks (repeats allowed).
+    #[arg(long, default_value_t = 256)]
+    pub per_peer: usize,
+    /// Seed of the pattern.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Timed rounds, each timing every strategy once; medians are reported.
+    #[arg(long, default_value_t = 31, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Star-forest implementation: basic, neighbor or rma.
+    #[arg(long, default_value = "basic", value_parser = |s: &str| s.parse::<SfType>())]
+    pub sf_type: SfType,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `starhalo bench exchange DECK [block/key=value ...]`.

@@ -69,6 +69,9 @@ fn main() -> ExitCode {
             bench::sf_pingpong::run(&world, &a)
         }
         cli::Command::Bench(cli::BenchCommand::Exchange(a)) => bench::exchange::run(&world, &a),
+        cli::Command::Bench(cli::BenchCommand::SfStrategies(a)) => {
+            bench::sf_strategies::run(&world, &a)
+        }
     };
     run::report(&world, result)
 }

@@ -1,4 +1,5 @@
-//! The `starhalo sf` and `bench sf-pingpong` command-line contracts, on real MPI jobs.
+//! The `starhalo sf`, `bench sf-pingpong` and `bench sf-strategies` command-line contracts, on
+//! real MPI jobs.
 
 mod common;
 
@@ -456,6 +457,64 @@ fn pingpong_json_reports_each_size() {
     }
     let out = common::mpirun(3, 60, Path::new(EXE), &["bench", "sf-pingpong"], &[]);
     common::assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
+}
+
+/// The strategies benchmark: one row per strategy against standard, the model's parameters
+/// and a choice among the rows; bad options are bad input on every rank.
+#[test]
+fn strategies_json_reports_every_route() {
+    let args = [
+        "bench",
+        "sf-strategies",
+        "--ranks-per-node",
+        "1",
+        "--peers",
+        "1",
+        "--roots",
+        "64",
+        "--per-peer",
+        "16",
+        "--rounds",
+        "3",
+        "--json",
+    ];
+    let out = common::mpirun(2, 120, Path::new(EXE), &args, &[]);
+    common::assert_ok("bench sf-strategies", &out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["ranks"].as_u64(), v["nodes"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["standard", "2-step", "3-step"]);
+    assert_eq!(rows[0]["vs_standard"].as_f64(), Some(1.0));
+    for r in rows {
+        assert!(r["measured_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["predicted_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(names.contains(&v["chosen"].as_str().unwrap()), "{v}");
+    assert!(
+        v["alpha_off_us"].as_f64().is_some_and(f64::is_finite),
+        "{v}"
+    );
+    for (bad, says) in [
+        (&["--peers", "2"][..], "--peers 2"),
+        (&["--ranks-per-node", "0"][..], "--ranks-per-node"),
+        (&["--roots", "0"][..], "--roots"),
+        (&["--sf-type", "bogus"][..], "bogus"),
+    ] {
+        let args: Vec<&str> = ["bench", "sf-strategies"]
+            .iter()
+            .chain(bad)
+            .copied()
+            .collect();
+        let out = common::mpirun(2, 60, Path::new(EXE), &args, &[]);
+        common::assert_bad_input(&format!("sf-strategies {bad:?}"), &out, says);
+    }
 }
 
 /// `--device`: with a GPU, every row also has the forest on device arrays (D-D), checked for

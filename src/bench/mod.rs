@@ -3,3 +3,4 @@
 pub mod exchange;
 mod exchange_device;
 pub mod sf_pingpong;
+pub mod sf_strategies;

@@ -1,0 +1,202 @@
+//! Node-aware bcasts against the standard route on an irregular SpMV-like pattern: every rank
+//! reads random roots (doubles) of `--peers` other ranks. Each round times every strategy once,
+//! in turn, so drift hits all alike; a bcast's time is the slowest rank's. The cost model,
+//! calibrated at the start of the same run, predicts each route and names its choice.
+
+use crate::cli::StrategiesArgs;
+use crate::exit::bad_input;
+use crate::run::collective::agree;
+use anyhow::Result;
+use mpi::collective::SystemOperation;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use starhalo_sf::{CostModel, Graph, NodeAwareSf, Nodes, Op, RootRef, SfOptions, Strategy};
+use std::time::Instant;
+
+#[derive(Serialize)]
+struct Row {
+    strategy: &'static str,
+    /// Median over rounds of the slowest rank's bcast.
+    measured_us: f64,
+    /// The median's ratio to the standard route's.
+    vs_standard: f64,
+    predicted_us: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    ranks: usize,
+    nodes: usize,
+    #[serde(rename = "impl")]
+    imp: &'static str,
+    /// The cost model's parameters, measured at the start.
+    alpha_on_us: f64,
+    beta_on_ns_per_kib: f64,
+    alpha_off_us: f64,
+    beta_off_ns_per_kib: f64,
+    node_rate_gb_s: f64,
+    per_forest_us: f64,
+    /// The model's choice, and whether it was the fastest measured.
+    chosen: &'static str,
+    chosen_is_fastest: bool,
+    rows: Vec<Row>,
+}
+
+pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    agree(world, check_args(a, n))?;
+    let nodes = match a.ranks_per_node {
+        Some(k) => Nodes::blocks(n, k),
+        None => Nodes::detect(world),
+    };
+    let graph = pattern(a, rank, n);
+    let opts = SfOptions {
+        sf_type: a.sf_type,
+        ..SfOptions::default()
+    };
+    let model = CostModel::calibrate(world, &nodes);
+    let (chosen, predictions) = model.choose(world, &graph, opts, &nodes, 8)?;
+    let routes = Strategy::ALL
+        .into_iter()
+        .map(|s| NodeAwareSf::new(world, &graph, opts, &nodes, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let root: Vec<f64> = (0..a.roots).map(|i| (rank * a.roots + i) as f64).collect();
+    let mut leaf = vec![0.0f64; graph.leaf_space()];
+    let mut times = vec![Vec::new(); routes.len()];
+    for round in 0..a.rounds as usize + 3 {
+        for (k, sf) in routes.iter().enumerate() {
+            world.barrier();
+            let t0 = Instant::now();
+            sf.bcast(&root, &mut leaf, Op::Replace)?;
+            let mine = t0.elapsed().as_secs_f64();
+            let mut slowest = 0.0f64;
+            world.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
+            if round >= 3 {
+                times[k].push(slowest);
+            }
+        }
+    }
+    if rank != 0 {
+        return Ok(());
+    }
+    let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+    let fastest = (0..medians.len())
+        .min_by(|&i, &j| medians[i].total_cmp(&medians[j]))
+        .unwrap_or(0);
+    let rows: Vec<Row> = Strategy::ALL
+        .iter()
+        .zip(&medians)
+        .zip(&predictions)
+        .map(|((s, m), p)| Row {
+            strategy: s.name(),
+            measured_us: m * 1e6,
+            vs_standard: m / medians[0],
+            predicted_us: p.seconds * 1e6,
+        })
+        .collect();
+    let report = Report {
+        ranks: n,
+        nodes: nodes.count(),
+        imp: a.sf_type.name(),
+        alpha_on_us: model.on_node.alpha * 1e6,
+        beta_on_ns_per_kib: model.on_node.beta * 1024.0 * 1e9,
+        alpha_off_us: model.off_node.alpha * 1e6,
+        beta_off_ns_per_kib: model.off_node.beta * 1024.0 * 1e9,
+        node_rate_gb_s: model.node_rate / 1e9,
+        per_forest_us: model.per_forest * 1e6,
+        chosen: chosen.strategy().name(),
+        chosen_is_fastest: Strategy::ALL[fastest] == chosen.strategy(),
+        rows,
+    };
+    if a.json {
+        outln!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    outln!(
+        "# sf-strategies: {} ranks on {} nodes, {} roots per rank, {} peers of {} values; bcast time (us), median of {} rounds",
+        n,
+        report.nodes,
+        a.roots,
+        a.peers,
+        a.per_peer,
+        a.rounds
+    );
+    outln!(
+        "# model: on-node alpha {:.2} us beta {:.2} ns/KiB; off-node alpha {:.2} us beta {:.2} ns/KiB; node rate {:.2} GB/s; {:.2} us per forest",
+        report.alpha_on_us,
+        report.beta_on_ns_per_kib,
+        report.alpha_off_us,
+        report.beta_off_ns_per_kib,
+        report.node_rate_gb_s,
+        report.per_forest_us
+    );
+    outln!(
+        "{:>10} {:>12} {:>12} {:>13}",
+        "strategy",
+        "measured_us",
+        "vs_standard",
+        "predicted_us"
+    );
+    for r in &report.rows {
+        outln!(
+            "{:>10} {:>12.2} {:>12.3} {:>13.2}",
+            r.strategy,
+            r.measured_us,
+            r.vs_standard,
+            r.predicted_us
+        );
+    }
+    outln!(
+        "# model chose {} ({} measured fastest)",
+        report.chosen,
+        if report.chosen_is_fastest {
+            "also"
+        } else {
+            "not"
+        }
+    );
+    Ok(())
+}
+
+/// Rank `rank`'s leaves: `per_peer` random roots of each of `peers` random other ranks.
+fn pattern(a: &StrategiesArgs, rank: usize, n: usize) -> Graph {
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ (rank as u64).wrapping_mul(0x9E37_79B9));
+    let mut others: Vec<usize> = (0..n).filter(|&r| r != rank).collect();
+    others.shuffle(&mut rng);
+    let mut iremote = Vec::new();
+    for &q in others.iter().take(a.peers) {
+        for _ in 0..a.per_peer {
+            iremote.push(RootRef {
+                rank: q as i64,
+                offset: rng.gen_range(0..a.roots) as u64,
+            });
+        }
+    }
+    Graph::new(a.roots, None, iremote)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn check_args(a: &StrategiesArgs, nranks: usize) -> Result<()> {
+    if a.roots == 0 {
+        return Err(bad_input!("--roots must be at least 1"));
+    }
+    if a.ranks_per_node == Some(0) {
+        return Err(bad_input!("--ranks-per-node must be at least 1"));
+    }
+    if a.peers >= nranks.max(1) && nranks > 1 {
+        return Err(bad_input!(
+            "--peers {} needs more ranks: each rank reads at most the {} others",
+            a.peers,
+            nranks - 1
+        ));
+    }
+    Ok(())
+}
