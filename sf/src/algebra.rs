@@ -19,7 +19,7 @@ const HOLE: [i64; 2] = [-1, -1];
 /// `offsets[r]..offsets[r + 1]`, one for each of its leaves, so that a gather keeps every leaf's
 /// value. A root's multi-roots are ordered as reductions visit its leaves: its own rank's
 /// leaves first, then the other ranks' in ascending rank order, each rank's in ascending leaf
-/// index.
+/// index (PETSc's rank order puts the own rank among the others).
 pub struct MultiSf {
     forest: StarForest,
     offsets: Vec<usize>,

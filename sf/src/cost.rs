@@ -118,7 +118,8 @@ impl CostModel {
     /// overhead is the slowest rank's bcast through a forest of one self edge. A pair that
     /// does not exist takes the other's figures; rank 0's results go to every rank.
     /// Collective.
-    pub fn calibrate<C: Communicator>(comm: &C, nodes: &Nodes) -> CostModel {
+    pub fn calibrate<C: Communicator>(comm: &C, nodes: &Nodes) -> Result<CostModel, SfError> {
+        nodes.check(comm)?;
         let rank = comm.rank() as usize;
         let on_peer = nodes.members(nodes.of(0)).get(1).copied();
         let off_peer = (nodes.count() > 1).then(|| nodes.members(1)[0]);
@@ -144,7 +145,7 @@ impl CostModel {
             per_forest,
         ];
         comm.process_at_rank(0).broadcast_into(&mut params[..]);
-        CostModel {
+        Ok(CostModel {
             on_node: Postal {
                 alpha: params[0],
                 beta: params[1],
@@ -155,7 +156,7 @@ impl CostModel {
             },
             node_rate: params[4],
             per_forest: params[5],
-        }
+        })
     }
 }
 

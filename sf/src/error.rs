@@ -52,6 +52,9 @@ pub enum SfError {
         index: usize,
         len: usize,
     },
+    /// A collective call given different arguments on different ranks.
+    #[error("ranks gave different {0}")]
+    Disagree(&'static str),
     /// An option value that names nothing.
     #[error("unknown {what} `{got}` (expected one of: {expected})")]
     UnknownName {

@@ -130,6 +130,27 @@ impl Nodes {
         self.members.iter().map(Vec::len).max().unwrap_or(0)
     }
 
+    /// Every rank's error unless the map covers the communicator and is the same everywhere.
+    /// Collective.
+    pub fn check<C: Communicator>(&self, comm: &C) -> Result<(), SfError> {
+        let comm = comm.duplicate();
+        let size = comm.size() as usize;
+        let check = match self.node.len() {
+            n if n != size => Err(SfError::BufferTooShort {
+                what: "node map",
+                got: n,
+                need: size,
+            }),
+            _ => Ok(()),
+        };
+        discovery::agree(&comm, check)?;
+        // A cheap fingerprint of the map (FNV-1a over the node of each rank).
+        let sig = self.node.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &n| {
+            (h ^ n as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        discovery::agree(&comm, same_everywhere(&comm, sig, "node maps"))
+    }
+
     fn local_index(&self, rank: usize) -> usize {
         let m = &self.members[self.node[rank]];
         m.binary_search(&rank).unwrap_or(0)
@@ -179,15 +200,9 @@ impl NodeAwareSf {
     ) -> Result<Self, SfError> {
         let comm = comm.duplicate();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        let check = match nodes.node.len() {
-            n if n != size => Err(SfError::BufferTooShort {
-                what: "node map",
-                got: n,
-                need: size,
-            }),
-            _ => graph.check_local(rank as i32, size),
-        };
-        discovery::agree(&comm, check)?;
+        nodes.check(&comm)?;
+        discovery::agree(&comm, same_everywhere(&comm, strategy as u64, "strategies"))?;
+        discovery::agree(&comm, graph.check_local(rank as i32, size))?;
         let here = nodes.of(rank);
         let mut direct = (Vec::new(), Vec::new());
         // Off-node edges: leaf, item (root rank and offset) and the relays on its way here.
@@ -326,13 +341,17 @@ impl<U: Unit> RoutedPending<'_, U> {
         let Some((last, relays)) = self.sf.hops.split_last() else {
             return Ok(());
         };
+        // Every hop runs even after an error here, since peers wait on this rank's relays.
         let mut held: Option<Vec<U>> = None;
+        let mut first = Ok(());
         for hop in relays {
             let mut next = vec![U::zeroed(); hop.leaf_space()];
-            hop.bcast(held.as_deref().unwrap_or(self.root), &mut next, Op::Replace)?;
+            let done = hop.bcast(held.as_deref().unwrap_or(self.root), &mut next, Op::Replace);
+            first = first.and(done);
             held = Some(next);
         }
-        last.bcast(held.as_deref().unwrap_or(self.root), leaf, self.op)
+        let done = last.bcast(held.as_deref().unwrap_or(self.root), leaf, self.op);
+        first.and(done)
     }
 }
 
@@ -369,6 +388,8 @@ fn request(
         .map(|(r, items)| (*r as i32, flat(items)))
         .collect();
     let incoming = discovery::exchange(comm, raw, Discovery::Auto, &outgoing);
+    // Exchanges share a tag: no rank may post replies while another still takes asks.
+    comm.barrier();
     let own = by_rank
         .iter()
         .find(|(r, _)| *r == me)
@@ -391,8 +412,10 @@ fn request(
         })
         .collect();
     let answers = discovery::exchange(comm, raw, Discovery::Auto, &replies);
+    comm.barrier();
     // Each asked rank answers in the order asked.
     let mut found: Vec<((usize, [u64; 2]), usize)> = Vec::new();
+    let mut short = Ok(());
     for (r, items) in &by_rank {
         let got: Vec<usize> = match *r == me {
             true => items.iter().map(|i| slot(i) as usize).collect(),
@@ -403,10 +426,11 @@ fn request(
                 .unwrap_or_default(),
         };
         if got.len() != items.len() {
-            return Err(SfError::PeerInvalid(*r as i32));
+            short = short.and(Err(SfError::PeerInvalid(*r as i32)));
         }
         found.extend(items.iter().map(|i| (*r, *i)).zip(got));
     }
+    discovery::agree(comm, short)?;
     let slots = asks
         .iter()
         .map(|a| {
@@ -416,4 +440,19 @@ fn request(
         })
         .collect();
     Ok((held, slots))
+}
+
+/// `Err(Disagree(what))` unless `value` is the same on every rank.
+fn same_everywhere(
+    comm: &SimpleCommunicator,
+    value: u64,
+    what: &'static str,
+) -> Result<(), SfError> {
+    let (mut lo, mut hi) = (0u64, 0u64);
+    comm.all_reduce_into(&value, &mut lo, SystemOperation::min());
+    comm.all_reduce_into(&value, &mut hi, SystemOperation::max());
+    match lo == hi {
+        true => Ok(()),
+        false => Err(SfError::Disagree(what)),
+    }
 }

@@ -58,7 +58,7 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         sf_type: a.sf_type,
         ..SfOptions::default()
     };
-    let model = CostModel::calibrate(world, &nodes);
+    let model = CostModel::calibrate(world, &nodes)?;
     let (chosen, predictions) = model.choose(world, &graph, opts, &nodes, 8)?;
     let routes = Strategy::ALL
         .into_iter()
