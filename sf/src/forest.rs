@@ -600,7 +600,7 @@ fn in_place_range(leaf_ranks: &Peers, self_roots: &[usize]) -> Option<usize> {
     (contiguous && untouched).then_some(start)
 }
 
-fn check_len(what: &'static str, got: usize, need: usize) -> Result<(), SfError> {
+pub(crate) fn check_len(what: &'static str, got: usize, need: usize) -> Result<(), SfError> {
     if got < need {
         return Err(SfError::BufferTooShort { what, got, need });
     }

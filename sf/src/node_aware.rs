@@ -9,7 +9,7 @@
 
 use crate::discovery::{self, Discovery};
 use crate::error::SfError;
-use crate::forest::{Pending, SfOptions, StarForest};
+use crate::forest::{check_len, Pending, SfOptions, StarForest};
 use crate::graph::{Graph, RootRef};
 use crate::raw;
 use crate::unit::{Op, Unit};
@@ -123,11 +123,6 @@ impl Nodes {
     /// The ranks of node `n`, ascending.
     pub fn members(&self, n: usize) -> &[usize] {
         &self.members[n]
-    }
-
-    /// Ranks on the largest node.
-    pub fn max_per_node(&self) -> usize {
-        self.members.iter().map(Vec::len).max().unwrap_or(0)
     }
 
     /// Every rank's error unless the map covers the communicator and is the same everywhere.
@@ -294,14 +289,7 @@ impl NodeAwareSf {
         op: Op,
     ) -> Result<RoutedPending<'a, U>, SfError> {
         if let Some(last) = self.hops.last() {
-            let need = last.leaf_space();
-            if leaf.len() < need {
-                return Err(SfError::BufferTooShort {
-                    what: "leafdata",
-                    got: leaf.len(),
-                    need,
-                });
-            }
+            check_len("leafdata", leaf.len(), last.leaf_space())?;
         }
         let direct = self.direct.bcast_begin(root, leaf, op)?;
         Ok(RoutedPending {
