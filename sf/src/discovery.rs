@@ -113,3 +113,18 @@ pub(crate) fn agree(comm: &SimpleCommunicator, mine: Result<(), SfError>) -> Res
         (Ok(()), r) => Err(SfError::PeerInvalid(r)),
     }
 }
+
+/// `Err(Disagree(what))` unless `value` is the same on every rank.
+pub(crate) fn same_everywhere(
+    comm: &SimpleCommunicator,
+    value: u64,
+    what: &'static str,
+) -> Result<(), SfError> {
+    let (mut lo, mut hi) = (0u64, 0u64);
+    comm.all_reduce_into(&value, &mut lo, SystemOperation::min());
+    comm.all_reduce_into(&value, &mut hi, SystemOperation::max());
+    match lo == hi {
+        true => Ok(()),
+        false => Err(SfError::Disagree(what)),
+    }
+}

@@ -25,8 +25,10 @@ pub enum SfError {
     /// An in-place move on a forest whose remote indices are not contiguous.
     #[error("the forest's remote indices are not contiguous, so MPI cannot move them in place")]
     NotInPlace,
-    /// Another rank found its part of the graph invalid.
-    #[error("rank {0} reported an invalid graph")]
+    /// Another rank found its part of the graph, or its argument to a collective, invalid.
+    #[error(
+        "rank {0} reported invalid input (an invalid graph, or a bad argument to a collective)"
+    )]
     PeerInvalid(i32),
     /// A data slice is shorter than the graph needs.
     #[error("{what} holds {got} units but the graph needs {need}")]
@@ -62,4 +64,27 @@ pub enum SfError {
         got: String,
         expected: &'static str,
     },
+    /// A PE number outside the heap's (or team's) PEs.
+    #[error("PE {pe} is out of range (there are {npes} PEs)")]
+    PeOutOfRange { pe: usize, npes: usize },
+    /// A symmetric allocation larger than any free block of the heap.
+    #[error("the symmetric heap has no free block of {bytes} bytes (the largest is {largest}); build the Shmem with a larger heap")]
+    HeapFull { bytes: usize, largest: usize },
+    /// A put-with-signal whose data and signal objects belong to different heaps.
+    #[error("the data and signal objects belong to different symmetric heaps")]
+    OtherHeap,
+    /// A strided put or get with a stride of 0.
+    #[error("strided puts and gets need strides of at least 1")]
+    ZeroStride,
+    /// A team triplet that names PEs outside the heap.
+    #[error("the team of {size} PEs from PE {start} with stride 2^{log_stride} does not fit in {npes} PEs")]
+    BadTeam {
+        start: usize,
+        log_stride: u32,
+        size: usize,
+        npes: usize,
+    },
+    /// A team asked for by a PE that is not in it.
+    #[error("PE {pe} is not a member of the team it asked for")]
+    NotInTeam { pe: usize },
 }

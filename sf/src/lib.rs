@@ -34,6 +34,7 @@ mod plan;
 pub mod pool;
 mod raw;
 mod rma;
+pub mod shmem;
 pub mod staged;
 mod transport;
 mod unit;

@@ -143,7 +143,7 @@ impl Nodes {
         let sig = self.node.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &n| {
             (h ^ n as u64).wrapping_mul(0x0100_0000_01b3)
         });
-        discovery::agree(&comm, same_everywhere(&comm, sig, "node maps"))
+        discovery::agree(&comm, discovery::same_everywhere(&comm, sig, "node maps"))
     }
 
     fn local_index(&self, rank: usize) -> usize {
@@ -196,7 +196,10 @@ impl NodeAwareSf {
         let comm = comm.duplicate();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         nodes.check(&comm)?;
-        discovery::agree(&comm, same_everywhere(&comm, strategy as u64, "strategies"))?;
+        discovery::agree(
+            &comm,
+            discovery::same_everywhere(&comm, strategy as u64, "strategies"),
+        )?;
         discovery::agree(&comm, graph.check_local(rank as i32, size))?;
         let here = nodes.of(rank);
         let mut direct = (Vec::new(), Vec::new());
@@ -428,19 +431,4 @@ fn request(
         })
         .collect();
     Ok((held, slots))
-}
-
-/// `Err(Disagree(what))` unless `value` is the same on every rank.
-fn same_everywhere(
-    comm: &SimpleCommunicator,
-    value: u64,
-    what: &'static str,
-) -> Result<(), SfError> {
-    let (mut lo, mut hi) = (0u64, 0u64);
-    comm.all_reduce_into(&value, &mut lo, SystemOperation::min());
-    comm.all_reduce_into(&value, &mut hi, SystemOperation::max());
-    match lo == hi {
-        true => Ok(()),
-        false => Err(SfError::Disagree(what)),
-    }
 }

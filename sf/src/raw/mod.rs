@@ -1,12 +1,15 @@
 //! The one place where the star forest calls MPI through `mpi::ffi`: persistent requests, the
-//! non-blocking calls of the scalable discovery, neighbourhood collectives and RMA windows,
-//! which rsmpi has no safe API for. Counts go through MPI-4's large-count variants (MPICH 4 has them), so no
-//! message size is too large.
+//! non-blocking calls of the scalable discovery, neighbourhood collectives and RMA windows
+//! (the symmetric heap's in `heap`), which rsmpi has no safe API for. Counts go through
+//! MPI-4's large-count variants (MPICH 4 has them), so no message size is too large.
 //!
 //! Every function here takes plain Rust values; the pointer rules are kept by the callers'
 //! types (a [`Persistent`] request is only ever bound to memory that outlives its activity,
 //! which the link and `Pending` lifetimes guarantee).
 
+mod heap;
+
+pub(crate) use heap::{HeapWindow, RmaOp, Word};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
