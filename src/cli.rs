@@ -112,6 +112,28 @@ pub enum BenchCommand {
     /// Node-aware bcasts (2-step, 3-step) against the standard route on an irregular pattern,
     /// with the cost model's predictions and choice.
     SfStrategies(StrategiesArgs),
+    /// The OpenSHMEM-style layer against two-sided MPI: put-with-signal ping-pong, atomics,
+    /// barriers and a 2-D heat solve, through load/store and through RMA.
+    Shmem(ShmemBenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ShmemBenchArgs {
+    /// Largest ping-pong message in bytes; sizes run from 8 bytes up by factors of 8 to it.
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(8..=1 << 28))]
+    pub max_bytes: u64,
+    /// Timed rounds, each timing every variant once in turn; medians are reported.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Rows and columns of the heat plate (rows are split over the ranks).
+    #[arg(long, default_value_t = 128)]
+    pub heat_n: usize,
+    /// Jacobi sweeps per heat solve.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub heat_sweeps: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

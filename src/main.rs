@@ -72,6 +72,7 @@ fn main() -> ExitCode {
         cli::Command::Bench(cli::BenchCommand::SfStrategies(a)) => {
             bench::sf_strategies::run(&world, &a)
         }
+        cli::Command::Bench(cli::BenchCommand::Shmem(a)) => bench::shmem::run(&world, &a),
     };
     run::report(&world, result)
 }

@@ -517,6 +517,86 @@ fn strategies_json_reports_every_route() {
     }
 }
 
+/// `bench shmem` on 2 and 3 ranks: a row per size, every atomic through both paths, and heat
+/// solves that agree bit for bit (the run fails otherwise); bad options exit 2.
+#[test]
+fn shmem_bench_json_reports_every_row() {
+    let args = [
+        "bench",
+        "shmem",
+        "--max-bytes",
+        "4096",
+        "--rounds",
+        "2",
+        "--heat-n",
+        "16",
+        "--heat-sweeps",
+        "7",
+        "--json",
+    ];
+    for ranks in [2, 3] {
+        let out = common::mpirun(ranks, 120, Path::new(EXE), &args, &[]);
+        common::assert_ok("bench shmem", &out);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["ranks"].as_u64(), Some(ranks as u64));
+        let sizes: Vec<u64> = v["pingpong"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["bytes"].as_u64().unwrap())
+            .collect();
+        assert_eq!(sizes, [8, 64, 512, 4096]);
+        for r in v["pingpong"].as_array().unwrap() {
+            for k in [
+                "two_sided_us",
+                "load_store_us",
+                "rma_us",
+                "rma_vs_two_sided",
+            ] {
+                assert!(r[k].as_f64().is_some_and(|t| t > 0.0), "{k}: {r}");
+            }
+        }
+        let atomics: Vec<(&str, &str)> = v["atomics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["op"].as_str().unwrap(), r["path"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            atomics,
+            [
+                ("fetch-add", "load-store"),
+                ("fetch-add", "rma"),
+                ("compare-swap", "load-store"),
+                ("compare-swap", "rma")
+            ]
+        );
+        assert_eq!(v["heat"]["identical"].as_bool(), Some(true), "{v}");
+        assert!(
+            v["barrier"]["ratio"].as_f64().is_some_and(|r| r > 0.0),
+            "{v}"
+        );
+    }
+    let out = common::mpirun(1, 60, Path::new(EXE), &args, &[]);
+    common::assert_bad_input("bench shmem on 1 rank", &out, "at least 2 ranks");
+    let out = common::mpirun(
+        3,
+        60,
+        Path::new(EXE),
+        &["bench", "shmem", "--heat-n", "2"],
+        &[],
+    );
+    common::assert_bad_input("bench shmem --heat-n 2", &out, "--heat-n 2");
+    let out = common::mpirun(
+        2,
+        60,
+        Path::new(EXE),
+        &["bench", "shmem", "--max-bytes", "4"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "--max-bytes 4: {out:?}");
+}
+
 /// `--device`: with a GPU, every row also has the forest on device arrays (D-D), checked for
 /// the right values before it is timed; without one, both ranks exit 1 and rank 0 alone says
 /// why. Sizes that are not whole doubles are bad input.

@@ -4,3 +4,4 @@ pub mod exchange;
 mod exchange_device;
 pub mod sf_pingpong;
 pub mod sf_strategies;
+pub mod shmem;

@@ -10,8 +10,10 @@
 //!   shared memory (`MPI_Win_allocate_shared`) and exposed to all ranks a second time by
 //!   `MPI_Win_create` over the same bytes: puts and gets to a PE on the same node are plain
 //!   copies, and RMA reaches the others. [`OnNode::Rma`] sends every put and get through RMA
-//!   (`MPI_Win_allocate`). Atomics and signals always go through MPI's atomics, so they are
-//!   atomic with respect to each other whichever PE issues them.
+//!   (`MPI_Win_allocate`). Atomics and signals go through MPI's atomics, so they are atomic
+//!   with respect to each other whichever PE issues them; when every PE shares the node and
+//!   takes the load/store path, they are the processor's atomics on the shared memory
+//!   instead, and a put-with-signal makes no MPI call at all.
 //! - **Completion**, as in OpenSHMEM: a put returns once its source may be reused; [`fence`]
 //!   orders puts to each PE, and [`quiet`] completes them all; a get returns with the data.
 //!   [`Symmetric::put_signal`] delivers the data before it updates the signal, which the
@@ -113,6 +115,10 @@ pub struct Shmem {
     /// Per PE, the address at which this process loads and stores that PE's heap, or null
     /// where only RMA reaches it.
     direct: Vec<*mut u8>,
+    /// Every PE is reached by load and store (one node, [`OnNode::LoadStore`]): atomics and
+    /// signals are then the processor's own atomics on the shared memory, and nothing goes
+    /// through MPI's. Mixing the two on one word would not be atomic, so it is all or none.
+    cpu_atomics: bool,
     arena: RefCell<Arena>,
     /// Team communicators by (start, log2 stride, size), built once each.
     teams: RefCell<HashMap<(usize, u32, usize), Rc<SimpleCommunicator>>>,
@@ -149,6 +155,7 @@ impl Shmem {
                 heap
             }
         };
+        let cpu_atomics = direct.iter().all(|p| !p.is_null());
         let world = Rc::new(comm.duplicate());
         let teams = HashMap::from([((0, 0, size), world)]);
         Ok(Shmem {
@@ -156,6 +163,7 @@ impl Shmem {
             heap,
             options,
             direct,
+            cpu_atomics,
             arena: RefCell::new(Arena::new(options.heap_bytes)),
             teams: RefCell::new(teams),
         })

@@ -380,6 +380,15 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
         if !self.shmem.load_store(pe) {
             self.shmem.heap.flush(rank);
         }
+        if self.shmem.cpu_atomics {
+            let op = match signal {
+                Signal::Set(v) => Atomic::Swap(v),
+                Signal::Add(v) => Atomic::FetchAdd(v),
+            };
+            // The release in the atomic orders the copy above before it.
+            cpu_atomic(sig.direct(rank, disp).expect("every PE is direct"), op);
+            return Ok(());
+        }
         let (value, op) = match signal {
             Signal::Set(v) => (v, RmaOp::Replace),
             Signal::Add(v) => (v, RmaOp::Sum),
@@ -395,6 +404,12 @@ impl<T: AtomicInt> Symmetric<'_, T> {
     /// Applies `op` atomically to value `i` of `pe`'s object and returns the value it held.
     pub fn atomic(&mut self, i: usize, op: Atomic<T>, pe: usize) -> Result<T, SfError> {
         let (pe, disp) = self.target(i, 1, pe)?;
+        if self.shmem.cpu_atomics {
+            return Ok(cpu_atomic(
+                self.direct(pe, disp).expect("every PE is direct"),
+                op,
+            ));
+        }
         let heap = &self.shmem.heap;
         let w = word::<T>();
         let fetch = |v, op| heap.fetch_and_op(w, v, op, pe, disp);
@@ -412,49 +427,87 @@ impl<T: AtomicInt> Symmetric<'_, T> {
     /// Applies `op` atomically to value `i` of `pe`'s object, fetching nothing.
     pub fn update(&mut self, i: usize, op: Update<T>, pe: usize) -> Result<(), SfError> {
         let (pe, disp) = self.target(i, 1, pe)?;
-        let (v, op) = match op {
-            Update::Set(v) => (v, RmaOp::Replace),
-            Update::Add(v) => (v, RmaOp::Sum),
-            Update::And(v) => (v, RmaOp::Band),
-            Update::Or(v) => (v, RmaOp::Bor),
-            Update::Xor(v) => (v, RmaOp::Bxor),
+        let (v, fetching, op) = match op {
+            Update::Set(v) => (v, Atomic::Swap(v), RmaOp::Replace),
+            Update::Add(v) => (v, Atomic::FetchAdd(v), RmaOp::Sum),
+            Update::And(v) => (v, Atomic::FetchAnd(v), RmaOp::Band),
+            Update::Or(v) => (v, Atomic::FetchOr(v), RmaOp::Bor),
+            Update::Xor(v) => (v, Atomic::FetchXor(v), RmaOp::Bxor),
         };
-        self.shmem.heap.accumulate(word::<T>(), v, op, pe, disp);
+        match self.shmem.cpu_atomics {
+            true => {
+                cpu_atomic(self.direct(pe, disp).expect("every PE is direct"), fetching);
+            }
+            false => self.shmem.heap.accumulate(word::<T>(), v, op, pe, disp),
+        }
         Ok(())
+    }
+
+    /// This PE's value `i`, read atomically; what was put before a signal changed is
+    /// visible once the change is seen.
+    fn read_own(&self, i: usize) -> Result<T, SfError> {
+        let (me, disp) = self.target(i, 1, self.shmem.my_pe())?;
+        if self.shmem.cpu_atomics {
+            return Ok(cpu_atomic(
+                self.direct(me, disp).expect("own heap"),
+                Atomic::Fetch,
+            ));
+        }
+        // Through MPI's atomics, which also moves MPI's progress along.
+        let heap = &self.shmem.heap;
+        let value = heap.fetch_and_op(word::<T>(), T::zeroed(), RmaOp::NoOp, me, disp);
+        heap.sync();
+        fence(Ordering::Acquire);
+        Ok(value)
     }
 
     /// Whether this PE's value `i` compares `cmp` to `operand` now (`shmem_test`).
     pub fn test(&self, i: usize, cmp: Cmp, operand: T) -> Result<bool, SfError> {
-        let (me, disp) = self.target(i, 1, self.shmem.my_pe())?;
-        // Read through MPI's atomics, which also moves MPI's progress along.
-        let value = self
-            .shmem
-            .heap
-            .fetch_and_op(word::<T>(), T::zeroed(), RmaOp::NoOp, me, disp);
-        let holds = cmp.holds(value, operand);
-        if holds {
-            // What was put before the value changed is visible after it.
-            self.shmem.heap.sync();
-            fence(Ordering::Acquire);
-        }
-        Ok(holds)
+        Ok(cmp.holds(self.read_own(i)?, operand))
     }
 
     /// Waits until this PE's value `i` compares `cmp` to `operand` (`shmem_wait_until`), and
     /// returns it.
     pub fn wait_until(&self, i: usize, cmp: Cmp, operand: T) -> Result<T, SfError> {
-        let (me, disp) = self.target(i, 1, self.shmem.my_pe())?;
         loop {
-            let value =
-                self.shmem
-                    .heap
-                    .fetch_and_op(word::<T>(), T::zeroed(), RmaOp::NoOp, me, disp);
+            let value = self.read_own(i)?;
             if cmp.holds(value, operand) {
-                self.shmem.heap.sync();
-                fence(Ordering::Acquire);
                 return Ok(value);
             }
             std::hint::spin_loop();
         }
+    }
+}
+
+/// `op` on the word at `ptr` with the processor's atomics (sequentially consistent, so each
+/// also orders the plain copies around it).
+fn cpu_atomic<T: AtomicInt>(ptr: *mut u8, op: Atomic<T>) -> T {
+    use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
+    const SC: Ordering = Ordering::SeqCst;
+    macro_rules! on {
+        ($atomic:ty, $int:ty) => {{
+            // SAFETY: `ptr` is a checked, aligned word of a symmetric object in shared memory;
+            // while every PE takes this path, nothing else reaches the word except atomically.
+            let a = unsafe { <$atomic>::from_ptr(ptr.cast::<$int>()) };
+            let c = |x: T| -> $int { bytemuck::cast(x) };
+            let old = match op {
+                Atomic::Fetch => a.load(SC),
+                Atomic::Swap(v) => a.swap(c(v), SC),
+                Atomic::CompareSwap { cond, value } => a
+                    .compare_exchange(c(cond), c(value), SC, SC)
+                    .unwrap_or_else(|x| x),
+                Atomic::FetchAdd(v) => a.fetch_add(c(v), SC),
+                Atomic::FetchAnd(v) => a.fetch_and(c(v), SC),
+                Atomic::FetchOr(v) => a.fetch_or(c(v), SC),
+                Atomic::FetchXor(v) => a.fetch_xor(c(v), SC),
+            };
+            bytemuck::cast(old)
+        }};
+    }
+    match word::<T>() {
+        Word::I32 => on!(AtomicI32, i32),
+        Word::I64 => on!(AtomicI64, i64),
+        Word::U32 => on!(AtomicU32, u32),
+        Word::U64 => on!(AtomicU64, u64),
     }
 }
