@@ -490,7 +490,7 @@ fn strategies_json_reports_every_route() {
         .iter()
         .map(|r| r["strategy"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["standard", "2-step", "3-step"]);
+    assert_eq!(names, ["standard", "2-step", "3-step", "split"]);
     assert_eq!(rows[0]["vs_standard"].as_f64(), Some(1.0));
     for r in rows {
         assert!(r["measured_us"].as_f64().unwrap() > 0.0, "{r}");

@@ -56,6 +56,8 @@ fn child() {
         Nodes::blocks(n, 3),
         Nodes::detect(&world),
     ];
+    // The most messages `split:1` sent from one node to another.
+    let mut split_parts = 0usize;
     for seed in 0..3u64 {
         let w = random_world(seed * 31 + n as u64, n);
         let g = w.graph(rank);
@@ -69,7 +71,9 @@ fn child() {
         let bytes: Vec<[u8; 5]> = root.iter().map(|v| [*v as u8; 5]).collect();
         for nodes in &maps {
             let mut off_units = Vec::new();
-            for strategy in Strategy::ALL {
+            // `split:1` cuts every pair of nodes' data into as many parts as it can.
+            let tiny = Strategy::Split { cap: 1 };
+            for strategy in Strategy::ALL.into_iter().chain([tiny]) {
                 let what = format!("seed {seed} {strategy:?} nodes {:?}", nodes.count());
                 let sf = NodeAwareSf::new(&world, &g, opts, nodes, strategy).unwrap();
                 for op in [Op::Replace, Op::Sum] {
@@ -97,6 +101,23 @@ fn child() {
                     fail(format!("{what} [u8; 5]: got {got:?} want {want:?}"));
                 }
 
+                // 3-step and split cross nodes in the middle hop only (direct forest, then
+                // root to sender, sender to receiver, receiver to leaf).
+                if matches!(strategy, Strategy::ThreeStep | Strategy::Split { .. }) {
+                    let crossing: Vec<usize> = sf
+                        .forests()
+                        .map(|f| {
+                            f.leaf_ranks()
+                                .into_iter()
+                                .filter(|&(r, _)| nodes.of(r as usize) != nodes.of(rank))
+                                .count()
+                        })
+                        .collect();
+                    if crossing.iter().enumerate().any(|(i, &c)| i != 2 && c > 0) {
+                        fail(format!("{what}: off-node messages per forest {crossing:?}"));
+                    }
+                }
+
                 // Messages across nodes: 2-step sends each node at most one per rank, 3-step
                 // at most one per pair of nodes.
                 let mine = off_node_messages(&sf, rank);
@@ -110,9 +131,18 @@ fn child() {
                             .map(|&r| all[r * nodes.count() + to])
                             .sum::<usize>()
                     };
+                    let pair = |k: usize| nodes.members(k).len().min(nodes.members(to).len());
+                    if strategy == tiny {
+                        let most = (0..nodes.count()).filter(|&k| k != to).map(from_node).max();
+                        split_parts = split_parts.max(most.unwrap_or(0));
+                    }
                     let worst = match strategy {
                         Strategy::TwoStep => mine[to].min(1) == mine[to],
                         Strategy::ThreeStep => (0..nodes.count()).all(|k| from_node(k) <= 1),
+                        // At most one part per rank of the smaller node; one part when the
+                        // data is under the cap, as this test's always is with the default.
+                        Strategy::Split { cap } => (0..nodes.count())
+                            .all(|k| k == to || from_node(k) <= if cap == 1 { pair(k) } else { 1 }),
                         Strategy::Standard => true,
                     };
                     if !worst {
@@ -129,10 +159,18 @@ fn child() {
                 off_units.push(total);
             }
             // Relays carry each root once per node: never more across nodes than standard.
+            // (The last entry is `split:1`.)
             if off_units.iter().any(|&u| u > off_units[0]) {
                 fail(format!("seed {seed}: off-node units {off_units:?}"));
             }
         }
+    }
+
+    // With nodes of two or three ranks, some pair of nodes exchanges enough to be split.
+    if n >= 4 && split_parts < 2 {
+        fail(format!(
+            "split:1 never sent more than {split_parts} message between two nodes"
+        ));
     }
 
     // The cost model: measured on this machine, the same on every rank, and its choice the
@@ -192,8 +230,13 @@ fn child() {
             fail(format!("mixed strategies: {:?}", refused.err()));
         }
     }
-    if "4-step".parse::<Strategy>().is_ok() {
-        fail("4-step parsed".into());
+    for bad in ["4-step", "split:0", "split:x", "split:"] {
+        if bad.parse::<Strategy>().is_ok() {
+            fail(format!("{bad} parsed"));
+        }
+    }
+    if "split:5".parse::<Strategy>() != Ok(Strategy::Split { cap: 5 }) {
+        fail("split:5 did not parse".into());
     }
 
     if !failures.is_empty() {

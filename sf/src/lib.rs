@@ -15,7 +15,8 @@
 //! route), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
 //! `transport` (how bytes move: one implementation per [`SfType`], the one-sided one in
-//! `rma`), `raw` (the only MPI FFI), `staged` (the traffic through packed arrays, for data in
+//! `rma`), [`shmem`] (an OpenSHMEM-style layer: symmetric heap, puts, gets, atomics, signals,
+//! teams), `raw` (the only MPI FFI), `staged` (the traffic through packed arrays, for data in
 //! device memory), `device` (pack plans and the staged forest on a CUDA device), `exact_sum`
 //! (reductions whose bits do not depend on the decomposition).
 

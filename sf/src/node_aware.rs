@@ -1,5 +1,6 @@
 //! Node-aware bcasts: the off-node part of a forest routed through paired ranks so that fewer,
-//! larger messages cross the network (Lockhart, Bienz, Gropp and Olson's 2-step and 3-step).
+//! larger messages cross the network (Lockhart, Bienz, Gropp and Olson's 2-step, 3-step and
+//! split).
 //!
 //! A route is a chain of ordinary star forests whose intermediate roots and leaves are relay
 //! slots: values a rank holds on behalf of others, one slot per distinct root, so that a root
@@ -29,27 +30,54 @@ pub enum Strategy {
     /// A node's data for another node is gathered on one rank, sent as one message to the
     /// paired rank there, and passed on.
     ThreeStep,
+    /// As 3-step, but a node's data for another node is cut into up to one part per rank of
+    /// the smaller node, each part no larger than about `cap` units where it can be, and
+    /// the parts cross from different ranks to different ranks, so that every rank injects.
+    Split {
+        /// Units per part that a pair of nodes' data is cut into (at least 1).
+        cap: usize,
+    },
 }
 
 impl Strategy {
+    /// The split strategy's default part size: 2048 units (16 KiB of doubles), below the
+    /// rendezvous threshold of common MPIs.
+    pub const SPLIT_CAP: usize = 2048;
+
     /// Every strategy, in the order the cost model lists them.
-    pub const ALL: [Strategy; 3] = [Strategy::Standard, Strategy::TwoStep, Strategy::ThreeStep];
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Standard,
+        Strategy::TwoStep,
+        Strategy::ThreeStep,
+        Strategy::Split {
+            cap: Self::SPLIT_CAP,
+        },
+    ];
 
     /// Relay ranks between a root and an off-node leaf.
     fn relays(self) -> usize {
         match self {
             Strategy::Standard => 0,
             Strategy::TwoStep => 1,
-            Strategy::ThreeStep => 2,
+            Strategy::ThreeStep | Strategy::Split { .. } => 2,
         }
     }
 
-    /// The name used on the command line.
+    /// The name used on the command line (`split:CAP` also parses).
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Standard => "standard",
             Strategy::TwoStep => "2-step",
             Strategy::ThreeStep => "3-step",
+            Strategy::Split { .. } => "split",
+        }
+    }
+
+    /// A number that differs between any two strategies.
+    fn fingerprint(self) -> u64 {
+        match self {
+            Strategy::Split { cap } => 3 + cap as u64,
+            other => Strategy::ALL.iter().position(|s| *s == other).unwrap_or(0) as u64,
         }
     }
 }
@@ -57,14 +85,17 @@ impl Strategy {
 impl FromStr for Strategy {
     type Err = SfError;
     fn from_str(s: &str) -> Result<Self, SfError> {
-        Strategy::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| SfError::UnknownName {
-                what: "strategy",
-                got: s.to_string(),
-                expected: "standard, 2-step, 3-step",
-            })
+        let cap = s.strip_prefix("split:").map(|c| c.parse::<usize>());
+        let found = match cap {
+            Some(Ok(cap)) if cap > 0 => Some(Strategy::Split { cap }),
+            Some(_) => None,
+            None => Strategy::ALL.into_iter().find(|t| t.name() == s),
+        };
+        found.ok_or_else(|| SfError::UnknownName {
+            what: "strategy",
+            got: s.to_string(),
+            expected: "standard, 2-step, 3-step, split, split:CAP (CAP at least 1)",
+        })
     }
 }
 
@@ -157,15 +188,78 @@ impl Nodes {
         m[i % m.len()]
     }
 
-    /// The relay ranks a value of root rank `r` passes through on its way to node `to`, in
-    /// order; empty when it goes directly.
-    fn path(&self, strategy: Strategy, r: usize, to: usize) -> Vec<usize> {
-        let from = self.node[r];
-        match strategy {
+}
+
+/// The relays of a strategy over a node map.
+struct Route<'a> {
+    nodes: &'a Nodes,
+    strategy: Strategy,
+    /// Split: how many parts each pair of nodes' data is cut into, `[from * count + to]`.
+    parts: Vec<usize>,
+}
+
+impl<'a> Route<'a> {
+    /// Collective for `Split` (every rank's off-node reads are summed per pair of nodes).
+    fn new(comm: &SimpleCommunicator, nodes: &'a Nodes, strategy: Strategy, graph: &Graph) -> Self {
+        let mut parts = Vec::new();
+        if let Strategy::Split { cap } = strategy {
+            let count = nodes.count();
+            let here = nodes.of(comm.rank() as usize);
+            // The distinct values this rank reads from each node: a slight overcount of a
+            // pair's data, which ranks of one node may share.
+            let mut reads: Vec<[u64; 2]> = graph
+                .iremote
+                .iter()
+                .map(|r| [r.rank as u64, r.offset])
+                .filter(|[r, _]| nodes.of(*r as usize) != here)
+                .collect();
+            reads.sort_unstable();
+            reads.dedup();
+            let mut mine = vec![0u64; count * count];
+            for [r, _] in reads {
+                mine[nodes.of(r as usize) * count + here] += 1;
+            }
+            let mut volume = vec![0u64; count * count];
+            comm.all_reduce_into(&mine[..], &mut volume[..], SystemOperation::sum());
+            parts = volume
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let most = nodes.members[i / count].len().min(nodes.members[i % count].len());
+                    (v as usize).div_ceil(cap.max(1)).clamp(1, most)
+                })
+                .collect();
+        }
+        Route {
+            nodes,
+            strategy,
+            parts,
+        }
+    }
+
+    /// The relay ranks the value `item` (root rank and offset) passes through on its way to
+    /// node `to`, in order; empty when it goes directly.
+    fn path(&self, item: [u64; 2], to: usize) -> Vec<usize> {
+        let n = self.nodes;
+        let r = item[0] as usize;
+        let from = n.node[r];
+        match self.strategy {
             _ if from == to => Vec::new(),
             Strategy::Standard => Vec::new(),
-            Strategy::TwoStep => vec![self.pick(to, self.local_index(r))],
-            Strategy::ThreeStep => vec![self.pick(from, to), self.pick(to, from)],
+            Strategy::TwoStep => vec![n.pick(to, n.local_index(r))],
+            Strategy::ThreeStep => vec![n.pick(from, to), n.pick(to, from)],
+            Strategy::Split { .. } => {
+                // Part by a hash of the value; senders counted down from the node's last
+                // rank, receivers up from its first, shifted per pair so that every rank of a
+                // node takes a share when it talks to many nodes.
+                let k = self.parts[from * n.count() + to];
+                let h = (item[0].wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ item[1])
+                    .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                let part = ((h >> 32) % k as u64) as usize;
+                let senders = n.members[from].len();
+                let sender = senders - 1 - (part + to) % senders;
+                vec![n.pick(from, sender), n.pick(to, part + from)]
+            }
         }
     }
 }
@@ -198,15 +292,16 @@ impl NodeAwareSf {
         nodes.check(&comm)?;
         discovery::agree(
             &comm,
-            discovery::same_everywhere(&comm, strategy as u64, "strategies"),
+            discovery::same_everywhere(&comm, strategy.fingerprint(), "strategies"),
         )?;
         discovery::agree(&comm, graph.check_local(rank as i32, size))?;
         let here = nodes.of(rank);
+        let route = Route::new(&comm, nodes, strategy, graph);
         let mut direct = (Vec::new(), Vec::new());
         // Off-node edges: leaf, item (root rank and offset) and the relays on its way here.
         let mut routed: Vec<(usize, [u64; 2], Vec<usize>)> = Vec::new();
         for (i, r) in graph.iremote.iter().enumerate() {
-            let path = nodes.path(strategy, r.rank as usize, here);
+            let path = route.path([r.rank as u64, r.offset], here);
             if path.is_empty() {
                 direct.0.push(graph.leaf_index(i));
                 direct.1.push(*r);
@@ -242,7 +337,7 @@ impl NodeAwareSf {
                     .into_iter()
                     .map(|item| match k {
                         1 => (item[0] as usize, item),
-                        _ => (nodes.path(strategy, item[0] as usize, here)[k - 2], item),
+                        _ => (route.path(item, here)[k - 2], item),
                     })
                     .collect();
             }
