@@ -79,6 +79,19 @@ fn child() {
     }
 }
 
+/// This PE's values of `x`, copied out (the safe way to read one's own part).
+fn own<T: bytemuck::Pod>(x: &Symmetric<T>) -> Vec<T> {
+    let mut v = vec![T::zeroed(); x.len()];
+    x.get(0, &mut v, x.shmem().my_pe()).expect("own values");
+    v
+}
+
+/// Writes `vals` into this PE's part of `x` from value 0.
+fn set<T: bytemuck::Pod>(x: &mut Symmetric<T>, vals: &[T]) {
+    let me = x.shmem().my_pe();
+    x.put(0, vals, me).expect("own values");
+}
+
 fn value(pe: usize, i: usize) -> u64 {
     (pe as u64) << 32 | i as u64
 }
@@ -88,7 +101,7 @@ fn puts_and_gets(sh: &Shmem, c: &mut Checks) {
     let (me, n) = (sh.my_pe(), sh.n_pes());
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     let mut x: Symmetric<u64> = sh.malloc(40).expect("malloc");
-    c.check(x.local().iter().all(|&v| v == 0), || {
+    c.check(own(&x).iter().all(|&v| v == 0), || {
         "malloc did not zero".into()
     });
     sh.barrier_all(); // peers may put as soon as malloc returns
@@ -104,7 +117,8 @@ fn puts_and_gets(sh: &Shmem, c: &mut Checks) {
             }
         })
         .collect();
-    c.check(x.local() == want, || format!("put: {:?}", &x.local()[..8]));
+    let got = own(&x);
+    c.check(got == want, || format!("put: {:?}", &got[..8]));
     let mut got = vec![0u64; 10];
     x.get(20, &mut got, prev).expect("get");
     let pp = (prev + n - 1) % n;
@@ -121,7 +135,7 @@ fn strided(sh: &Shmem, c: &mut Checks) {
     // src[0], src[2], ..., src[8] into y[1], y[4], ..., y[13] of the next PE.
     y.put_strided(1, 3, &src, 2, 5, next).expect("iput");
     sh.barrier_all();
-    for (i, v) in y.local().iter().enumerate() {
+    for (i, v) in own(&y).iter().enumerate() {
         let want = match i % 3 == 1 && i <= 13 {
             true => (prev * 100 + (i - 1) / 3 * 2) as f64,
             false => 0.0,
@@ -231,6 +245,10 @@ fn signals(sh: &Shmem, c: &mut Checks) {
     // sig[0]: data arrived (from prev); sig[1]: the next PE has read what I sent.
     let mut sig: Symmetric<u64> = sh.malloc(2).expect("malloc");
     let mut src = vec![0u64; len];
+    // Nothing has arrived before anyone sends.
+    let early = sig.test(0, Cmp::Gt, 0).expect("test");
+    c.check(!early, || "test saw a signal before any was sent".into());
+    sh.barrier_all();
     for round in 0..12u64 {
         sig.wait_until(1, Cmp::Ge, round).expect("ack");
         src.iter_mut()
@@ -242,8 +260,7 @@ fn signals(sh: &Shmem, c: &mut Checks) {
         c.check(seen == round + 1, || {
             format!("signal {seen} in round {round}")
         });
-        let whole = data
-            .local()
+        let whole = own(&data)
             .iter()
             .enumerate()
             .all(|(i, &v)| v == value(prev, i) ^ round);
@@ -274,27 +291,25 @@ fn teams(sh: &Shmem, c: &mut Checks) {
     // Symmetric objects are allocated by every PE, so the teams use the same ones.
     let mut src: Symmetric<i64> = sh.malloc(3).expect("malloc");
     let mut dest: Symmetric<i64> = sh.malloc(3 * n).expect("malloc");
-    src.local_mut()
-        .copy_from_slice(&[me as i64, 1, (me * me) as i64]);
+    set(&mut src, &[me as i64, 1, (me * me) as i64]);
     team.reduce(&mut dest, &src, Op::Sum).expect("reduce");
     let want = [
         members.iter().sum::<usize>() as i64,
         size as i64,
         members.iter().map(|p| p * p).sum::<usize>() as i64,
     ];
-    c.check(dest.local()[..3] == want, || {
-        format!("sum: {:?}", &dest.local()[..3])
-    });
+    let got = own(&dest);
+    c.check(got[..3] == want, || format!("sum: {:?}", &got[..3]));
     team.reduce(&mut dest, &src, Op::Max).expect("reduce");
     let max = *members.last().unwrap() as i64;
-    c.check(dest.local()[0] == max, || "max".into());
+    c.check(own(&dest)[0] == max, || "max".into());
 
     team.fcollect(&mut dest, &src).expect("fcollect");
     let want: Vec<i64> = members
         .iter()
         .flat_map(|&p| [p as i64, 1, (p * p) as i64])
         .collect();
-    c.check(dest.local()[..3 * size] == want[..], || "fcollect".into());
+    c.check(own(&dest)[..3 * size] == want[..], || "fcollect".into());
 
     // Team PE i gives its first i % 3 + 1 values.
     let got = team
@@ -305,24 +320,23 @@ fn teams(sh: &Shmem, c: &mut Checks) {
         .enumerate()
         .flat_map(|(i, &p)| [p as i64, 1, (p * p) as i64].into_iter().take(i % 3 + 1))
         .collect();
-    c.check(got == want.len() && dest.local()[..got] == want[..], || {
+    c.check(got == want.len() && own(&dest)[..got] == want[..], || {
         "collect".into()
     });
 
     let root = size - 1;
-    src.local_mut()[0] = 1000 + me as i64;
+    set(&mut src, &[1000 + me as i64]);
     team.broadcast(&mut dest, &src, root).expect("broadcast");
     let want = 1000 + members[root] as i64;
-    c.check(dest.local()[0] == want, || {
-        format!("broadcast: {}", dest.local()[0])
-    });
+    let got = own(&dest)[0];
+    c.check(got == want, || format!("broadcast: {got}"));
 
     // Floats reduce too; operations they lack are refused.
     let mut fs: Symmetric<f64> = sh.malloc(1).expect("malloc");
     let mut fd: Symmetric<f64> = sh.malloc(1).expect("malloc");
-    fs.local_mut()[0] = -(me as f64) / 4.0;
+    set(&mut fs, &[-(me as f64) / 4.0]);
     team.reduce(&mut fd, &fs, Op::Min).expect("reduce");
-    c.check(fd.local()[0] == -(max as f64) / 4.0, || "min".into());
+    c.check(own(&fd)[0] == -(max as f64) / 4.0, || "min".into());
     let refused = team.reduce(&mut fd, &fs, Op::Bxor);
     c.check(
         matches!(refused, Err(SfError::UnsupportedOp { .. })),
@@ -333,6 +347,38 @@ fn teams(sh: &Shmem, c: &mut Checks) {
         matches!(refused, Err(SfError::UnsupportedOp { .. })),
         || format!("{refused:?}"),
     );
+
+    // Arguments that differ between members, or that every member gets wrong: an error on
+    // every member, never a hang in the collective.
+    if size > 1 {
+        let e = team.broadcast(&mut dest, &src, team.my_pe() % 2);
+        c.check(e == Err(SfError::Disagree("collective arguments")), || {
+            format!("roots differ: {e:?}")
+        });
+        let op = [Op::Sum, Op::Max][team.my_pe() % 2];
+        let e = team.reduce(&mut dest, &src, op);
+        c.check(e == Err(SfError::Disagree("collective arguments")), || {
+            format!("ops differ: {e:?}")
+        });
+        // Team PE 0 asks to collect more than its source holds.
+        let n = if team.my_pe() == 0 { 4 } else { 1 };
+        let e = team.collect(&mut dest, &src, n);
+        let want = match team.my_pe() {
+            0 => matches!(e, Err(SfError::IndexOutOfRange { .. })),
+            _ => e == Err(SfError::PeerInvalid(members[0] as i32)),
+        };
+        c.check(want, || format!("collect past the source: {e:?}"));
+    }
+    let e = team.broadcast(&mut dest, &src, size);
+    c.check(matches!(e, Err(SfError::PeOutOfRange { .. })), || {
+        format!("root past the team: {e:?}")
+    });
+    let e = team.fcollect(&mut fd, &fs);
+    let want = match size {
+        1 => e.is_ok(),
+        _ => matches!(e, Err(SfError::IndexOutOfRange { .. })),
+    };
+    c.check(want, || format!("fcollect into too small an object: {e:?}"));
     team.barrier();
     drop((team, again));
     sh.barrier_all();
@@ -395,12 +441,12 @@ fn heat(sh: &Shmem, c: &mut Checks) {
         }
         if me > 0 {
             sig.wait_until(0, Cmp::Ge, k).expect("wait");
-            u[..COLS].copy_from_slice(&ghosts.local()[par..par + COLS]);
+            ghosts.get(par, &mut u[..COLS], me).expect("own ghosts");
         }
         if me + 1 < n {
             sig.wait_until(1, Cmp::Ge, k).expect("wait");
-            let slot = &ghosts.local()[par + COLS..par + 2 * COLS];
-            u[(nrows + 1) * COLS..].copy_from_slice(slot);
+            let below = &mut u[(nrows + 1) * COLS..];
+            ghosts.get(par + COLS, below, me).expect("own ghosts");
         }
         sweep(&u, &mut out, nrows);
         out[..COLS].copy_from_slice(&u[..COLS]);
@@ -503,6 +549,37 @@ fn refusals(sh: &Shmem, world: &SimpleCommunicator, c: &mut Checks) {
         let ok = sh.malloc::<u8>(64).map(|_| ());
         c.check(ok.is_ok(), || format!("back in step: {ok:?}"));
     }
+    // A signal in another heap; a signal to a PE that does not exist.
+    let other = Shmem::new(
+        world,
+        ShmemOptions {
+            heap_bytes: 1000,
+            on_node: OnNode::Rma,
+        },
+    )
+    .expect("heap");
+    let mut foreign: Symmetric<u64> = other.malloc(1).expect("malloc");
+    let mut data: Symmetric<u64> = sh.malloc(1).expect("malloc");
+    let mut sig: Symmetric<u64> = sh.malloc(1).expect("malloc");
+    let e = data.put_signal(0, &[1], &mut foreign, 0, Signal::Set(1), 0);
+    c.check(e == Err(SfError::OtherHeap), || {
+        format!("signal in another heap: {e:?}")
+    });
+    let e = data.put_signal(0, &[1], &mut sig, 0, Signal::Set(1), n);
+    c.check(matches!(e, Err(SfError::PeOutOfRange { .. })), || {
+        format!("signal past the PEs: {e:?}")
+    });
+    // A heap of 1000 bytes (not whole pages) still aligns its words: atomics work.
+    foreign
+        .atomic(0, Atomic::FetchAdd(1), (me + 1) % n)
+        .expect("fadd");
+    other.barrier_all();
+    c.check(own(&foreign) == [1], || {
+        format!("atomics on a small heap: {:?}", own(&foreign))
+    });
+    drop((foreign, data, sig));
+    drop(other);
+
     let mismatched = ShmemOptions {
         heap_bytes: 1 << 20,
         on_node: [OnNode::LoadStore, OnNode::Rma][me % 2],

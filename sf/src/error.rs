@@ -87,4 +87,7 @@ pub enum SfError {
     /// A team asked for by a PE that is not in it.
     #[error("PE {pe} is not a member of the team it asked for")]
     NotInTeam { pe: usize },
+    /// Something the layer needs that this MPI library, or this type, does not give.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
 }

@@ -187,7 +187,6 @@ impl Nodes {
         let m = &self.members[n];
         m[i % m.len()]
     }
-
 }
 
 /// The relays of a strategy over a node map.
@@ -225,7 +224,9 @@ impl<'a> Route<'a> {
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| {
-                    let most = nodes.members[i / count].len().min(nodes.members[i % count].len());
+                    let most = nodes.members[i / count]
+                        .len()
+                        .min(nodes.members[i % count].len());
                     (v as usize).div_ceil(cap.max(1)).clamp(1, most)
                 })
                 .collect();

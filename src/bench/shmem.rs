@@ -327,12 +327,11 @@ impl Halo for OneSided<'_> {
         }
         if me > 0 {
             sig.wait_until(0, Cmp::Ge, seq)?;
-            u[..cols].copy_from_slice(&ghosts.local()[par..par + cols]);
+            ghosts.get(par, &mut u[..cols], me)?;
         }
         if me + 1 < np {
             sig.wait_until(1, Cmp::Ge, seq)?;
-            let from_below = &ghosts.local()[par + cols..par + 2 * cols];
-            u[(nrows + 1) * cols..].copy_from_slice(from_below);
+            ghosts.get(par + cols, &mut u[(nrows + 1) * cols..], me)?;
         }
         Ok(())
     }

@@ -1,11 +1,13 @@
-//! The symmetric heap's MPI windows: memory from `MPI_Win_allocate` (every peer reached by
-//! RMA), or from `MPI_Win_allocate_shared` on the node and exposed to every rank a second time
-//! by `MPI_Win_create` over the same bytes (peers on the node also reached by load and store).
+//! The symmetric heap's MPI windows: page-aligned memory of this process exposed by
+//! `MPI_Win_create` (every peer reached by RMA), or memory from `MPI_Win_allocate_shared` on
+//! the node exposed to every rank a second time by `MPI_Win_create` over the same bytes (peers
+//! on the node also reached by load and store).
 //! Both windows stay in one lock-all epoch for their whole life, so operations need only
 //! flushes. Displacements are in bytes from the heap's base.
 
 use super::{byte_type, check, count, win_null, RawComm};
 use mpi::ffi;
+use std::alloc::Layout;
 use std::ffi::CString;
 use std::os::raw::c_int;
 
@@ -76,52 +78,48 @@ pub(crate) struct HeapWindow {
     win: ffi::MPI_Win,
     /// The node's shared-memory window the heap was allocated from, if it was.
     shared: Option<ffi::MPI_Win>,
+    /// The heap's memory when this process allocated it (freed after the windows).
+    owned: Option<Layout>,
     base: *mut u8,
 }
 
 impl HeapWindow {
-    /// Collective over `world`: `bytes` bytes on every rank, reached by RMA only.
+    /// Collective over `world`: `bytes` zeroed bytes on every rank, page-aligned, reached by
+    /// RMA only.
     pub(crate) fn allocate(world: RawComm, bytes: usize) -> Self {
-        let mut base: *mut u8 = std::ptr::null_mut();
-        let mut win = win_null();
-        // SAFETY: MPI writes the memory's address into `base` and the handle into `win`; the
-        // memory lives until the window is freed in drop.
-        let code = unsafe {
-            ffi::MPI_Win_allocate(
-                bytes as ffi::MPI_Aint,
-                1,
-                ffi::RSMPI_INFO_NULL,
-                world,
-                (&raw mut base).cast(),
-                &mut win,
-            )
-        };
-        check(code, "MPI_Win_allocate");
-        lock_all(win);
+        let layout = Layout::from_size_align(bytes.max(1), 4096).expect("a valid heap size");
+        // SAFETY: a layout of non-zero size.
+        let base = unsafe { std::alloc::alloc_zeroed(layout) };
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
         Self {
-            win,
+            win: expose(world, base, bytes),
             shared: None,
+            owned: Some(layout),
             base,
         }
     }
 
     /// Collective over `world` and then `node` (the ranks of this node, a sub-communicator of
-    /// `world`): `bytes` bytes on every rank in the node's shared memory, exposed to every
-    /// rank for RMA. Also returns, per rank of `node`, the address at which this process sees
-    /// that rank's heap.
+    /// `world`): `bytes` bytes on every rank in the node's shared memory, starting on an
+    /// `align` boundary, exposed to every rank for RMA. Also returns, per rank of `node`, the
+    /// address at which this process sees that rank's heap.
     pub(crate) fn allocate_shared(
         world: RawComm,
         node: RawComm,
         bytes: usize,
+        align: usize,
     ) -> (Self, Vec<*mut u8>) {
         let mut base: *mut u8 = std::ptr::null_mut();
         let mut shared = win_null();
-        let info = NoncontigInfo::new();
+        // Each rank's part on its own pages, placed near that rank.
+        let info = Info::new(&[("alloc_shared_noncontig", "true")]);
         // SAFETY: as in `allocate`; the shared memory lives until `shared` is freed in drop,
-        // after `win`.
+        // after `win`. `align` more bytes leave room to start on the boundary.
         let code = unsafe {
             ffi::MPI_Win_allocate_shared(
-                bytes as ffi::MPI_Aint,
+                (bytes + align) as ffi::MPI_Aint,
                 1,
                 info.0,
                 node,
@@ -131,6 +129,10 @@ impl HeapWindow {
         };
         check(code, "MPI_Win_allocate_shared");
         lock_all(shared);
+        let aligned = |p: *mut u8| -> *mut u8 {
+            // SAFETY: the part holds `bytes + align` bytes, so the boundary lies within it.
+            unsafe { p.add(p.align_offset(align)) }
+        };
         let mut size: c_int = 0;
         // SAFETY: a valid communicator; `size` is an out-parameter.
         check(
@@ -139,34 +141,21 @@ impl HeapWindow {
         );
         let peers = (0..size)
             .map(|r| {
-                let (mut len, mut unit, mut ptr) =
-                    (0 as ffi::MPI_Aint, 0 as c_int, std::ptr::null_mut::<u8>());
+                let (mut len, mut unit) = (0 as ffi::MPI_Aint, 0 as c_int);
+                let mut ptr = std::ptr::null_mut::<u8>();
                 // SAFETY: `r` is a rank of the window's group; MPI writes the three results.
                 let code = unsafe {
                     ffi::MPI_Win_shared_query(shared, r, &mut len, &mut unit, (&raw mut ptr).cast())
                 };
                 check(code, "MPI_Win_shared_query");
-                ptr
+                aligned(ptr)
             })
             .collect();
-        let mut win = win_null();
-        // SAFETY: the memory is the shared window's, which outlives this window (drop frees
-        // this one first).
-        let code = unsafe {
-            ffi::MPI_Win_create(
-                base.cast(),
-                bytes as ffi::MPI_Aint,
-                1,
-                ffi::RSMPI_INFO_NULL,
-                world,
-                &mut win,
-            )
-        };
-        check(code, "MPI_Win_create");
-        lock_all(win);
+        let base = aligned(base);
         let heap = Self {
-            win,
+            win: expose(world, base, bytes),
             shared: Some(shared),
+            owned: None,
             base,
         };
         (heap, peers)
@@ -175,6 +164,28 @@ impl HeapWindow {
     /// The address of this rank's heap.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
+    }
+
+    /// Whether MPI keeps one copy of the window's memory (`MPI_WIN_UNIFIED`), so that loads
+    /// and stores see RMA without a `MPI_Win_sync` between every pair.
+    pub(crate) fn unified(&self) -> bool {
+        let mut model: *mut c_int = std::ptr::null_mut();
+        let mut flag: c_int = 0;
+        // SAFETY: MPI writes a pointer to its own attribute value into `model` when `flag`
+        // is set.
+        let code = unsafe {
+            ffi::MPI_Win_get_attr(
+                self.win,
+                ffi::MPI_WIN_MODEL as c_int,
+                (&raw mut model).cast(),
+                &mut flag,
+            )
+        };
+        check(code, "MPI_Win_get_attr");
+        // SAFETY: MPI_WIN_MODEL is an int attribute that lives as long as the window.
+        flag != 0
+            && !model.is_null()
+            && unsafe { *model } == ffi::MPIR_Win_model_MPI_WIN_UNIFIED as c_int
     }
 
     /// Writes `bytes` bytes from `origin` at byte `disp` of `pe`'s heap; `origin` is reusable
@@ -405,7 +416,33 @@ impl Drop for HeapWindow {
                 check(ffi::MPI_Win_free(win), "MPI_Win_free");
             }
         }
+        if let Some(layout) = self.owned.take() {
+            // SAFETY: allocated with this layout in `allocate`, and in no window any more.
+            unsafe { std::alloc::dealloc(self.base, layout) };
+        }
     }
+}
+
+/// Collective over `world`: a window over `bytes` bytes at `base` (which outlive it), every
+/// atomic allowed, in a lock-all epoch.
+fn expose(world: RawComm, base: *mut u8, bytes: usize) -> ffi::MPI_Win {
+    let mut win = win_null();
+    let info = Info::every_atomic();
+    // SAFETY: the caller keeps the memory alive until the window is freed; MPI writes the
+    // handle into `win`.
+    let code = unsafe {
+        ffi::MPI_Win_create(
+            base.cast(),
+            bytes as ffi::MPI_Aint,
+            1,
+            info.0,
+            world,
+            &mut win,
+        )
+    };
+    check(code, "MPI_Win_create");
+    lock_all(win);
+    win
 }
 
 fn lock_all(win: ffi::MPI_Win) {
@@ -414,12 +451,11 @@ fn lock_all(win: ffi::MPI_Win) {
     check(code, "MPI_Win_lock_all");
 }
 
-/// The info `alloc_shared_noncontig`: each rank's part of a shared window on its own pages,
-/// placed near that rank.
-struct NoncontigInfo(ffi::MPI_Info);
+/// An MPI info object holding `pairs`; freed on drop (windows copy what they need).
+struct Info(ffi::MPI_Info);
 
-impl NoncontigInfo {
-    fn new() -> Self {
+impl Info {
+    fn new(pairs: &[(&str, &str)]) -> Self {
         // SAFETY: a null handle value that MPI overwrites.
         let mut info: ffi::MPI_Info = unsafe { ffi::RSMPI_INFO_NULL };
         // SAFETY: MPI writes the new handle into `info`.
@@ -427,22 +463,32 @@ impl NoncontigInfo {
             unsafe { ffi::MPI_Info_create(&mut info) },
             "MPI_Info_create",
         );
-        let (key, value) = (
-            CString::new("alloc_shared_noncontig").expect("no NUL"),
-            CString::new("true").expect("no NUL"),
-        );
-        // SAFETY: both strings are NUL-terminated and outlive the call, which copies them.
-        check(
-            unsafe { ffi::MPI_Info_set(info, key.as_ptr(), value.as_ptr()) },
-            "MPI_Info_set",
-        );
+        for (key, value) in pairs {
+            let key = CString::new(*key).expect("no NUL in a key");
+            let value = CString::new(*value).expect("no NUL in a value");
+            // SAFETY: both strings are NUL-terminated and outlive the call, which copies them.
+            check(
+                unsafe { ffi::MPI_Info_set(info, key.as_ptr(), value.as_ptr()) },
+                "MPI_Info_set",
+            );
+        }
         Self(info)
+    }
+
+    /// For the window every atomic goes through: MPICH's own key saying that concurrent
+    /// atomics on one word may use different operations (compare-and-swap beside replace, or
+    /// and beside or), which the standard's default `accumulate_ops` does not promise.
+    fn every_atomic() -> Self {
+        Self::new(&[(
+            "which_accumulate_ops",
+            "max,min,sum,prod,maxloc,minloc,band,bor,bxor,land,lor,lxor,replace,no_op,cswap",
+        )])
     }
 }
 
-impl Drop for NoncontigInfo {
+impl Drop for Info {
     fn drop(&mut self) {
-        // SAFETY: an info object we created; windows copy what they need of it.
+        // SAFETY: an info object we created.
         check(unsafe { ffi::MPI_Info_free(&mut self.0) }, "MPI_Info_free");
     }
 }

@@ -10,10 +10,11 @@
 //!   shared memory (`MPI_Win_allocate_shared`) and exposed to all ranks a second time by
 //!   `MPI_Win_create` over the same bytes: puts and gets to a PE on the same node are plain
 //!   copies, and RMA reaches the others. [`OnNode::Rma`] sends every put and get through RMA
-//!   (`MPI_Win_allocate`). Atomics and signals go through MPI's atomics, so they are atomic
-//!   with respect to each other whichever PE issues them; when every PE shares the node and
-//!   takes the load/store path, they are the processor's atomics on the shared memory
-//!   instead, and a put-with-signal makes no MPI call at all.
+//!   (page-aligned memory of its own under `MPI_Win_create`). Atomics and signals go
+//!   through MPI's atomics, so they are atomic with respect to each other whichever PE issues
+//!   them (MPICH allows mixed operations on one word; the window says so); when every PE
+//!   shares the node and takes the load/store path, they are the processor's atomics on the
+//!   shared memory instead, and a put-with-signal makes no MPI call at all.
 //! - **Completion**, as in OpenSHMEM: a put returns once its source may be reused; [`fence`]
 //!   orders puts to each PE, and [`quiet`] completes them all; a get returns with the data.
 //!   [`Symmetric::put_signal`] delivers the data before it updates the signal, which the
@@ -125,18 +126,35 @@ pub struct Shmem {
 }
 
 impl Shmem {
-    /// Collective over `comm`: a heap of `options.heap_bytes` on every PE. Options that differ
-    /// between PEs give [`SfError::Disagree`] on every PE.
+    /// Collective over `comm`: a heap of `options.heap_bytes` (rounded up to whole pages) on
+    /// every PE. Options that differ between PEs give [`SfError::Disagree`] on every PE; an
+    /// MPI without the unified memory model, [`SfError::Unsupported`].
     pub fn new(comm: &SimpleCommunicator, options: ShmemOptions) -> Result<Shmem, SfError> {
         let comm = comm.duplicate();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        let fingerprint =
-            (options.heap_bytes as u64) << 1 | (options.on_node == OnNode::Rma) as u64;
+        let fingerprint = [
+            options.heap_bytes as u64,
+            (options.on_node == OnNode::Rma) as u64,
+        ];
+        let fingerprint = fingerprint[0].rotate_left(1) ^ fingerprint[1];
         same_everywhere(&comm, fingerprint, "symmetric heap options")?;
+        // Whole pages, as the memory is allocated.
+        const PAGE: usize = 4096;
+        let most = isize::MAX as usize / 2;
+        let bytes = match options.heap_bytes.checked_next_multiple_of(PAGE) {
+            Some(b) if b <= most => b,
+            _ => {
+                return Err(SfError::IndexOutOfRange {
+                    what: "symmetric heap bytes",
+                    index: options.heap_bytes,
+                    len: most,
+                })
+            }
+        };
         let mut direct = vec![std::ptr::null_mut(); size];
         let heap = match options.on_node {
             OnNode::Rma => {
-                let heap = HeapWindow::allocate(raw::raw_comm(&comm), options.heap_bytes);
+                let heap = HeapWindow::allocate(raw::raw_comm(&comm), bytes);
                 direct[rank] = heap.base();
                 heap
             }
@@ -147,7 +165,8 @@ impl Shmem {
                 let (heap, peers) = HeapWindow::allocate_shared(
                     raw::raw_comm(&comm),
                     raw::raw_comm(&node),
-                    options.heap_bytes,
+                    bytes,
+                    arena::ALIGN,
                 );
                 for (&r, p) in ranks.iter().zip(peers) {
                     direct[r as usize] = p;
@@ -155,6 +174,19 @@ impl Shmem {
                 heap
             }
         };
+        let usable = match (
+            heap.unified(),
+            (heap.base() as usize).is_multiple_of(arena::ALIGN),
+        ) {
+            (false, _) => Err(SfError::Unsupported(
+                "an MPI whose windows keep separate public and private copies (MPI_WIN_SEPARATE)",
+            )),
+            (_, false) => Err(SfError::Unsupported(
+                "an MPI that places window memory off 64-byte boundaries",
+            )),
+            _ => Ok(()),
+        };
+        crate::discovery::agree(&comm, usable)?;
         let cpu_atomics = direct.iter().all(|p| !p.is_null());
         let world = Rc::new(comm.duplicate());
         let teams = HashMap::from([((0, 0, size), world)]);
@@ -164,7 +196,7 @@ impl Shmem {
             options,
             direct,
             cpu_atomics,
-            arena: RefCell::new(Arena::new(options.heap_bytes)),
+            arena: RefCell::new(Arena::new(bytes)),
             teams: RefCell::new(teams),
         })
     }

@@ -1,9 +1,11 @@
 //! Symmetric objects and the one-sided operations on them.
 //!
-//! Operations that write an object on some PE take it by `&mut`, so no slice from
-//! [`Symmetric::local`] is alive in this process while its bytes may change here. Other PEs
-//! write it whenever they like, as in OpenSHMEM: read the local slice after the
-//! synchronisation (a barrier, a `wait_until`) that orders their writes before the read.
+//! Other PEs write an object whenever they like, as in OpenSHMEM, so this process reads and
+//! writes its own part by copies ([`Symmetric::get`] and [`Symmetric::put`] to its own PE)
+//! after the synchronisation (a barrier, a `wait_until`) that orders the others' writes
+//! before it. A Rust slice over the memory would let the compiler keep values across that
+//! synchronisation; [`Symmetric::local`] gives one only under a promise (`unsafe`) that no
+//! PE writes the object while it lives. Operations that write an object take it by `&mut`.
 
 use super::Shmem;
 use crate::error::SfError;
@@ -161,17 +163,25 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
         p
     }
 
-    /// This PE's values.
-    pub fn local(&self) -> &[T] {
+    /// This PE's values, borrowed in place (for handing to MPI or a kernel without a copy).
+    ///
+    /// # Safety
+    /// No PE may write the object while the slice lives (a put, an atomic, a signal): the
+    /// compiler assumes the values behind a shared slice do not change.
+    pub unsafe fn local(&self) -> &[T] {
         // SAFETY: the block holds `len` values of `T` (zeroed at allocation, and `T` is Pod),
-        // aligned (blocks start on 64 bytes of a page-aligned heap); this process writes it
-        // only through `&mut self`.
+        // aligned (blocks start on 64 bytes of a 64-byte-aligned heap, checked at set-up);
+        // this process writes it only through `&mut self`, others not at all (the caller's
+        // promise).
         unsafe { std::slice::from_raw_parts(self.local_ptr(), self.len) }
     }
 
-    /// This PE's values, to write.
-    pub fn local_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `local`, and `&mut self` makes this the only borrow.
+    /// This PE's values, borrowed in place to write.
+    ///
+    /// # Safety
+    /// As for [`local`](Self::local): no other PE may read or write the object meanwhile.
+    pub unsafe fn local_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `local`, and `&mut self` makes this the only borrow here.
         unsafe { std::slice::from_raw_parts_mut(self.local_ptr(), self.len) }
     }
 
@@ -302,11 +312,22 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
             let last = n.saturating_sub(1).saturating_mul(local_stride);
             return Err(too_far("local array", last, local_len));
         }
-        self.target(
-            at,
-            span(stride).map_or(usize::MAX, |s| if n == 0 { 0 } else { s }),
-            pe,
-        )
+        let remote = match n {
+            0 => 0,
+            _ => span(stride).unwrap_or(usize::MAX),
+        };
+        self.target(at, remote, pe)
+    }
+
+    /// Byte strides for `n` values `stride` and `local_stride` values apart, once both spans
+    /// are checked to fit in memory (a single value has no stride to speak of).
+    fn byte_strides(n: usize, stride: usize, local_stride: usize) -> (usize, usize) {
+        let size = std::mem::size_of::<T>();
+        match n {
+            0 | 1 => (size, size),
+            // The spans fit in arrays, so these products do too.
+            _ => (stride * size, local_stride * size),
+        }
     }
 
     /// Moves `n` values between `local` (`local_stride` apart) and byte `disp` of `pe`'s heap
@@ -326,17 +347,18 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
         if n == 0 || size == 0 {
             return;
         }
+        let (stride_bytes, local_bytes) = Self::byte_strides(n, stride, local_stride);
         match self.direct(pe, disp) {
             Some(p) => {
                 for i in 0..n {
                     // SAFETY: value `i` of each side lies within it (checked); the sides do
                     // not overlap (distinct borrows or distinct objects).
                     unsafe {
-                        let (mine, theirs) =
-                            (local.add(i * local_stride), p.add(i * stride * size));
+                        let mine = local.cast::<u8>().add(i * local_bytes);
+                        let theirs = p.add(i * stride_bytes);
                         match put {
-                            true => std::ptr::copy_nonoverlapping(mine.cast(), theirs, size),
-                            false => std::ptr::copy_nonoverlapping(theirs, mine.cast(), size),
+                            true => std::ptr::copy_nonoverlapping(mine, theirs, size),
+                            false => std::ptr::copy_nonoverlapping(theirs, mine, size),
                         }
                     }
                 }
@@ -346,12 +368,12 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
                 self.shmem.heap.strided(
                     put,
                     local.cast(),
-                    local_stride * size,
+                    local_bytes,
                     size,
                     n,
                     pe,
                     disp,
-                    stride * size,
+                    stride_bytes,
                 )
             },
         }

@@ -109,16 +109,20 @@ impl<'h> Team<'h> {
         src: &Symmetric<'h, T>,
         root: usize,
     ) -> Result<(), SfError> {
-        if root >= self.size {
-            return Err(SfError::PeOutOfRange {
+        let mine = match root < self.size {
+            true => room(dest, src.len()).map(drop),
+            false => Err(SfError::PeOutOfRange {
                 pe: root,
                 npes: self.size,
-            });
-        }
-        let n = room(dest, src.len())?;
-        let out = &mut dest.local_mut()[..n];
+            }),
+        };
+        self.agree(mine, &[root, src.len(), dest.len()])?;
+        let n = src.len();
+        // SAFETY: members write neither object during a collective on them (the collective's
+        // contract, as in OpenSHMEM); the two are distinct objects.
+        let (from, out) = unsafe { (src.local(), &mut dest.local_mut()[..n]) };
         if self.my_pe() == root {
-            out.copy_from_slice(src.local());
+            out.copy_from_slice(from);
         }
         self.comm.process_at_rank(root as i32).broadcast_into(out);
         Ok(())
@@ -144,10 +148,17 @@ impl<'h> Team<'h> {
             Op::Bor => Some(SystemOperation::bitwise_or()),
             Op::Bxor => Some(SystemOperation::bitwise_xor()),
         };
+        let mine = match system {
+            Some(_) => room(dest, src.len()).map(drop),
+            None => Err(SfError::UnsupportedOp { op, unit: T::NAME }),
+        };
+        self.agree(mine, &[op as usize, src.len(), dest.len()])?;
+        // Refused above on every member when there is none.
         let system = system.ok_or(SfError::UnsupportedOp { op, unit: T::NAME })?;
-        let n = room(dest, src.len())?;
-        self.comm
-            .all_reduce_into(src.local(), &mut dest.local_mut()[..n], system);
+        let n = src.len();
+        // SAFETY: as in `broadcast`.
+        let (from, out) = unsafe { (src.local(), &mut dest.local_mut()[..n]) };
+        self.comm.all_reduce_into(from, out, system);
         Ok(())
     }
 
@@ -157,9 +168,11 @@ impl<'h> Team<'h> {
         dest: &mut Symmetric<'h, T>,
         src: &Symmetric<'h, T>,
     ) -> Result<(), SfError> {
-        let n = room(dest, src.len().saturating_mul(self.size))?;
-        self.comm
-            .all_gather_into(src.local(), &mut dest.local_mut()[..n]);
+        let n = src.len().saturating_mul(self.size);
+        self.agree(room(dest, n).map(drop), &[src.len(), dest.len()])?;
+        // SAFETY: as in `broadcast`.
+        let (from, out) = unsafe { (src.local(), &mut dest.local_mut()[..n]) };
+        self.comm.all_gather_into(from, out);
         Ok(())
     }
 
@@ -172,25 +185,19 @@ impl<'h> Team<'h> {
         src: &Symmetric<'h, T>,
         n: usize,
     ) -> Result<usize, SfError> {
-        // A member asking for more than its `src` holds sends -1, so every member fails.
-        let mine = match n <= src.len() {
-            true => i32::try_from(n).unwrap_or(i32::MAX),
-            false => -1,
+        let mine = match n <= src.len() && i32::try_from(n).is_ok() {
+            true => Ok(()),
+            false => Err(SfError::IndexOutOfRange {
+                what: "values to collect",
+                index: n.saturating_sub(1),
+                len: src.len(),
+            }),
         };
+        self.agree(mine, &[src.len(), dest.len()])?;
         let mut counts = vec![0i32; self.size];
-        self.comm.all_gather_into(&mine, &mut counts[..]);
-        if let Some(bad) = counts.iter().position(|&c| c < 0) {
-            return Err(match n > src.len() {
-                true => SfError::IndexOutOfRange {
-                    what: "values to collect",
-                    index: n - 1,
-                    len: src.len(),
-                },
-                false => SfError::PeerInvalid(self.world_pe(bad).unwrap_or(bad) as i32),
-            });
-        }
-        let total: usize = counts.iter().map(|&c| c as usize).sum();
-        let total = room(dest, total)?;
+        self.comm.all_gather_into(&(n as i32), &mut counts[..]);
+        // Every member has the same counts and the same `dest` length: the same verdict.
+        let total = room(dest, counts.iter().map(|&c| c as usize).sum())?;
         let displs: Vec<i32> = counts
             .iter()
             .scan(0i32, |at, &c| {
@@ -199,10 +206,43 @@ impl<'h> Team<'h> {
                 Some(d)
             })
             .collect();
-        let mut out = PartitionMut::new(&mut dest.local_mut()[..total], &counts[..], &displs[..]);
-        self.comm
-            .all_gather_varcount_into(&src.local()[..n], &mut out);
+        // SAFETY: as in `broadcast`.
+        let (from, out) = unsafe { (&src.local()[..n], &mut dest.local_mut()[..total]) };
+        let mut out = PartitionMut::new(out, &counts[..], &displs[..]);
+        self.comm.all_gather_varcount_into(from, &mut out);
         Ok(total)
+    }
+
+    /// Agrees before a collective moves data: every member's own error, or
+    /// [`SfError::PeerInvalid`] naming the first member that had one, or
+    /// [`SfError::Disagree`] when the members' `args` differ. One reduction.
+    fn agree(&self, mine: Result<(), SfError>, args: &[usize]) -> Result<(), SfError> {
+        // FNV-1a over the arguments.
+        let print = args.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &a| {
+            (h ^ a as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        // Small numbers, so that the maximum is the same read signed or unsigned.
+        let failed = match mine {
+            Err(_) => (self.size - self.my_pe()) as u64,
+            Ok(()) => 0,
+        };
+        let mut got = [0u64; 3];
+        self.comm.all_reduce_into(
+            &[failed, print, !print][..],
+            &mut got[..],
+            SystemOperation::max(),
+        );
+        mine?;
+        if got[0] != 0 {
+            let first = self.size - got[0] as usize;
+            return Err(SfError::PeerInvalid(
+                self.world_pe(first).unwrap_or(first) as i32
+            ));
+        }
+        match got[1] == !got[2] {
+            true => Ok(()),
+            false => Err(SfError::Disagree("collective arguments")),
+        }
     }
 }
 
