@@ -21,15 +21,35 @@ use serde::Serialize;
 use starhalo_sf::shmem::{Atomic, Cmp, OnNode, Shmem, ShmemOptions, Signal, Symmetric};
 use std::time::Instant;
 
+/// One figure measured three ways, and the one-sided ways' ratios to two-sided.
 #[derive(Serialize)]
-struct PingRow {
-    bytes: usize,
-    /// Half a round trip, median over rounds.
+struct Versus {
     two_sided_us: f64,
     load_store_us: f64,
     rma_us: f64,
     load_store_vs_two_sided: f64,
     rma_vs_two_sided: f64,
+}
+
+impl Versus {
+    /// From seconds: two-sided, load/store, RMA.
+    fn of(m: [f64; 3]) -> Self {
+        Self {
+            two_sided_us: m[0] * 1e6,
+            load_store_us: m[1] * 1e6,
+            rma_us: m[2] * 1e6,
+            load_store_vs_two_sided: m[1] / m[0],
+            rma_vs_two_sided: m[2] / m[0],
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct PingRow {
+    bytes: usize,
+    /// Half a round trip, median over rounds.
+    #[serde(flatten)]
+    times: Versus,
 }
 
 #[derive(Serialize)]
@@ -53,11 +73,8 @@ struct Heat {
     n: usize,
     sweeps: u32,
     /// Per sweep, the slowest rank's, median over rounds.
-    two_sided_us: f64,
-    load_store_us: f64,
-    rma_us: f64,
-    load_store_vs_two_sided: f64,
-    rma_vs_two_sided: f64,
+    #[serde(flatten)]
+    times: Versus,
     identical: bool,
 }
 
@@ -116,11 +133,7 @@ pub fn run(world: &SimpleCommunicator, a: &ShmemBenchArgs) -> Result<()> {
         let m = t.map(|mut v| median_after_warmup(&mut v));
         pingpong.push(PingRow {
             bytes,
-            two_sided_us: m[0] * 1e6,
-            load_store_us: m[1] * 1e6,
-            rma_us: m[2] * 1e6,
-            load_store_vs_two_sided: m[1] / m[0],
-            rma_vs_two_sided: m[2] / m[0],
+            times: Versus::of(m),
         });
     }
     drop(pingers);
@@ -396,11 +409,7 @@ fn heat(world: &SimpleCommunicator, a: &ShmemBenchArgs, heaps: &[Shmem; 2]) -> R
     Ok(Heat {
         n,
         sweeps,
-        two_sided_us: m[0] * 1e6,
-        load_store_us: m[1] * 1e6,
-        rma_us: m[2] * 1e6,
-        load_store_vs_two_sided: m[1] / m[0],
-        rma_vs_two_sided: m[2] / m[0],
+        times: Versus::of(m),
         identical: all,
     })
 }
@@ -434,11 +443,11 @@ fn print(a: &ShmemBenchArgs, r: &Report) -> Result<()> {
         outln!(
             "{:>9} {:>11.2} {:>11.2} {:>9.2} {:>12.3} {:>8.3}",
             p.bytes,
-            p.two_sided_us,
-            p.load_store_us,
-            p.rma_us,
-            p.load_store_vs_two_sided,
-            p.rma_vs_two_sided
+            p.times.two_sided_us,
+            p.times.load_store_us,
+            p.times.rma_us,
+            p.times.load_store_vs_two_sided,
+            p.times.rma_vs_two_sided
         );
     }
     for x in &r.atomics {
@@ -456,17 +465,17 @@ fn print(a: &ShmemBenchArgs, r: &Report) -> Result<()> {
         r.barrier.mpi_us,
         r.barrier.ratio
     );
-    let h = &r.heat;
+    let (h, t) = (&r.heat, &r.heat.times);
     outln!(
         "# heat {}x{}, {} sweeps, per sweep: two-sided {:.2} us, load/store {:.2} us ({:.3}), rma {:.2} us ({:.3}); identical: {}",
         h.n,
         h.n,
         h.sweeps,
-        h.two_sided_us,
-        h.load_store_us,
-        h.load_store_vs_two_sided,
-        h.rma_us,
-        h.rma_vs_two_sided,
+        t.two_sided_us,
+        t.load_store_us,
+        t.load_store_vs_two_sided,
+        t.rma_us,
+        t.rma_vs_two_sided,
         h.identical
     );
     Ok(())
