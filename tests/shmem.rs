@@ -501,6 +501,33 @@ fn refusals(sh: &Shmem, world: &SimpleCommunicator, c: &mut Checks) {
     c.check(x.put_strided(1, 1, &[], 1, 0, 0).is_ok(), || {
         "empty strided put".into()
     });
+    // One value has no stride to speak of; two with a huge one leave the object.
+    let one = x.put_strided(3, usize::MAX, &[9], usize::MAX, 1, me);
+    c.check(one.is_ok() && own(&x)[3] == 9, || {
+        format!("one value, huge strides: {one:?}")
+    });
+    let e = x.get_strided(0, usize::MAX / 2, &mut [0; 4], 1, 2, 0);
+    c.check(matches!(e, Err(SfError::IndexOutOfRange { .. })), || {
+        format!("huge stride: {e:?}")
+    });
+    let e = x.put_strided(0, 1, &[1, 2], usize::MAX, 2, 0);
+    c.check(
+        matches!(
+            e,
+            Err(SfError::IndexOutOfRange {
+                what: "local array",
+                ..
+            })
+        ),
+        || format!("huge local stride: {e:?}"),
+    );
+
+    // A block dropped and allocated again comes back zeroed, even with a put into it
+    // (over RMA: complete only locally) still on its way.
+    x.put(0, &[7; 4], (me + 1) % n).expect("put");
+    drop(x);
+    let mut x: Symmetric<u32> = sh.malloc(4).expect("malloc");
+    c.check(own(&x) == [0; 4], || format!("reused block: {:?}", own(&x)));
     let e = x.atomic(4, Atomic::Fetch, 0);
     c.check(matches!(e, Err(SfError::IndexOutOfRange { .. })), || {
         format!("atomic: {e:?}")

@@ -76,7 +76,7 @@ impl Strategy {
     /// A number that differs between any two strategies.
     fn fingerprint(self) -> u64 {
         match self {
-            Strategy::Split { cap } => 3 + cap as u64,
+            Strategy::Split { cap } => 3u64.saturating_add(cap as u64),
             other => Strategy::ALL.iter().position(|s| *s == other).unwrap_or(0) as u64,
         }
     }

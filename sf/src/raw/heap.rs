@@ -111,6 +111,11 @@ impl HeapWindow {
         bytes: usize,
         align: usize,
     ) -> (Self, Vec<*mut u8>) {
+        // Every part starts on a page, so each process finds the same boundary in it.
+        assert!(
+            align.is_power_of_two() && align <= 4096,
+            "alignment {align}"
+        );
         let mut base: *mut u8 = std::ptr::null_mut();
         let mut shared = win_null();
         // Each rank's part on its own pages, placed near that rank.

@@ -12,7 +12,8 @@
 //!   copies, and RMA reaches the others. [`OnNode::Rma`] sends every put and get through RMA
 //!   (page-aligned memory of its own under `MPI_Win_create`). Atomics and signals go
 //!   through MPI's atomics, so they are atomic with respect to each other whichever PE issues
-//!   them (MPICH allows mixed operations on one word; the window says so); when every PE
+//!   them (MPICH allows mixed operations on one word, which the standard does not promise;
+//!   the window's info asks for it explicitly); when every PE
 //!   shares the node and takes the load/store path, they are the processor's atomics on the
 //!   shared memory instead, and a put-with-signal makes no MPI call at all.
 //! - **Completion**, as in OpenSHMEM: a put returns once its source may be reused; [`fence`]
@@ -230,11 +231,17 @@ impl Shmem {
     /// PEs only before this call also gives `Disagree`. A heap without room gives
     /// [`SfError::HeapFull`]. Errors are given on every PE.
     pub fn malloc<T: bytemuck::Pod>(&self, len: usize) -> Result<Symmetric<'_, T>, SfError> {
+        if std::mem::align_of::<T>() > arena::ALIGN {
+            // The same type on every PE: the same error everywhere.
+            return Err(SfError::Unsupported(
+                "symmetric objects of types aligned to more than 64 bytes",
+            ));
+        }
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
-        assert!(
-            std::mem::align_of::<T>() <= arena::ALIGN,
-            "over-aligned type"
-        );
+        // Every PE's puts and updates complete before anyone zeroes a block that may be
+        // reused: one into an object dropped since must not land in its successor. The
+        // reduction below orders every PE's quiet before any zeroing.
+        self.quiet();
         same_everywhere(&self.comm, bytes as u64, "symmetric allocation sizes")?;
         let off = self.arena.borrow_mut().take(bytes);
         let at = off.map_or(u64::MAX, |o| o as u64);

@@ -9,6 +9,7 @@ use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::topology::{Communicator, Group, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Equivalence, Root};
+use std::mem::size_of;
 use std::rc::Rc;
 use std::sync::atomic::{fence, Ordering};
 
@@ -116,7 +117,7 @@ impl<'h> Team<'h> {
                 npes: self.size,
             }),
         };
-        self.agree(mine, &[root, src.len(), dest.len()])?;
+        self.agree(mine, &[root, src.len(), dest.len(), size_of::<T>()])?;
         let n = src.len();
         // SAFETY: members write neither object during a collective on them (the collective's
         // contract, as in OpenSHMEM); the two are distinct objects.
@@ -152,7 +153,10 @@ impl<'h> Team<'h> {
             Some(_) => room(dest, src.len()).map(drop),
             None => Err(SfError::UnsupportedOp { op, unit: T::NAME }),
         };
-        self.agree(mine, &[op as usize, src.len(), dest.len()])?;
+        let name = T::NAME
+            .bytes()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+        self.agree(mine, &[op as usize, src.len(), dest.len(), name])?;
         // Refused above on every member when there is none.
         let system = system.ok_or(SfError::UnsupportedOp { op, unit: T::NAME })?;
         let n = src.len();
@@ -169,7 +173,10 @@ impl<'h> Team<'h> {
         src: &Symmetric<'h, T>,
     ) -> Result<(), SfError> {
         let n = src.len().saturating_mul(self.size);
-        self.agree(room(dest, n).map(drop), &[src.len(), dest.len()])?;
+        self.agree(
+            room(dest, n).map(drop),
+            &[src.len(), dest.len(), size_of::<T>()],
+        )?;
         // SAFETY: as in `broadcast`.
         let (from, out) = unsafe { (src.local(), &mut dest.local_mut()[..n]) };
         self.comm.all_gather_into(from, out);
@@ -193,11 +200,19 @@ impl<'h> Team<'h> {
                 len: src.len(),
             }),
         };
-        self.agree(mine, &[src.len(), dest.len()])?;
+        self.agree(mine, &[src.len(), dest.len(), size_of::<T>()])?;
         let mut counts = vec![0i32; self.size];
         self.comm.all_gather_into(&(n as i32), &mut counts[..]);
         // Every member has the same counts and the same `dest` length: the same verdict.
-        let total = room(dest, counts.iter().map(|&c| c as usize).sum())?;
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        if i32::try_from(total).is_err() {
+            return Err(SfError::IndexOutOfRange {
+                what: "collected values (MPI counts them in an int)",
+                index: total - 1,
+                len: i32::MAX as usize,
+            });
+        }
+        let total = room(dest, total)?;
         let displs: Vec<i32> = counts
             .iter()
             .scan(0i32, |at, &c| {
