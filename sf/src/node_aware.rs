@@ -15,7 +15,7 @@ use crate::graph::{Graph, RootRef};
 use crate::raw;
 use crate::unit::{Op, Unit};
 use mpi::collective::SystemOperation;
-use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use std::str::FromStr;
 
@@ -193,12 +193,12 @@ impl Nodes {
 struct Route<'a> {
     nodes: &'a Nodes,
     strategy: Strategy,
-    /// Split: how many parts each pair of nodes' data is cut into, `[from * count + to]`.
+    /// Split: how many parts the data from each node to this rank's node is cut into.
     parts: Vec<usize>,
 }
 
 impl<'a> Route<'a> {
-    /// Collective for `Split` (every rank's off-node reads are summed per pair of nodes).
+    /// Collective for `Split` (the off-node reads of each node's ranks are summed there).
     fn new(comm: &SimpleCommunicator, nodes: &'a Nodes, strategy: Strategy, graph: &Graph) -> Self {
         let mut parts = Vec::new();
         if let Strategy::Split { cap } = strategy {
@@ -214,19 +214,22 @@ impl<'a> Route<'a> {
                 .collect();
             reads.sort_unstable();
             reads.dedup();
-            let mut mine = vec![0u64; count * count];
+            let mut mine = vec![0u64; count];
             for [r, _] in reads {
-                mine[nodes.of(r as usize) * count + here] += 1;
+                mine[nodes.of(r as usize)] += 1;
             }
-            let mut volume = vec![0u64; count * count];
-            comm.all_reduce_into(&mine[..], &mut volume[..], SystemOperation::sum());
+            // Summed over this node's ranks only: a path is only ever asked for by a rank of
+            // the node the value goes to, so each node keeps its own column.
+            let node = comm
+                .split_by_color(Color::with_value(here as i32))
+                .expect("every rank has a colour");
+            let mut volume = vec![0u64; count];
+            node.all_reduce_into(&mine[..], &mut volume[..], SystemOperation::sum());
             parts = volume
                 .iter()
                 .enumerate()
-                .map(|(i, &v)| {
-                    let most = nodes.members[i / count]
-                        .len()
-                        .min(nodes.members[i % count].len());
+                .map(|(from, &v)| {
+                    let most = nodes.members[from].len().min(nodes.members[here].len());
                     (v as usize).div_ceil(cap.max(1)).clamp(1, most)
                 })
                 .collect();
@@ -253,7 +256,8 @@ impl<'a> Route<'a> {
                 // Part by a hash of the value; senders counted down from the node's last
                 // rank, receivers up from its first, shifted per pair so that every rank of a
                 // node takes a share when it talks to many nodes.
-                let k = self.parts[from * n.count() + to];
+                // Paths are asked for only by ranks of node `to`, whose parts these are.
+                let k = self.parts[from];
                 let h = (item[0].wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ item[1])
                     .wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 let part = ((h >> 32) % k as u64) as usize;
