@@ -15,6 +15,7 @@
 //! number of timed fills.
 
 use super::exchange_device::{self, DeviceCopies};
+use super::median;
 use crate::cli::ExchangeBenchArgs;
 use crate::deck::Deck;
 use crate::exit::bad_input;
@@ -408,11 +409,6 @@ fn pack_vs_memcpy(s: &Setup, data: &BlockData, rank: usize) -> Result<(f64, f64,
         }
     }
     Ok((bytes, median(&mut pack), median(&mut memcpy)))
-}
-
-pub(super) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn print_table(r: &Report) {

@@ -7,7 +7,8 @@
 //! Both are checked before they are timed against the host: the filled fields must equal the
 //! host fill's bit for bit, and the packed buffer the host pack's.
 
-use super::exchange::{fill, initial_data, median, send_cache, time_steps, Mode, Setup, WARMUP};
+use super::exchange::{fill, initial_data, send_cache, time_steps, Mode, Setup, WARMUP};
+use super::median;
 use crate::run::collective::{agree, sum_f64};
 use anyhow::{bail, Context as _, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};

@@ -5,6 +5,7 @@
 //! doubles, [`DeviceStaged`]: staged through the host, or handed to a GPU-aware MPI with
 //! `--gpu-mpi aware`, or `auto`) beside host memory (H-H).
 
+use super::median;
 use crate::cli::PingpongArgs;
 use crate::exit::bad_input;
 use crate::run::collective::agree;
@@ -289,11 +290,6 @@ fn sf_pingpong(sf: &StarForest, root: &mut [u8], leaf: &mut [u8], n: usize) -> R
         sf.reduce(leaf, root, Op::Replace)?;
     }
     Ok(())
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The options' own consistency, and the rank count.

@@ -3,19 +3,17 @@
 //! in turn, so drift hits all alike; a bcast's time is the slowest rank's. The cost model,
 //! calibrated at the start of the same run, predicts each route and names its choice.
 
+use super::{median, timed};
 use crate::cli::StrategiesArgs;
 use crate::exit::bad_input;
 use crate::run::collective::agree;
 use anyhow::Result;
-use mpi::collective::SystemOperation;
 use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::CommunicatorCollectives;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use starhalo_sf::{CostModel, Graph, NodeAwareSf, Nodes, Op, RootRef, SfOptions, Strategy};
-use std::time::Instant;
 
 #[derive(Serialize)]
 struct Row {
@@ -69,12 +67,8 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
     let mut times = vec![Vec::new(); routes.len()];
     for round in 0..a.rounds as usize + 3 {
         for (k, sf) in routes.iter().enumerate() {
-            world.barrier();
-            let t0 = Instant::now();
-            sf.bcast(&root, &mut leaf, Op::Replace)?;
-            let mine = t0.elapsed().as_secs_f64();
-            let mut slowest = 0.0f64;
-            world.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
+            let (slowest, done) = timed(world, || sf.bcast(&root, &mut leaf, Op::Replace));
+            done?;
             if round >= 3 {
                 times[k].push(slowest);
             }
@@ -177,11 +171,6 @@ fn pattern(a: &StrategiesArgs, rank: usize, n: usize) -> Graph {
         }
     }
     Graph::new(a.roots, None, iremote)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn check_args(a: &StrategiesArgs, nranks: usize) -> Result<()> {

@@ -8,6 +8,7 @@
 //! once, in turn, so drift hits all alike; medians over rounds are reported. The three heat
 //! solves must agree bit for bit, or the run fails.
 
+use super::{median, timed};
 use crate::cli::ShmemBenchArgs;
 use crate::exit::bad_input;
 use crate::run::collective::agree;
@@ -19,7 +20,6 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use serde::Serialize;
 use starhalo_sf::shmem::{Atomic, Cmp, OnNode, Shmem, ShmemOptions, Signal, Symmetric};
-use std::time::Instant;
 
 /// One figure measured three ways, and the one-sided ways' ratios to two-sided.
 #[derive(Serialize)]
@@ -123,14 +123,15 @@ pub fn run(world: &SimpleCommunicator, a: &ShmemBenchArgs) -> Result<()> {
         let mut t = [vec![], vec![], vec![]];
         for _ in 0..rounds + 1 {
             t[0].push(
-                timed(world, || two_sided_pingpong(world, &mut buf[..bytes], reps))
+                timed(world, || two_sided_pingpong(world, &mut buf[..bytes], reps)).0
                     / (2 * reps) as f64,
             );
             for (k, p) in pingers.iter_mut().enumerate() {
-                t[k + 1].push(timed(world, || p.pingpong(&buf[..bytes], reps)) / (2 * reps) as f64);
+                t[k + 1]
+                    .push(timed(world, || p.pingpong(&buf[..bytes], reps)).0 / (2 * reps) as f64);
             }
         }
-        let m = t.map(|mut v| median_after_warmup(&mut v));
+        let m = t.map(|mut v| median(&mut v[1..]));
         pingpong.push(PingRow {
             bytes,
             times: Versus::of(m),
@@ -151,20 +152,21 @@ pub fn run(world: &SimpleCommunicator, a: &ShmemBenchArgs) -> Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut t = vec![vec![]; 1 + ops.len() * words.len()];
     for _ in 0..rounds + 1 {
-        t[0].push(timed(world, || two_sided_pingpong(world, &mut buf[..8], reps)) / reps as f64);
+        t[0].push(timed(world, || two_sided_pingpong(world, &mut buf[..8], reps)).0 / reps as f64);
         for (i, (_, op)) in ops.iter().enumerate() {
             for (j, word) in words.iter_mut().enumerate() {
                 let per_op = timed(world, || {
                     if me == 0 {
                         (0..reps).for_each(|_| drop(word.atomic(0, *op, 1)));
                     }
-                }) / reps as f64;
+                })
+                .0 / reps as f64;
                 t[1 + i * OnNode::ALL.len() + j].push(per_op);
             }
         }
     }
     drop(words);
-    let m: Vec<f64> = t.iter_mut().map(|v| median_after_warmup(v)).collect();
+    let m: Vec<f64> = t.iter_mut().map(|v| median(&mut v[1..])).collect();
     let atomics = ops
         .iter()
         .flat_map(|(name, _)| OnNode::ALL.map(|p| (*name, p.name())))
@@ -181,10 +183,10 @@ pub fn run(world: &SimpleCommunicator, a: &ShmemBenchArgs) -> Result<()> {
     let reps = 200;
     let mut t = [vec![], vec![]];
     for _ in 0..rounds + 1 {
-        t[0].push(timed(world, || (0..reps).for_each(|_| heaps[0].barrier_all())) / reps as f64);
-        t[1].push(timed(world, || (0..reps).for_each(|_| world.barrier())) / reps as f64);
+        t[0].push(timed(world, || (0..reps).for_each(|_| heaps[0].barrier_all())).0 / reps as f64);
+        t[1].push(timed(world, || (0..reps).for_each(|_| world.barrier())).0 / reps as f64);
     }
-    let m = t.map(|mut v| median_after_warmup(&mut v));
+    let m = t.map(|mut v| median(&mut v[1..]));
     let barrier = Pair {
         shmem_us: m[0] * 1e6,
         mpi_us: m[1] * 1e6,
@@ -257,24 +259,6 @@ fn two_sided_pingpong(world: &SimpleCommunicator, buf: &mut [u8], reps: usize) {
             peer.send(&buf[..]);
         }
     }
-}
-
-/// Seconds `f` takes on the slowest rank, from a common start.
-fn timed(world: &SimpleCommunicator, f: impl FnOnce()) -> f64 {
-    world.barrier();
-    let t0 = Instant::now();
-    f();
-    let mine = t0.elapsed().as_secs_f64();
-    let mut slowest = 0.0;
-    world.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
-    slowest
-}
-
-/// The median, leaving out the first (warm-up) round.
-fn median_after_warmup(v: &mut [f64]) -> f64 {
-    let v = &mut v[1..];
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// How ghost rows reach the ranks above and below.
@@ -391,10 +375,8 @@ fn heat(world: &SimpleCommunicator, a: &ShmemBenchArgs, heaps: &[Shmem; 2]) -> R
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); 3];
     for _ in 0..a.rounds + 1 {
         for (k, halo) in halos.iter_mut().enumerate() {
-            let mut res = Ok(Vec::new());
-            times[k].push(timed(world, || {
-                res = solve(halo.as_mut(), me, np, n, sweeps)
-            }));
+            let (t, res) = timed(world, || solve(halo.as_mut(), me, np, n, sweeps));
+            times[k].push(t);
             results[k] = res?;
         }
     }
@@ -405,7 +387,7 @@ fn heat(world: &SimpleCommunicator, a: &ShmemBenchArgs, heaps: &[Shmem; 2]) -> R
     if !all {
         bail!("the heat solves differ between two-sided and one-sided ghost exchange");
     }
-    let m = times.map(|mut v| median_after_warmup(&mut v) / sweeps as f64);
+    let m = times.map(|mut v| median(&mut v[1..]) / sweeps as f64);
     Ok(Heat {
         n,
         sweeps,
