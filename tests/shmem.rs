@@ -523,7 +523,9 @@ fn refusals(sh: &Shmem, world: &SimpleCommunicator, c: &mut Checks) {
     );
 
     // A block dropped and allocated again comes back zeroed, even with a put into it
-    // (over RMA: complete only locally) still on its way.
+    // (over RMA: complete only locally) still on its way. (The barrier keeps that put from
+    // landing before the check above has read this PE's value.)
+    sh.barrier_all();
     x.put(0, &[7; 4], (me + 1) % n).expect("put");
     drop(x);
     let mut x: Symmetric<u32> = sh.malloc(4).expect("malloc");
