@@ -128,3 +128,10 @@ pub(crate) fn same_everywhere(
         false => Err(SfError::Disagree(what)),
     }
 }
+
+/// A cheap fingerprint of `values` (FNV-1a), for checking that ranks agree.
+pub(crate) fn fingerprint(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+        (h ^ v).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -170,10 +170,7 @@ impl Nodes {
             _ => Ok(()),
         };
         discovery::agree(&comm, check)?;
-        // A cheap fingerprint of the map (FNV-1a over the node of each rank).
-        let sig = self.node.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &n| {
-            (h ^ n as u64).wrapping_mul(0x0100_0000_01b3)
-        });
+        let sig = discovery::fingerprint(self.node.iter().map(|&n| n as u64));
         discovery::agree(&comm, discovery::same_everywhere(&comm, sig, "node maps"))
     }
 

@@ -43,7 +43,7 @@ mod team;
 pub use symmetric::{Atomic, AtomicInt, Cmp, Signal, Symmetric, Update};
 pub use team::Team;
 
-use crate::discovery::same_everywhere;
+use crate::discovery::{fingerprint, same_everywhere};
 use crate::error::SfError;
 use crate::raw::{self, HeapWindow};
 use arena::Arena;
@@ -133,12 +133,11 @@ impl Shmem {
     pub fn new(comm: &SimpleCommunicator, options: ShmemOptions) -> Result<Shmem, SfError> {
         let comm = comm.duplicate();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        let fingerprint = [
+        let options_print = fingerprint([
             options.heap_bytes as u64,
             (options.on_node == OnNode::Rma) as u64,
-        ];
-        let fingerprint = fingerprint[0].rotate_left(1) ^ fingerprint[1];
-        same_everywhere(&comm, fingerprint, "symmetric heap options")?;
+        ]);
+        same_everywhere(&comm, options_print, "symmetric heap options")?;
         // Whole pages, as the memory is allocated.
         const PAGE: usize = 4096;
         let most = isize::MAX as usize / 2;

@@ -394,7 +394,8 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
         if !std::ptr::eq(self.shmem, sig.shmem) {
             return Err(SfError::OtherHeap);
         }
-        let (rank, disp) = sig.target(sig_at, 1, pe)?;
+        // Checked before any data moves.
+        let (rank, _) = sig.target(sig_at, 1, pe)?;
         self.put(at, src, pe)?;
         // The data must be complete at `pe` before the signal is: a fence for stores, a
         // flush for RMA.
@@ -402,22 +403,16 @@ impl<'h, T: bytemuck::Pod> Symmetric<'h, T> {
         if !self.shmem.load_store(pe) {
             self.shmem.heap.flush(rank);
         }
-        if self.shmem.cpu_atomics {
-            let op = match signal {
-                Signal::Set(v) => Atomic::Swap(v),
-                Signal::Add(v) => Atomic::FetchAdd(v),
-            };
-            // The release in the atomic orders the copy above before it.
-            cpu_atomic(sig.direct(rank, disp).expect("every PE is direct"), op);
-            return Ok(());
-        }
-        let (value, op) = match signal {
-            Signal::Set(v) => (v, RmaOp::Replace),
-            Signal::Add(v) => (v, RmaOp::Sum),
+        let update = match signal {
+            Signal::Set(v) => Update::Set(v),
+            Signal::Add(v) => Update::Add(v),
         };
-        self.shmem.heap.accumulate(Word::U64, value, op, rank, disp);
-        // Complete the signal now, so that it does not wait on this PE's next MPI call.
-        self.shmem.heap.flush(rank);
+        // A processor atomic's release orders the copy above before it.
+        sig.update(sig_at, update, pe)?;
+        if !self.shmem.cpu_atomics {
+            // Complete the signal now, so that it does not wait on this PE's next MPI call.
+            self.shmem.heap.flush(rank);
+        }
         Ok(())
     }
 }
@@ -465,34 +460,32 @@ impl<T: AtomicInt> Symmetric<'_, T> {
         Ok(())
     }
 
-    /// This PE's value `i`, read atomically; what was put before a signal changed is
-    /// visible once the change is seen.
-    fn read_own(&self, i: usize) -> Result<T, SfError> {
-        let (me, disp) = self.target(i, 1, self.shmem.my_pe())?;
+    /// Byte `disp` of this PE's object, read atomically; what was put before a signal
+    /// changed is visible once the change is seen.
+    fn read_own(&self, me: i32, disp: usize) -> T {
         if self.shmem.cpu_atomics {
-            return Ok(cpu_atomic(
-                self.direct(me, disp).expect("own heap"),
-                Atomic::Fetch,
-            ));
+            return cpu_atomic(self.direct(me, disp).expect("own heap"), Atomic::Fetch);
         }
         // Through MPI's atomics, which also moves MPI's progress along.
         let heap = &self.shmem.heap;
         let value = heap.fetch_and_op(word::<T>(), T::zeroed(), RmaOp::NoOp, me, disp);
         heap.sync();
         fence(Ordering::Acquire);
-        Ok(value)
+        value
     }
 
     /// Whether this PE's value `i` compares `cmp` to `operand` now (`shmem_test`).
     pub fn test(&self, i: usize, cmp: Cmp, operand: T) -> Result<bool, SfError> {
-        Ok(cmp.holds(self.read_own(i)?, operand))
+        let (me, disp) = self.target(i, 1, self.shmem.my_pe())?;
+        Ok(cmp.holds(self.read_own(me, disp), operand))
     }
 
     /// Waits until this PE's value `i` compares `cmp` to `operand` (`shmem_wait_until`), and
     /// returns it.
     pub fn wait_until(&self, i: usize, cmp: Cmp, operand: T) -> Result<T, SfError> {
+        let (me, disp) = self.target(i, 1, self.shmem.my_pe())?;
         loop {
-            let value = self.read_own(i)?;
+            let value = self.read_own(me, disp);
             if cmp.holds(value, operand) {
                 return Ok(value);
             }

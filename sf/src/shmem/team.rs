@@ -3,6 +3,7 @@
 //! `MPI_Comm_create_group`, so only the members take part, and kept for reuse.
 
 use super::{Shmem, Symmetric};
+use crate::discovery::fingerprint;
 use crate::error::SfError;
 use crate::unit::{Op, Scalar};
 use mpi::collective::SystemOperation;
@@ -153,9 +154,7 @@ impl<'h> Team<'h> {
             Some(_) => room(dest, src.len()).map(drop),
             None => Err(SfError::UnsupportedOp { op, unit: T::NAME }),
         };
-        let name = T::NAME
-            .bytes()
-            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+        let name = fingerprint(T::NAME.bytes().map(u64::from)) as usize;
         self.agree(mine, &[op as usize, src.len(), dest.len(), name])?;
         // Refused above on every member when there is none.
         let system = system.ok_or(SfError::UnsupportedOp { op, unit: T::NAME })?;
@@ -232,10 +231,7 @@ impl<'h> Team<'h> {
     /// [`SfError::PeerInvalid`] naming the first member that had one, or
     /// [`SfError::Disagree`] when the members' `args` differ. One reduction.
     fn agree(&self, mine: Result<(), SfError>, args: &[usize]) -> Result<(), SfError> {
-        // FNV-1a over the arguments.
-        let print = args.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &a| {
-            (h ^ a as u64).wrapping_mul(0x0100_0000_01b3)
-        });
+        let print = fingerprint(args.iter().map(|&a| a as u64));
         // Small numbers, so that the maximum is the same read signed or unsigned.
         let failed = match mine {
             Err(_) => (self.size - self.my_pe()) as u64,
