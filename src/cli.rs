@@ -94,6 +94,14 @@ pub struct SfRunArgs {
     /// Result file, written by rank 0.
     #[arg(long)]
     pub out: PathBuf,
+    /// Route of the off-node edges of a bcast or reduce: standard, 2-step, 3-step, split or
+    /// split:CAP (every route gives the same bits).
+    #[arg(long, default_value = "standard")]
+    pub strategy: String,
+    /// With `--strategy`: group consecutive ranks into nodes of this many (default: the
+    /// machine's real nodes).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ranks_per_node: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -109,8 +117,8 @@ pub enum BenchCommand {
     /// Ghost exchange on a deck's mesh, coalesced against per channel, and pack-in-one
     /// against memcpy of the same bytes.
     Exchange(ExchangeBenchArgs),
-    /// Node-aware bcasts (2-step, 3-step) against the standard route on an irregular pattern,
-    /// with the cost model's predictions and choice.
+    /// Node-aware bcasts and reduces (2-step, 3-step, split) against the standard route on an
+    /// irregular pattern, with the cost model's predictions and choice.
     SfStrategies(StrategiesArgs),
     /// The OpenSHMEM-style layer against two-sided MPI: put-with-signal ping-pong, atomics,
     /// barriers and a 2-D heat solve, through load/store and through RMA.

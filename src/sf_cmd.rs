@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::Serialize;
 use serde_json::Number;
-use starhalo_sf::{Graph, Op, SfOptions, StarForest, Unit};
+use starhalo_sf::{Graph, NodeAwareSf, Nodes, Op, SfOptions, StarForest, Strategy, Unit};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -136,18 +136,54 @@ fn read_setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, SfOptio
     Ok((graphs.swap_remove(world.rank() as usize), opts))
 }
 
+/// The forest `sf run` operates on, and its node-aware route when `--strategy` asks for one
+/// (bcasts and reduces take it).
+struct Forest {
+    plain: StarForest,
+    routed: Option<NodeAwareSf>,
+}
+
 /// `sf run`: one operation, results gathered into a JSON file by rank 0.
 pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
-    let options = parse_action(&a.op).and_then(|action| Ok((action, runner(&a.unit)?)));
-    let (action, run) = agree(world, options)?;
+    let options = parse_action(&a.op).and_then(|action| {
+        let strategy = parse_strategy(a, action)?;
+        Ok((action, strategy, runner(&a.unit)?))
+    });
+    let (action, strategy, run) = agree(world, options)?;
     let out = if world.rank() == 0 {
         check_out(&a.out)
     } else {
         Ok(())
     };
     agree(world, out)?;
-    let (_, sf) = setup(world, &a.setup)?;
-    run(world, &sf, a, action)
+    let (graph, sf) = setup(world, &a.setup)?;
+    let routed = match strategy {
+        Strategy::Standard => None,
+        s => {
+            let nodes = match a.ranks_per_node {
+                Some(k) => Nodes::blocks(world.size() as usize, k as usize),
+                None => Nodes::detect(world),
+            };
+            Some(NodeAwareSf::new(world, &graph, sf.options(), &nodes, s)?)
+        }
+    };
+    let forest = Forest { plain: sf, routed };
+    run(world, &graph, &forest, a, action)
+}
+
+/// `--strategy`, which routes bcasts and reduces only.
+fn parse_strategy(a: &SfRunArgs, action: Action) -> Result<Strategy> {
+    let s: Strategy = a
+        .strategy
+        .parse()
+        .map_err(|e| bad_input!("--strategy: {e}"))?;
+    if matches!(action, Action::FetchAndOp(_)) && s != Strategy::Standard {
+        return Err(bad_input!(
+            "--strategy {}: fetch-and-op has only the standard route",
+            a.strategy
+        ));
+    }
+    Ok(s)
 }
 
 /// Whether `--out` can be written, before any work: not a directory, in one that exists.
@@ -174,7 +210,7 @@ fn check_out(out: &Path) -> Result<()> {
 }
 
 /// `sf run` for one unit type.
-type Runner = fn(&SimpleCommunicator, &StarForest, &SfRunArgs, Action) -> Result<()>;
+type Runner = fn(&SimpleCommunicator, &Graph, &Forest, &SfRunArgs, Action) -> Result<()>;
 
 /// The `sf run` of `--unit`.
 fn runner(unit: &str) -> Result<Runner> {
@@ -251,27 +287,42 @@ struct RankResult<U> {
 
 fn run_typed<U: CliUnit>(
     world: &SimpleCommunicator,
-    sf: &StarForest,
+    graph: &Graph,
+    forest: &Forest,
     a: &SfRunArgs,
     action: Action,
 ) -> Result<()> {
     let rank = world.rank() as usize;
     let ranks = (rank, world.size() as usize);
     // Every rank checks its data, then all agree, so a bad file on one rank stops them all.
-    let loaded = data::<U>(a.root_data.as_deref(), ranks, sf.nroots(), 1.0, "root").and_then(|r| {
-        Ok((
-            r,
-            data::<U>(a.leaf_data.as_deref(), ranks, sf.leaf_space(), -1.0, "leaf")?,
-        ))
-    });
+    let loaded =
+        data::<U>(a.root_data.as_deref(), ranks, graph.nroots, 1.0, "root").and_then(|r| {
+            Ok((
+                r,
+                data::<U>(
+                    a.leaf_data.as_deref(),
+                    ranks,
+                    graph.leaf_space(),
+                    -1.0,
+                    "leaf",
+                )?,
+            ))
+        });
     let (mut root, mut leaf) = agree(world, loaded)?;
     let mut leafupdate = None;
+    let (plain, routed) = (&forest.plain, forest.routed.as_ref());
     let op_result = match action {
-        Action::Bcast(op) => sf.bcast(&root, &mut leaf, op),
-        Action::Reduce(op) => sf.reduce(&leaf, &mut root, op),
+        Action::Bcast(op) => match routed {
+            Some(sf) => sf.bcast(&root, &mut leaf, op),
+            None => plain.bcast(&root, &mut leaf, op),
+        },
+        Action::Reduce(op) => match routed {
+            Some(sf) => sf.reduce(&leaf, &mut root, op),
+            None => plain.reduce(&leaf, &mut root, op),
+        },
         Action::FetchAndOp(op) => {
             let mut upd = vec![U::default(); leaf.len()];
-            let r = sf.fetch_and_op(&mut root, &leaf, &mut upd, op);
+            let r = plain.fetch_and_op(&mut root, &leaf, &mut upd, op);
             leafupdate = Some(upd);
             r
         }

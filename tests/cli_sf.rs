@@ -459,8 +459,8 @@ fn pingpong_json_reports_each_size() {
     common::assert_bad_input("ping-pong on 3 ranks", &out, "exactly 2 ranks");
 }
 
-/// The strategies benchmark: one row per strategy against standard, the model's parameters
-/// and a choice among the rows; bad options are bad input on every rank.
+/// The strategies benchmark: one row per strategy (bcast and reduce) against standard, the
+/// model's parameters and a choice among the rows; bad options are bad input on every rank.
 #[test]
 fn strategies_json_reports_every_route() {
     let args = [
@@ -492,9 +492,11 @@ fn strategies_json_reports_every_route() {
         .collect();
     assert_eq!(names, ["standard", "2-step", "3-step", "split"]);
     assert_eq!(rows[0]["vs_standard"].as_f64(), Some(1.0));
+    assert_eq!(rows[0]["reduce_vs_standard"].as_f64(), Some(1.0));
     for r in rows {
-        assert!(r["measured_us"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["predicted_us"].as_f64().unwrap() > 0.0, "{r}");
+        for key in ["measured_us", "predicted_us", "reduce_us"] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r}");
+        }
     }
     assert!(names.contains(&v["chosen"].as_str().unwrap()), "{v}");
     assert!(
@@ -623,4 +625,53 @@ fn pingpong_device_rows_or_exit_1() {
     let bad = ["bench", "sf-pingpong", "--device", "--min-bytes", "12"];
     let out = common::mpirun(2, 60, Path::new(EXE), &bad, &[]);
     common::assert_bad_input("--device with 12 bytes", &out, "multiple of 8");
+}
+
+/// `--strategy` routes bcasts and reduces through relays with the plain forest's results, on
+/// one-rank and two-rank nodes; fetch-and-op has no route, and unknown routes or empty nodes
+/// are bad input on every rank.
+#[test]
+fn node_aware_routes_give_the_plain_results() {
+    let data = r#"{"ranks":[[0.1,1e16],[-1e16],[3.0,0.2,7e-3]]}"#;
+    let dir = scratch("routes");
+    let roots = dir.join("roots.json");
+    std::fs::write(&roots, data).unwrap();
+    let roots = roots.to_str().unwrap();
+    for op in ["bcast:sum", "reduce:sum", "reduce:replace"] {
+        let want = run_ok("routes-plain", op, &["--root-data", roots]);
+        for (s, k) in [
+            ("2-step", "1"),
+            ("3-step", "1"),
+            ("split:1", "2"),
+            ("3-step", "2"),
+        ] {
+            let extra = ["--root-data", roots, "--strategy", s, "--ranks-per-node", k];
+            let got = run_ok("routes", op, &extra);
+            assert_eq!(got, want, "{op} --strategy {s} --ranks-per-node {k}");
+        }
+    }
+    for (extra, says) in [
+        (
+            &["--op", "fetch-and-op:sum", "--strategy", "3-step"][..],
+            "fetch-and-op",
+        ),
+        (
+            &["--op", "bcast:sum", "--strategy", "4-step"][..],
+            "--strategy",
+        ),
+        (
+            &[
+                "--op",
+                "reduce:sum",
+                "--strategy",
+                "2-step",
+                "--ranks-per-node",
+                "0",
+            ][..],
+            "--ranks-per-node",
+        ),
+    ] {
+        let (out, _) = sf_run(&dir, 3, GRAPH, extra);
+        common::assert_bad_input(&format!("sf run {extra:?}"), &out, says);
+    }
 }

@@ -624,7 +624,7 @@ fn lanes_mut<U: Unit>(u: &mut [U]) -> &mut [U::Scalar] {
 }
 
 /// `dst = dst op src`, lane by lane.
-fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
+pub(crate) fn combine_unit<U: Unit>(dst: &mut U, src: &U, red: Reducer<U::Scalar>) {
     red(
         lanes_mut(std::slice::from_mut(dst)),
         lanes(std::slice::from_ref(src)),

@@ -1,22 +1,29 @@
-//! Node-aware bcasts: the off-node part of a forest routed through paired ranks so that fewer,
-//! larger messages cross the network (Lockhart, Bienz, Gropp and Olson's 2-step, 3-step and
-//! split).
+//! Node-aware bcasts and reduces: the off-node part of a forest routed through paired ranks so
+//! that fewer, larger messages cross the network (Lockhart, Bienz, Gropp and Olson's 2-step,
+//! 3-step and split).
 //!
 //! A route is a chain of ordinary star forests whose intermediate roots and leaves are relay
 //! slots: values a rank holds on behalf of others, one slot per distinct root, so that a root
 //! read by many leaves of a node crosses the network once. On-node edges go directly, by a
 //! forest of their own. Building a chain is leaf-driven: each rank asks the next rank up its
 //! path for the slots it needs (one request and one reply exchange per level).
+//!
+//! A reduce runs the other way as a bcast over the inverse of the multi-SF: every leaf's value
+//! is carried, by the same strategy, to a slot of its own at its root's rank, and the root
+//! combines its slots in the order a plain reduce visits its leaves. Relays never combine, so
+//! a routed reduce gives the plain forest's bits for every operation, floating-point sums
+//! included.
 
 use crate::discovery::{self, Discovery};
 use crate::error::SfError;
-use crate::forest::{check_len, Pending, SfOptions, StarForest};
+use crate::forest::{check_len, combine_unit, Pending, SfOptions, StarForest};
 use crate::graph::{Graph, RootRef};
 use crate::raw;
-use crate::unit::{Op, Unit};
+use crate::unit::{reducer, Op, Unit};
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
+use std::cell::OnceCell;
 use std::str::FromStr;
 
 /// How the off-node part of a bcast travels.
@@ -266,18 +273,30 @@ impl<'a> Route<'a> {
     }
 }
 
-/// A forest whose bcasts take a node-aware route.
+/// A forest whose bcasts and reduces take a node-aware route.
 ///
 /// Set up from the same graph as a [`StarForest`] and giving the same bits, it moves on-node
 /// edges directly (started by [`bcast_begin`](Self::bcast_begin)) and the off-node ones
 /// through relay ranks (in [`RoutedPending::end`]). Begin bcasts in the same order on every
-/// rank and end them in that order too (the relays send at the end).
+/// rank and end them in that order too (the relays send at the end). Reduces
+/// ([`reduce`](Self::reduce)) are blocking; the first sets up the reverse route.
 pub struct NodeAwareSf {
     strategy: Strategy,
     direct: StarForest,
     /// Relay hops, first (from the roots) to last (into the leaves).
     hops: Vec<StarForest>,
     nodes: Nodes,
+    /// The graph and options it was set up with, for the reverse route.
+    graph: Graph,
+    opts: SfOptions,
+    gather: OnceCell<Box<Gather>>,
+}
+
+/// The reverse route of a [`NodeAwareSf`]: a node-aware bcast from the leaves to the multi-roots
+/// (one per edge, at the root's rank), and where each root's multi-roots start.
+struct Gather {
+    route: NodeAwareSf,
+    offsets: Vec<usize>,
 }
 
 impl NodeAwareSf {
@@ -362,6 +381,9 @@ impl NodeAwareSf {
             direct,
             hops,
             nodes: nodes.clone(),
+            graph: graph.clone(),
+            opts,
+            gather: OnceCell::new(),
         })
     }
 
@@ -403,6 +425,50 @@ impl NodeAwareSf {
     /// [`bcast_begin`](Self::bcast_begin) and its end.
     pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
         self.bcast_begin(root, leaf, op)?.end()
+    }
+
+    /// Combines leaf values into their roots (`root = root op leaf`), the off-node ones along
+    /// the strategy's route run backwards, with the plain forest's bits: each root combines its
+    /// own rank's leaves first, then the other ranks' in ascending rank order, each rank's in
+    /// ascending leaf index. Collective; the first call sets up the reverse route.
+    pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
+        if self.strategy == Strategy::Standard {
+            return self.direct.reduce(leaf, root, op);
+        }
+        let red = reducer::<U>(op)?;
+        check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
+        check_len("rootdata", root.len(), self.graph.nroots)?;
+        let gather = self.gather()?;
+        let mut slots = vec![U::zeroed(); gather.offsets.last().copied().unwrap_or(0)];
+        gather.route.bcast(leaf, &mut slots, Op::Replace)?;
+        for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
+            slots[w[0]..w[1]]
+                .iter()
+                .for_each(|v| combine_unit(r, v, red));
+        }
+        Ok(())
+    }
+
+    /// The forests a reduce runs through: the plain forest for the standard route, otherwise
+    /// those of the reverse route's bcast (set up here if no reduce has run yet). Collective
+    /// then.
+    pub fn reduce_forests(&self) -> Result<Vec<&StarForest>, SfError> {
+        match self.strategy {
+            Strategy::Standard => Ok(vec![&self.direct]),
+            _ => Ok(self.gather()?.route.forests().collect()),
+        }
+    }
+
+    fn gather(&self) -> Result<&Gather, SfError> {
+        if let Some(g) = self.gather.get() {
+            return Ok(g);
+        }
+        let comm = self.direct.comm();
+        let (inverse, offsets) = inverse_multi(comm, &self.graph)?;
+        let route = NodeAwareSf::new(comm, &inverse, self.opts, &self.nodes, self.strategy)?;
+        Ok(self
+            .gather
+            .get_or_init(|| Box::new(Gather { route, offsets })))
     }
 }
 
@@ -449,6 +515,58 @@ impl<U: Unit> Drop for RoutedPending<'_, U> {
         // `end` to a caller who asked).
         let _ = self.finish();
     }
+}
+
+/// The inverse of `graph`'s multi-SF, from one exchange: its roots are this rank's leaf space,
+/// its leaves the multi-roots of this rank's roots (one per edge, each naming its leaf),
+/// ordered as a plain reduce visits them: by root, then the own rank's leaves, then the other
+/// ranks' in ascending rank order, each rank's in ascending leaf index. Also where each root's
+/// multi-roots start. Collective.
+fn inverse_multi(comm: &SimpleCommunicator, graph: &Graph) -> Result<(Graph, Vec<usize>), SfError> {
+    let me = comm.rank();
+    let mut edges: Vec<(i32, u64, u64)> = (0..graph.nleaves())
+        .map(|i| {
+            let r = graph.iremote[i];
+            (r.rank as i32, r.offset, graph.leaf_index(i) as u64)
+        })
+        .collect();
+    edges.sort_unstable();
+    let mut outgoing: Vec<(i32, Vec<u64>)> = Vec::new();
+    for &(r, offset, leaf) in edges.iter().filter(|e| e.0 != me) {
+        match outgoing.last_mut() {
+            Some((q, v)) if *q == r => v.extend([offset, leaf]),
+            _ => outgoing.push((r, vec![offset, leaf])),
+        }
+    }
+    let incoming = discovery::exchange(comm, raw::raw_comm(comm), Discovery::Auto, &outgoing);
+    // (root offset, 0 for the own rank and 1 for others, leaf rank, leaf index).
+    let own = edges
+        .iter()
+        .filter(|e| e.0 == me)
+        .map(|&(_, offset, leaf)| (offset, 0u8, me, leaf));
+    let others = incoming
+        .iter()
+        .flat_map(|(src, v)| v.chunks_exact(2).map(move |c| (c[0], 1u8, *src, c[1])));
+    let mut slots: Vec<(u64, u8, i32, u64)> = own.chain(others).collect();
+    slots.sort_unstable();
+    let nroots = graph.nroots;
+    let bad = slots.iter().find(|s| s.0 as usize >= nroots);
+    discovery::agree(comm, bad.map_or(Ok(()), |s| Err(SfError::PeerInvalid(s.2))))?;
+    let mut offsets = vec![0usize; nroots + 1];
+    for s in &slots {
+        offsets[s.0 as usize + 1] += 1;
+    }
+    for i in 0..nroots {
+        offsets[i + 1] += offsets[i];
+    }
+    let iremote = slots
+        .iter()
+        .map(|&(_, _, rank, leaf)| RootRef {
+            rank: rank as i64,
+            offset: leaf,
+        })
+        .collect();
+    Ok((Graph::new(graph.leaf_space(), None, iremote), offsets))
 }
 
 /// One level of the route: sends each `(relay, item)` ask to its relay, and returns the items

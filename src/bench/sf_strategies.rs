@@ -1,7 +1,9 @@
-//! Node-aware bcasts against the standard route on an irregular SpMV-like pattern: every rank
-//! reads random roots (doubles) of `--peers` other ranks. Each round times every strategy once,
-//! in turn, so drift hits all alike; a bcast's time is the slowest rank's. The cost model,
-//! calibrated at the start of the same run, predicts each route and names its choice.
+//! Node-aware bcasts and reduces against the standard route on an irregular SpMV-like pattern:
+//! every rank reads random roots (doubles) of `--peers` other ranks. Each round times every
+//! strategy's bcast, then every strategy's reduce (summing into the roots), in turn, so drift
+//! hits all alike; an operation's time is the slowest rank's. The standard route's reduce is the
+//! plain forest's. The cost model, calibrated at the start of the same run, predicts each
+//! bcast route and names its choice.
 
 use super::{median, timed};
 use crate::cli::StrategiesArgs;
@@ -23,6 +25,10 @@ struct Row {
     /// The median's ratio to the standard route's.
     vs_standard: f64,
     predicted_us: f64,
+    /// Median over rounds of the slowest rank's reduce (sum), and its ratio to the standard
+    /// route's (the plain forest's reduce).
+    reduce_us: f64,
+    reduce_vs_standard: f64,
 }
 
 #[derive(Serialize)]
@@ -64,20 +70,30 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let root: Vec<f64> = (0..a.roots).map(|i| (rank * a.roots + i) as f64).collect();
     let mut leaf = vec![0.0f64; graph.leaf_space()];
-    let mut times = vec![Vec::new(); routes.len()];
+    let mut sums = vec![0.0f64; a.roots];
+    // Per route, bcast then reduce times.
+    let mut times = vec![[Vec::new(), Vec::new()]; routes.len()];
     for round in 0..a.rounds as usize + 3 {
         for (k, sf) in routes.iter().enumerate() {
             let (slowest, done) = timed(world, || sf.bcast(&root, &mut leaf, Op::Replace));
             done?;
             if round >= 3 {
-                times[k].push(slowest);
+                times[k][0].push(slowest);
+            }
+        }
+        for (k, sf) in routes.iter().enumerate() {
+            let (slowest, done) = timed(world, || sf.reduce(&leaf, &mut sums, Op::Sum));
+            done?;
+            if round >= 3 {
+                times[k][1].push(slowest);
             }
         }
     }
     if rank != 0 {
         return Ok(());
     }
-    let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+    let medians: Vec<f64> = times.iter_mut().map(|t| median(&mut t[0])).collect();
+    let reduces: Vec<f64> = times.iter_mut().map(|t| median(&mut t[1])).collect();
     let fastest = (0..medians.len())
         .min_by(|&i, &j| medians[i].total_cmp(&medians[j]))
         .unwrap_or(0);
@@ -85,11 +101,14 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         .iter()
         .zip(&medians)
         .zip(&predictions)
-        .map(|((s, m), p)| Row {
+        .zip(&reduces)
+        .map(|(((s, m), p), r)| Row {
             strategy: s.name(),
             measured_us: m * 1e6,
             vs_standard: m / medians[0],
             predicted_us: p.seconds * 1e6,
+            reduce_us: r * 1e6,
+            reduce_vs_standard: r / reduces[0],
         })
         .collect();
     let report = Report {
@@ -111,7 +130,7 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "# sf-strategies: {} ranks on {} nodes, {} roots per rank, {} peers of {} values; bcast time (us), median of {} rounds",
+        "# sf-strategies: {} ranks on {} nodes, {} roots per rank, {} peers of {} values; bcast and reduce time (us), median of {} rounds",
         n,
         report.nodes,
         a.roots,
@@ -129,19 +148,23 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         report.per_forest_us
     );
     outln!(
-        "{:>10} {:>12} {:>12} {:>13}",
+        "{:>10} {:>12} {:>12} {:>13} {:>10} {:>19}",
         "strategy",
         "measured_us",
         "vs_standard",
-        "predicted_us"
+        "predicted_us",
+        "reduce_us",
+        "reduce_vs_standard"
     );
     for r in &report.rows {
         outln!(
-            "{:>10} {:>12.2} {:>12.3} {:>13.2}",
+            "{:>10} {:>12.2} {:>12.3} {:>13.2} {:>10.2} {:>19.3}",
             r.strategy,
             r.measured_us,
             r.vs_standard,
-            r.predicted_us
+            r.predicted_us,
+            r.reduce_us,
+            r.reduce_vs_standard
         );
     }
     outln!(

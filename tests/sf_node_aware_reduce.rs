@@ -1,0 +1,195 @@
+//! Node-aware reduces (2-step, 3-step, split) on seeded random graphs and a fan-in on 1, 2,
+//! 3, 4 and 8 ranks, with nodes of 1, 2 and 3 ranks, under every implementation: bit for bit
+//! the plain forest's reduce for floating-point sums whose bits depend on the order of the
+//! terms, for replace (the last leaf wins) and for integer and multi-lane units; messages
+//! across nodes as few as each strategy promises.
+
+mod common;
+
+use common::sf_world::{random_world, World};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use starhalo_sf::mpi::collective::SystemOperation;
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_sf::mpi::traits::CommunicatorCollectives;
+use starhalo_sf::{NodeAwareSf, Nodes, Op, SfError, SfOptions, SfType, StarForest, Strategy};
+
+fn main() {
+    if std::env::var_os(common::CHILD_ENV).is_some() {
+        child();
+    } else {
+        eprintln!("sf_node_aware_reduce: routed reduces against the plain forest");
+        common::relaunch_self(&[1, 2, 3, 4, 8], 300);
+    }
+}
+
+/// Values of magnitudes from 1 to 1e15, so that sums in different orders round differently.
+fn values(seed: u64, len: usize) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| rng.gen_range(-9.0..9.0) * 10f64.powi(rng.gen_range(0..16)))
+        .collect()
+}
+
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Whether summing some root's leaves in reverse order changes its bits (so that the test
+/// would see a route that combined in another order).
+fn order_matters(plain: &StarForest, leaf: &[f64], root: &[f64]) -> bool {
+    let multi = plain.multi().unwrap();
+    let mut slots = vec![0.0f64; multi.offsets().last().copied().unwrap_or(0)];
+    plain.gather(leaf, &mut slots).unwrap();
+    multi.offsets().windows(2).zip(root).any(|(w, &r)| {
+        let s = &slots[w[0]..w[1]];
+        let forward = s.iter().fold(r, |a, v| a + v);
+        let backward = s.iter().rev().fold(r, |a, v| a + v);
+        forward.to_bits() != backward.to_bits()
+    })
+}
+
+fn child() {
+    let universe = starhalo_sf::mpi::initialize().expect("MPI init");
+    let world: SimpleCommunicator = universe.world();
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let types = [SfType::Basic, SfType::Neighbor, SfType::Rma];
+    let mut failures = Vec::new();
+    let mut fail = |what: String| failures.push(format!("rank {rank}: {what}"));
+    let maps = [
+        Nodes::blocks(n, 1),
+        Nodes::blocks(n, 2),
+        Nodes::blocks(n, 3),
+    ];
+    let mut sensitive = false;
+    // Two random graphs, then a fan-in: every rank's leaves on two roots of each rank.
+    let fan_in = (0..n)
+        .map(|r| (0..6).map(|l| (l, (r + l) % n, l % 2)).collect())
+        .collect();
+    let worlds = (0..2u64)
+        .map(|seed| random_world(seed * 31 + 5 + n as u64, n))
+        .chain([World::from_edges(vec![2; n], fan_in)]);
+    for (seed, w) in (0u64..).zip(worlds) {
+        let g = w.graph(rank);
+        let opts = SfOptions {
+            sf_type: types[seed as usize % types.len()],
+            ..SfOptions::default()
+        };
+        let plain = StarForest::new(&world, &g, opts).unwrap();
+        let leaf = values(seed * 7 + rank as u64, w.leaf_space[rank]);
+        let root0 = values(seed * 7 + 1000 + rank as u64, w.nroots[rank]);
+        let ints: Vec<i64> = leaf.iter().map(|v| *v as i64).collect();
+        let lanes: Vec<[u8; 3]> = leaf
+            .iter()
+            .map(|v| (*v as u32).to_le_bytes()[..3].try_into().unwrap())
+            .collect();
+        sensitive |= order_matters(&plain, &leaf, &root0);
+        // Two of the three node maps per graph (8 oversubscribed ranks are slow to set up).
+        for nodes in [&maps[seed as usize % 3], &maps[(seed as usize + 1) % 3]] {
+            for strategy in Strategy::ALL
+                .into_iter()
+                .chain([Strategy::Split { cap: 1 }])
+            {
+                let what = format!("seed {seed} {strategy:?} nodes {}", nodes.count());
+                let sf = NodeAwareSf::new(&world, &g, opts, nodes, strategy).unwrap();
+                let mut got_f = root0.clone();
+                for op in [Op::Sum, Op::Replace, Op::Max] {
+                    let (mut want, mut got) = (root0.clone(), root0.clone());
+                    plain.reduce(&leaf, &mut want, op).unwrap();
+                    sf.reduce(&leaf, &mut got, op).unwrap();
+                    if !same_bits(&want, &got) {
+                        fail(format!("{what} {op}: got {got:?} want {want:?}"));
+                    }
+                }
+                let mut want = vec![3i64; w.nroots[rank]];
+                let mut got = want.clone();
+                plain.reduce(&ints, &mut want, Op::Prod).unwrap();
+                sf.reduce(&ints, &mut got, Op::Prod).unwrap();
+                if got != want {
+                    fail(format!("{what} i64 prod: got {got:?} want {want:?}"));
+                }
+                let mut want = vec![[1u8; 3]; w.nroots[rank]];
+                let mut got = want.clone();
+                plain.reduce(&lanes, &mut want, Op::Bxor).unwrap();
+                sf.reduce(&lanes, &mut got, Op::Bxor).unwrap();
+                if got != want {
+                    fail(format!("{what} [u8; 3] bxor: got {got:?} want {want:?}"));
+                }
+                // An operation the unit lacks is refused on every rank before anything moves.
+                let refused = sf.reduce(&leaf, &mut got_f, Op::Band);
+                if !matches!(refused, Err(SfError::UnsupportedOp { .. })) {
+                    fail(format!("{what} f64 band: {refused:?}"));
+                }
+                check_messages(&world, &sf, strategy, &what, &mut fail);
+            }
+        }
+    }
+    let mut any = 0u8;
+    world.all_reduce_into(&u8::from(sensitive), &mut any, SystemOperation::max());
+    if n > 1 && any == 0 {
+        fail("no root's sum depends on the order of its leaves: the test sees no order".into());
+    }
+
+    if !failures.is_empty() {
+        panic!("{}", failures.join("\n"));
+    }
+    if rank == 0 {
+        eprintln!("sf_node_aware_reduce child on {n} ranks: all checks passed");
+    }
+}
+
+/// The reverse route crosses nodes in its middle hop only for 3-step and split, as often as the
+/// strategy promises: 2-step at most one message from a rank to each node, 3-step at most one
+/// per pair of nodes, split at most one per rank of the smaller node.
+fn check_messages(
+    world: &SimpleCommunicator,
+    sf: &NodeAwareSf,
+    strategy: Strategy,
+    what: &str,
+    fail: &mut impl FnMut(String),
+) {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let nodes = sf.nodes();
+    let forests = sf.reduce_forests().unwrap();
+    let off = |f: &StarForest| {
+        f.leaf_ranks()
+            .into_iter()
+            .filter(|&(r, _)| nodes.of(r as usize) != nodes.of(rank))
+            .map(|(r, _)| nodes.of(r as usize))
+            .collect::<Vec<_>>()
+    };
+    if matches!(strategy, Strategy::ThreeStep | Strategy::Split { .. }) {
+        let crossing: Vec<usize> = forests.iter().map(|f| off(f).len()).collect();
+        if crossing.iter().enumerate().any(|(i, &c)| i != 2 && c > 0) {
+            fail(format!("{what}: off-node messages per forest {crossing:?}"));
+        }
+    }
+    let mut mine = vec![0usize; nodes.count()];
+    forests
+        .iter()
+        .flat_map(|f| off(f))
+        .for_each(|to| mine[to] += 1);
+    let mut all = vec![0usize; n * nodes.count()];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    for to in 0..nodes.count() {
+        let from_node = |k: usize| -> usize {
+            nodes
+                .members(k)
+                .iter()
+                .map(|&r| all[r * nodes.count() + to])
+                .sum()
+        };
+        let pair = |k: usize| nodes.members(k).len().min(nodes.members(to).len());
+        let ok = match strategy {
+            Strategy::Standard => true,
+            Strategy::TwoStep => mine[to] <= 1,
+            Strategy::ThreeStep => (0..nodes.count()).all(|k| from_node(k) <= 1),
+            Strategy::Split { .. } => {
+                (0..nodes.count()).all(|k| k == to || from_node(k) <= pair(k))
+            }
+        };
+        if !ok {
+            fail(format!("{what}: off-node messages {all:?}"));
+        }
+    }
+}
