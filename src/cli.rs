@@ -94,8 +94,8 @@ pub struct SfRunArgs {
     /// Result file, written by rank 0.
     #[arg(long)]
     pub out: PathBuf,
-    /// Route of the off-node edges of a bcast or reduce: standard, 2-step, 3-step, split or
-    /// split:CAP (every route gives the same bits).
+    /// Route of the off-node edges: standard, 2-step, 3-step, split or split:CAP (every route
+    /// gives the same bits).
     #[arg(long, default_value = "standard")]
     pub strategy: String,
     /// With `--strategy`: group consecutive ranks into nodes of this many (default: the

@@ -136,8 +136,7 @@ fn read_setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, SfOptio
     Ok((graphs.swap_remove(world.rank() as usize), opts))
 }
 
-/// The forest `sf run` operates on, and its node-aware route when `--strategy` asks for one
-/// (bcasts and reduces take it).
+/// The forest `sf run` operates on, and its node-aware route when `--strategy` asks for one.
 struct Forest {
     plain: StarForest,
     routed: Option<NodeAwareSf>,
@@ -146,7 +145,10 @@ struct Forest {
 /// `sf run`: one operation, results gathered into a JSON file by rank 0.
 pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
     let options = parse_action(&a.op).and_then(|action| {
-        let strategy = parse_strategy(a, action)?;
+        let strategy: Strategy = a
+            .strategy
+            .parse()
+            .map_err(|e| bad_input!("--strategy: {e}"))?;
         Ok((action, strategy, runner(&a.unit)?))
     });
     let (action, strategy, run) = agree(world, options)?;
@@ -169,21 +171,6 @@ pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
     };
     let forest = Forest { plain: sf, routed };
     run(world, &graph, &forest, a, action)
-}
-
-/// `--strategy`, which routes bcasts and reduces only.
-fn parse_strategy(a: &SfRunArgs, action: Action) -> Result<Strategy> {
-    let s: Strategy = a
-        .strategy
-        .parse()
-        .map_err(|e| bad_input!("--strategy: {e}"))?;
-    if matches!(action, Action::FetchAndOp(_)) && s != Strategy::Standard {
-        return Err(bad_input!(
-            "--strategy {}: fetch-and-op has only the standard route",
-            a.strategy
-        ));
-    }
-    Ok(s)
 }
 
 /// Whether `--out` can be written, before any work: not a directory, in one that exists.
@@ -322,7 +309,10 @@ fn run_typed<U: CliUnit>(
         },
         Action::FetchAndOp(op) => {
             let mut upd = vec![U::default(); leaf.len()];
-            let r = plain.fetch_and_op(&mut root, &leaf, &mut upd, op);
+            let r = match routed {
+                Some(sf) => sf.fetch_and_op(&mut root, &leaf, &mut upd, op),
+                None => plain.fetch_and_op(&mut root, &leaf, &mut upd, op),
+            };
             leafupdate = Some(upd);
             r
         }

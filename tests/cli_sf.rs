@@ -627,9 +627,9 @@ fn pingpong_device_rows_or_exit_1() {
     common::assert_bad_input("--device with 12 bytes", &out, "multiple of 8");
 }
 
-/// `--strategy` routes bcasts and reduces through relays with the plain forest's results, on
-/// one-rank and two-rank nodes; fetch-and-op has no route, and unknown routes or empty nodes
-/// are bad input on every rank.
+/// `--strategy` routes bcasts, reduces and fetch-and-ops through relays with the plain
+/// forest's results, on one-rank and two-rank nodes; unknown routes or empty nodes are bad
+/// input on every rank.
 #[test]
 fn node_aware_routes_give_the_plain_results() {
     let data = r#"{"ranks":[[0.1,1e16],[-1e16],[3.0,0.2,7e-3]]}"#;
@@ -637,7 +637,12 @@ fn node_aware_routes_give_the_plain_results() {
     let roots = dir.join("roots.json");
     std::fs::write(&roots, data).unwrap();
     let roots = roots.to_str().unwrap();
-    for op in ["bcast:sum", "reduce:sum", "reduce:replace"] {
+    for op in [
+        "bcast:sum",
+        "reduce:sum",
+        "reduce:replace",
+        "fetch-and-op:sum",
+    ] {
         let want = run_ok("routes-plain", op, &["--root-data", roots]);
         for (s, k) in [
             ("2-step", "1"),
@@ -651,10 +656,6 @@ fn node_aware_routes_give_the_plain_results() {
         }
     }
     for (extra, says) in [
-        (
-            &["--op", "fetch-and-op:sum", "--strategy", "3-step"][..],
-            "fetch-and-op",
-        ),
         (
             &["--op", "bcast:sum", "--strategy", "4-step"][..],
             "--strategy",

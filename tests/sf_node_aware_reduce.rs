@@ -62,9 +62,10 @@ fn child() {
         Nodes::blocks(n, 3),
     ];
     let mut sensitive = false;
-    // Two random graphs, then a fan-in: every rank's leaves on two roots of each rank.
+    // Two random graphs, then a fan-in: twelve leaves per rank, two on each of
+    // the two roots of six ranks from its own on (wrapping), so roots mix ranks.
     let fan_in = (0..n)
-        .map(|r| (0..6).map(|l| (l, (r + l) % n, l % 2)).collect())
+        .map(|r| (0..12).map(|l| (l, (r + l / 2) % n, l % 2)).collect())
         .collect();
     let worlds = (0..2u64)
         .map(|seed| random_world(seed * 31 + 5 + n as u64, n))
@@ -114,6 +115,24 @@ fn child() {
                 sf.reduce(&lanes, &mut got, Op::Bxor).unwrap();
                 if got != want {
                     fail(format!("{what} [u8; 3] bxor: got {got:?} want {want:?}"));
+                }
+                // Fetch-and-op: the roots and every leaf's fetched value (on a one-relay and a
+                // two-relay route only: each sets up a second route, slow on 8 ranks).
+                let fetch = matches!(strategy, Strategy::TwoStep | Strategy::Split { cap: 1 });
+                let (mut want, mut got) = (root0.clone(), root0.clone());
+                let mut want_upd = vec![0.5f64; w.leaf_space[rank]];
+                let mut got_upd = want_upd.clone();
+                if fetch {
+                    plain
+                        .fetch_and_op(&mut want, &leaf, &mut want_upd, Op::Sum)
+                        .unwrap();
+                    sf.fetch_and_op(&mut got, &leaf, &mut got_upd, Op::Sum)
+                        .unwrap();
+                }
+                if !same_bits(&want, &got) || !same_bits(&want_upd, &got_upd) {
+                    fail(format!(
+                        "{what} fetch-and-op: got {got:?} {got_upd:?} want {want:?} {want_upd:?}"
+                    ));
                 }
                 // An operation the unit lacks is refused on every rank before anything moves.
                 let refused = sf.reduce(&leaf, &mut got_f, Op::Band);

@@ -12,7 +12,8 @@
 //! is carried, by the same strategy, to a slot of its own at its root's rank, and the root
 //! combines its slots in the order a plain reduce visits its leaves. Relays never combine, so
 //! a routed reduce gives the plain forest's bits for every operation, floating-point sums
-//! included.
+//! included. A fetch-and-op goes the same way, and its fetched values come back as a reduce
+//! over that reverse route.
 
 use crate::discovery::{self, Discovery};
 use crate::error::SfError;
@@ -278,8 +279,8 @@ impl<'a> Route<'a> {
 /// Set up from the same graph as a [`StarForest`] and giving the same bits, it moves on-node
 /// edges directly (started by [`bcast_begin`](Self::bcast_begin)) and the off-node ones
 /// through relay ranks (in [`RoutedPending::end`]). Begin bcasts in the same order on every
-/// rank and end them in that order too (the relays send at the end). Reduces
-/// ([`reduce`](Self::reduce)) are blocking; the first sets up the reverse route.
+/// rank and end them in that order too (the relays send at the end). Reduces and
+/// fetch-and-ops are blocking; the first sets up the reverse route.
 pub struct NodeAwareSf {
     strategy: Strategy,
     direct: StarForest,
@@ -447,6 +448,39 @@ impl NodeAwareSf {
                 .for_each(|v| combine_unit(r, v, red));
         }
         Ok(())
+    }
+
+    /// A fetch-and-op by the route: each leaf's value is combined into its root (`root = root op
+    /// leaf`) and `leafupdate` receives the root's value just before that leaf's turn, in the
+    /// plain forest's order and with its bits. The leaves' values travel as a
+    /// [`reduce`](Self::reduce)'s do; the fetched values go back along the same route, as a
+    /// reduce over it (which the first fetch-and-op sets up). Collective.
+    pub fn fetch_and_op<U: Unit>(
+        &self,
+        root: &mut [U],
+        leaf: &[U],
+        leafupdate: &mut [U],
+        op: Op,
+    ) -> Result<(), SfError> {
+        if self.strategy == Strategy::Standard {
+            return self.direct.fetch_and_op(root, leaf, leafupdate, op);
+        }
+        let red = reducer::<U>(op)?;
+        check_len("rootdata", root.len(), self.graph.nroots)?;
+        check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
+        check_len("leafupdate", leafupdate.len(), self.graph.leaf_space())?;
+        let gather = self.gather()?;
+        let mut slots = vec![U::zeroed(); gather.offsets.last().copied().unwrap_or(0)];
+        gather.route.bcast(leaf, &mut slots, Op::Replace)?;
+        for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
+            for v in &mut slots[w[0]..w[1]] {
+                let before = *r;
+                combine_unit(r, v, red);
+                *v = before;
+            }
+        }
+        // Each leaf has exactly one slot, so replace hands it back that slot's value.
+        gather.route.reduce(&slots, leafupdate, Op::Replace)
     }
 
     /// The forests a reduce runs through: the plain forest for the standard route, otherwise
