@@ -169,7 +169,10 @@ fn check_messages(
 ) {
     let (rank, n) = (world.rank() as usize, world.size() as usize);
     let nodes = sf.nodes();
-    let forests = sf.reduce_forests().unwrap();
+    let Some(route) = sf.reduce_route().unwrap() else {
+        return;
+    };
+    let forests: Vec<&StarForest> = route.forests().collect();
     let off = |f: &StarForest| {
         f.leaf_ranks()
             .into_iter()

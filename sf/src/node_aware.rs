@@ -483,13 +483,14 @@ impl NodeAwareSf {
         gather.route.reduce(&slots, leafupdate, Op::Replace)
     }
 
-    /// The forests a reduce runs through: the plain forest for the standard route, otherwise
-    /// those of the reverse route's bcast (set up here if no reduce has run yet). Collective
-    /// then.
-    pub fn reduce_forests(&self) -> Result<Vec<&StarForest>, SfError> {
+    /// The reverse route that reduces and fetch-and-ops carry the leaves' values by, as a bcast
+    /// from the leaf space to one slot per edge at the roots' ranks (set up here if no reduce
+    /// has run yet; collective then); `None` for the standard route, whose reduce is the plain
+    /// forest's.
+    pub fn reduce_route(&self) -> Result<Option<&NodeAwareSf>, SfError> {
         match self.strategy {
-            Strategy::Standard => Ok(vec![&self.direct]),
-            _ => Ok(self.gather()?.route.forests().collect()),
+            Strategy::Standard => Ok(None),
+            _ => Ok(Some(&self.gather()?.route)),
         }
     }
 
