@@ -149,6 +149,11 @@ pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
             .strategy
             .parse()
             .map_err(|e| bad_input!("--strategy: {e}"))?;
+        if let (Some(k), Strategy::Standard) = (a.ranks_per_node, strategy) {
+            return Err(bad_input!(
+                "--ranks-per-node {k}: nodes matter only to --strategy 2-step, 3-step or split"
+            ));
+        }
         Ok((action, strategy, runner(&a.unit)?))
     });
     let (action, strategy, run) = agree(world, options)?;

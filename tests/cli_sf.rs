@@ -661,6 +661,10 @@ fn node_aware_routes_give_the_plain_results() {
             "--strategy",
         ),
         (
+            &["--op", "bcast:sum", "--ranks-per-node", "2"][..],
+            "--ranks-per-node 2",
+        ),
+        (
             &[
                 "--op",
                 "reduce:sum",

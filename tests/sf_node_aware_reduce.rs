@@ -35,18 +35,25 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-/// Whether summing some root's leaves in reverse order changes its bits (so that the test
-/// would see a route that combined in another order).
-fn order_matters(plain: &StarForest, leaf: &[f64], root: &[f64]) -> bool {
+/// Per reordering (reversed; the first leaf moved last, as a route that took the own rank last
+/// would), whether summing some root's leaves in that order changes its bits: whether the test
+/// would see a route that combined in that order.
+fn order_matters(plain: &StarForest, leaf: &[f64], root: &[f64]) -> [bool; 2] {
     let multi = plain.multi().unwrap();
     let mut slots = vec![0.0f64; multi.offsets().last().copied().unwrap_or(0)];
     plain.gather(leaf, &mut slots).unwrap();
-    multi.offsets().windows(2).zip(root).any(|(w, &r)| {
+    let sum = |r: f64, s: &[f64]| s.iter().fold(r, |a, v| a + v).to_bits();
+    let mut seen = [false; 2];
+    for (w, &r) in multi.offsets().windows(2).zip(root) {
         let s = &slots[w[0]..w[1]];
-        let forward = s.iter().fold(r, |a, v| a + v);
-        let backward = s.iter().rev().fold(r, |a, v| a + v);
-        forward.to_bits() != backward.to_bits()
-    })
+        let mut reversed = s.to_vec();
+        reversed.reverse();
+        let mut rotated = s.to_vec();
+        rotated.rotate_left(1.min(s.len()));
+        seen[0] |= sum(r, &reversed) != sum(r, s);
+        seen[1] |= sum(r, &rotated) != sum(r, s);
+    }
+    seen
 }
 
 fn child() {
@@ -61,7 +68,7 @@ fn child() {
         Nodes::blocks(n, 2),
         Nodes::blocks(n, 3),
     ];
-    let mut sensitive = false;
+    let mut sensitive = [false; 2];
     // Two random graphs, then a fan-in: twelve leaves per rank, two on each of
     // the two roots of six ranks from its own on (wrapping), so roots mix ranks.
     let fan_in = (0..n)
@@ -77,14 +84,22 @@ fn child() {
             ..SfOptions::default()
         };
         let plain = StarForest::new(&world, &g, opts).unwrap();
-        let leaf = values(seed * 7 + rank as u64, w.leaf_space[rank]);
+        let mut leaf = values(seed * 7 + rank as u64, w.leaf_space[rank]);
+        if seed == 2 {
+            // The fan-in: huge terms that nearly cancel among small ones, so that where any
+            // term goes in a root's sum shows in its bits.
+            for (l, v) in leaf.iter_mut().enumerate() {
+                *v = [1e16, 0.75 + l as f64, -0.999e16][(l + rank) % 3];
+            }
+        }
         let root0 = values(seed * 7 + 1000 + rank as u64, w.nroots[rank]);
         let ints: Vec<i64> = leaf.iter().map(|v| *v as i64).collect();
         let lanes: Vec<[u8; 3]> = leaf
             .iter()
             .map(|v| (*v as u32).to_le_bytes()[..3].try_into().unwrap())
             .collect();
-        sensitive |= order_matters(&plain, &leaf, &root0);
+        let seen = order_matters(&plain, &leaf, &root0);
+        sensitive = [sensitive[0] | seen[0], sensitive[1] | seen[1]];
         // Two of the three node maps per graph (8 oversubscribed ranks are slow to set up).
         for nodes in [&maps[seed as usize % 3], &maps[(seed as usize + 1) % 3]] {
             for strategy in Strategy::ALL
@@ -143,10 +158,13 @@ fn child() {
             }
         }
     }
-    let mut any = 0u8;
-    world.all_reduce_into(&u8::from(sensitive), &mut any, SystemOperation::max());
-    if n > 1 && any == 0 {
-        fail("no root's sum depends on the order of its leaves: the test sees no order".into());
+    let mut any = [0u8; 2];
+    let mine = sensitive.map(u8::from);
+    world.all_reduce_into(&mine[..], &mut any[..], SystemOperation::max());
+    if n > 1 && any.contains(&0) {
+        fail(format!(
+            "sums sensitive to reversal, rotation: {any:?}: the test cannot see order"
+        ));
     }
 
     if !failures.is_empty() {

@@ -280,7 +280,8 @@ impl<'a> Route<'a> {
 /// edges directly (started by [`bcast_begin`](Self::bcast_begin)) and the off-node ones
 /// through relay ranks (in [`RoutedPending::end`]). Begin bcasts in the same order on every
 /// rank and end them in that order too (the relays send at the end). Reduces and
-/// fetch-and-ops are blocking; the first sets up the reverse route.
+/// fetch-and-ops are blocking; the first sets up the reverse route (collective, before any
+/// check of the caller's buffers), and an op the unit lacks is refused on every rank first.
 pub struct NodeAwareSf {
     strategy: Strategy,
     direct: StarForest,
@@ -344,7 +345,7 @@ impl NodeAwareSf {
                 .collect();
             let mut ilocal = Some(routed.iter().map(|(l, ..)| *l).collect());
             for k in (1..=depth).rev() {
-                let (held, slots) = request(&comm, &asks)?;
+                let (held, slots) = request(&comm, opts.discovery, &asks)?;
                 let iremote = asks
                     .iter()
                     .zip(slots)
@@ -436,10 +437,12 @@ impl NodeAwareSf {
         if self.strategy == Strategy::Standard {
             return self.direct.reduce(leaf, root, op);
         }
+        // The op's verdict is the same on every rank; the set-up is collective, so it comes
+        // before the checks of this rank's buffers.
         let red = reducer::<U>(op)?;
+        let gather = self.gather()?;
         check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
         check_len("rootdata", root.len(), self.graph.nroots)?;
-        let gather = self.gather()?;
         let mut slots = vec![U::zeroed(); gather.offsets.last().copied().unwrap_or(0)];
         gather.route.bcast(leaf, &mut slots, Op::Replace)?;
         for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
@@ -466,10 +469,10 @@ impl NodeAwareSf {
             return self.direct.fetch_and_op(root, leaf, leafupdate, op);
         }
         let red = reducer::<U>(op)?;
+        let gather = self.gather()?;
         check_len("rootdata", root.len(), self.graph.nroots)?;
         check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
         check_len("leafupdate", leafupdate.len(), self.graph.leaf_space())?;
-        let gather = self.gather()?;
         let mut slots = vec![U::zeroed(); gather.offsets.last().copied().unwrap_or(0)];
         gather.route.bcast(leaf, &mut slots, Op::Replace)?;
         for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
@@ -499,7 +502,7 @@ impl NodeAwareSf {
             return Ok(g);
         }
         let comm = self.direct.comm();
-        let (inverse, offsets) = inverse_multi(comm, &self.graph)?;
+        let (inverse, offsets) = inverse_multi(comm, &self.graph, self.opts.discovery)?;
         let route = NodeAwareSf::new(comm, &inverse, self.opts, &self.nodes, self.strategy)?;
         Ok(self
             .gather
@@ -557,7 +560,11 @@ impl<U: Unit> Drop for RoutedPending<'_, U> {
 /// ordered as a plain reduce visits them: by root, then the own rank's leaves, then the other
 /// ranks' in ascending rank order, each rank's in ascending leaf index. Also where each root's
 /// multi-roots start. Collective.
-fn inverse_multi(comm: &SimpleCommunicator, graph: &Graph) -> Result<(Graph, Vec<usize>), SfError> {
+fn inverse_multi(
+    comm: &SimpleCommunicator,
+    graph: &Graph,
+    method: Discovery,
+) -> Result<(Graph, Vec<usize>), SfError> {
     let me = comm.rank();
     let mut edges: Vec<(i32, u64, u64)> = (0..graph.nleaves())
         .map(|i| {
@@ -573,7 +580,7 @@ fn inverse_multi(comm: &SimpleCommunicator, graph: &Graph) -> Result<(Graph, Vec
             _ => outgoing.push((r, vec![offset, leaf])),
         }
     }
-    let incoming = discovery::exchange(comm, raw::raw_comm(comm), Discovery::Auto, &outgoing);
+    let incoming = discovery::exchange(comm, raw::raw_comm(comm), method, &outgoing);
     // (root offset, 0 for the own rank and 1 for others, leaf rank, leaf index).
     let own = edges
         .iter()
@@ -608,6 +615,7 @@ fn inverse_multi(comm: &SimpleCommunicator, graph: &Graph) -> Result<(Graph, Vec
 /// this rank holds for others (sorted, each once) and the slot each ask got there.
 fn request(
     comm: &SimpleCommunicator,
+    method: Discovery,
     asks: &[(usize, [u64; 2])],
 ) -> Result<(Vec<[u64; 2]>, Vec<usize>), SfError> {
     let me = comm.rank() as usize;
@@ -628,7 +636,7 @@ fn request(
         .filter(|(r, _)| *r != me)
         .map(|(r, items)| (*r as i32, flat(items)))
         .collect();
-    let incoming = discovery::exchange(comm, raw, Discovery::Auto, &outgoing);
+    let incoming = discovery::exchange(comm, raw, method, &outgoing);
     // Exchanges share a tag: no rank may post replies while another still takes asks.
     comm.barrier();
     let own = by_rank
@@ -652,7 +660,7 @@ fn request(
             )
         })
         .collect();
-    let answers = discovery::exchange(comm, raw, Discovery::Auto, &replies);
+    let answers = discovery::exchange(comm, raw, method, &replies);
     comm.barrier();
     // Each asked rank answers in the order asked.
     let mut found: Vec<((usize, [u64; 2]), usize)> = Vec::new();
