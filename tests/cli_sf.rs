@@ -494,11 +494,17 @@ fn strategies_json_reports_every_route() {
     assert_eq!(rows[0]["vs_standard"].as_f64(), Some(1.0));
     assert_eq!(rows[0]["reduce_vs_standard"].as_f64(), Some(1.0));
     for r in rows {
-        for key in ["measured_us", "predicted_us", "reduce_us"] {
+        for key in [
+            "measured_us",
+            "predicted_us",
+            "reduce_us",
+            "reduce_predicted_us",
+        ] {
             assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r}");
         }
     }
     assert!(names.contains(&v["chosen"].as_str().unwrap()), "{v}");
+    assert!(names.contains(&v["reduce_chosen"].as_str().unwrap()), "{v}");
     assert!(
         v["alpha_off_us"].as_f64().is_some_and(f64::is_finite),
         "{v}"

@@ -11,8 +11,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::mpi::traits::CommunicatorCollectives;
-use starhalo_sf::{NodeAwareSf, Nodes, Op, SfError, SfOptions, SfType, StarForest, Strategy};
+use starhalo_sf::mpi::traits::{CommunicatorCollectives, Root};
+use starhalo_sf::{
+    CostModel, NodeAwareSf, Nodes, Op, SfError, SfOptions, SfType, StarForest, Strategy,
+};
 
 fn main() {
     if std::env::var_os(common::CHILD_ENV).is_some() {
@@ -164,6 +166,36 @@ fn child() {
     if n > 1 && any.contains(&0) {
         fail(format!(
             "sums sensitive to reversal, rotation: {any:?}: the test cannot see order"
+        ));
+    }
+
+    // The cost model's reduce predictions: finite, the same choice on every rank, and that
+    // choice the fastest predicted.
+    let nodes = Nodes::blocks(n, 2);
+    let model = CostModel::calibrate(&world, &nodes).unwrap();
+    let w = random_world(77 + n as u64, n);
+    let (chosen, predictions) = model
+        .choose_reduce(&world, &w.graph(rank), SfOptions::default(), &nodes, 8)
+        .unwrap();
+    let best = predictions
+        .iter()
+        .fold(f64::INFINITY, |m, p| m.min(p.seconds));
+    let got = predictions.iter().find(|p| p.strategy == chosen.strategy());
+    if got.is_none_or(|p| p.seconds != best) || predictions.iter().any(|p| !p.seconds.is_finite()) {
+        fail(format!(
+            "reduce: chose {:?} of {predictions:?}",
+            chosen.strategy()
+        ));
+    }
+    let mine = Strategy::ALL
+        .iter()
+        .position(|s| *s == chosen.strategy())
+        .unwrap_or(usize::MAX) as u64;
+    let mut first = mine;
+    world.process_at_rank(0).broadcast_into(&mut first);
+    if first != mine {
+        fail(format!(
+            "reduce choice differs from rank 0: {mine:?} vs {first:?}"
         ));
     }
 

@@ -1,5 +1,5 @@
-//! The postal and max-rate models of a node-aware bcast, with parameters measured on the
-//! running machine, and the choice of the strategy they predict fastest.
+//! The postal and max-rate models of a node-aware bcast or reduce, with parameters measured on
+//! the running machine, and the choice of the strategy they predict fastest.
 //!
 //! A message of `s` bytes costs `alpha + beta * s` (postal). Off-node, a rank's traffic is
 //! also bounded by its node's injection rate: `alpha * m + max(s_node / rate, beta * s)`
@@ -11,6 +11,7 @@ use crate::error::SfError;
 use crate::forest::{SfOptions, StarForest};
 use crate::graph::Graph;
 use crate::node_aware::{NodeAwareSf, Nodes, Strategy};
+use crate::plan::Plan;
 use mpi::collective::SystemOperation;
 use mpi::topology::Communicator;
 use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
@@ -83,13 +84,25 @@ impl CostModel {
             .forests()
             .map(|f| self.per_forest + self.time(&load(f, sf.nodes(), unit_bytes)))
             .sum();
-        let mut worst = 0.0f64;
-        comm.all_reduce_into(&mine, &mut worst, SystemOperation::max());
-        worst
+        slowest(comm, mine)
     }
 
-    /// Sets up every strategy for `graph`, predicts each, and keeps the fastest (the first of
-    /// equals, so standard wins ties). Collective; every rank makes the same choice.
+    /// The predicted time of a reduce of `unit_bytes`-byte units through `sf`: a bcast through
+    /// its reverse route, or the plain forest's reduce for the standard route (leaves sending
+    /// to root ranks). Collective (it sets up the reverse route if no reduce has yet).
+    pub fn predict_reduce(&self, sf: &NodeAwareSf, unit_bytes: usize) -> Result<f64, SfError> {
+        if let Some(route) = sf.reduce_route()? {
+            return Ok(self.predict(route, unit_bytes));
+        }
+        let Some(plain) = sf.forests().next() else {
+            return Ok(0.0);
+        };
+        let load = load_of(plain, sf.nodes(), unit_bytes, plain.root_ranks());
+        Ok(slowest(plain.comm(), self.per_forest + self.time(&load)))
+    }
+
+    /// Sets up every strategy for `graph`, predicts each one's bcast, and keeps the fastest (the
+    /// first of equals, so standard wins ties). Collective; every rank makes the same choice.
     pub fn choose<C: Communicator>(
         &self,
         comm: &C,
@@ -98,11 +111,38 @@ impl CostModel {
         nodes: &Nodes,
         unit_bytes: usize,
     ) -> Result<(NodeAwareSf, Vec<Prediction>), SfError> {
+        self.choose_by(comm, graph, opts, nodes, |sf| {
+            Ok(self.predict(sf, unit_bytes))
+        })
+    }
+
+    /// [`choose`](Self::choose) by the predicted reduces.
+    pub fn choose_reduce<C: Communicator>(
+        &self,
+        comm: &C,
+        graph: &Graph,
+        opts: SfOptions,
+        nodes: &Nodes,
+        unit_bytes: usize,
+    ) -> Result<(NodeAwareSf, Vec<Prediction>), SfError> {
+        self.choose_by(comm, graph, opts, nodes, |sf| {
+            self.predict_reduce(sf, unit_bytes)
+        })
+    }
+
+    fn choose_by<C: Communicator>(
+        &self,
+        comm: &C,
+        graph: &Graph,
+        opts: SfOptions,
+        nodes: &Nodes,
+        predict: impl Fn(&NodeAwareSf) -> Result<f64, SfError>,
+    ) -> Result<(NodeAwareSf, Vec<Prediction>), SfError> {
         let mut best: Option<(NodeAwareSf, f64)> = None;
         let mut all = Vec::new();
         for strategy in Strategy::ALL {
             let sf = NodeAwareSf::new(comm, graph, opts, nodes, strategy)?;
-            let seconds = self.predict(&sf, unit_bytes);
+            let seconds = predict(&sf)?;
             all.push(Prediction { strategy, seconds });
             if best.as_ref().is_none_or(|(_, t)| seconds < *t) {
                 best = Some((sf, seconds));
@@ -162,9 +202,21 @@ impl CostModel {
 
 /// What this rank sends in a bcast through `sf`: one message per remote leaf rank.
 pub fn load(sf: &StarForest, nodes: &Nodes, unit_bytes: usize) -> Load {
+    load_of(sf, nodes, unit_bytes, sf.leaf_ranks())
+}
+
+/// The largest of every rank's `mine`. Collective.
+fn slowest(comm: &impl Communicator, mine: f64) -> f64 {
+    let mut worst = 0.0f64;
+    comm.all_reduce_into(&mine, &mut worst, SystemOperation::max());
+    worst
+}
+
+/// What this rank sends to `peers` (each with the plan of what goes there). Collective.
+fn load_of(sf: &StarForest, nodes: &Nodes, unit_bytes: usize, peers: Vec<(i32, &Plan)>) -> Load {
     let me = sf.comm().rank() as usize;
     let mut l = Load::default();
-    for (r, plan) in sf.leaf_ranks() {
+    for (r, plan) in peers {
         let (r, bytes) = (r as usize, plan.len() * unit_bytes);
         match r {
             _ if r == me => {}
@@ -251,9 +303,7 @@ fn forest_overhead<C: Communicator>(comm: &C) -> f64 {
         })
         .collect();
     rounds.sort_by(f64::total_cmp);
-    let mut worst = 0.0f64;
-    comm.all_reduce_into(&rounds[ROUNDS / 2], &mut worst, SystemOperation::max());
-    worst
+    slowest(comm, rounds[ROUNDS / 2])
 }
 
 /// Bytes per second node 0 injects when each of its ranks sends a large message to a rank of

@@ -3,7 +3,7 @@
 //! strategy's bcast, then every strategy's reduce (summing into the roots), in turn, so drift
 //! hits all alike; an operation's time is the slowest rank's. The standard route's reduce is the
 //! plain forest's. The cost model, calibrated at the start of the same run, predicts each
-//! bcast route and names its choice.
+//! route's bcast and reduce and names its choice for each.
 
 use super::{median, timed};
 use crate::cli::StrategiesArgs;
@@ -29,6 +29,7 @@ struct Row {
     /// route's (the plain forest's reduce).
     reduce_us: f64,
     reduce_vs_standard: f64,
+    reduce_predicted_us: f64,
 }
 
 #[derive(Serialize)]
@@ -47,6 +48,9 @@ struct Report {
     /// The model's choice, and whether it was the fastest measured.
     chosen: &'static str,
     chosen_is_fastest: bool,
+    /// The same for reduces.
+    reduce_chosen: &'static str,
+    reduce_chosen_is_fastest: bool,
     rows: Vec<Row>,
 }
 
@@ -64,6 +68,8 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
     };
     let model = CostModel::calibrate(world, &nodes)?;
     let (chosen, predictions) = model.choose(world, &graph, opts, &nodes, 8)?;
+    let (reduce_chosen, reduce_predictions) =
+        model.choose_reduce(world, &graph, opts, &nodes, 8)?;
     let routes = Strategy::ALL
         .into_iter()
         .map(|s| NodeAwareSf::new(world, &graph, opts, &nodes, s))
@@ -94,21 +100,24 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
     }
     let medians: Vec<f64> = times.iter_mut().map(|t| median(&mut t[0])).collect();
     let reduces: Vec<f64> = times.iter_mut().map(|t| median(&mut t[1])).collect();
-    let fastest = (0..medians.len())
-        .min_by(|&i, &j| medians[i].total_cmp(&medians[j]))
-        .unwrap_or(0);
+    let fastest = |m: &[f64]| {
+        let i = (0..m.len()).min_by(|&i, &j| m[i].total_cmp(&m[j]));
+        Strategy::ALL[i.unwrap_or(0)]
+    };
     let rows: Vec<Row> = Strategy::ALL
         .iter()
         .zip(&medians)
         .zip(&predictions)
         .zip(&reduces)
-        .map(|(((s, m), p), r)| Row {
+        .zip(&reduce_predictions)
+        .map(|((((s, m), p), r), rp)| Row {
             strategy: s.name(),
             measured_us: m * 1e6,
             vs_standard: m / medians[0],
             predicted_us: p.seconds * 1e6,
             reduce_us: r * 1e6,
             reduce_vs_standard: r / reduces[0],
+            reduce_predicted_us: rp.seconds * 1e6,
         })
         .collect();
     let report = Report {
@@ -122,7 +131,9 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         node_rate_gb_s: model.node_rate / 1e9,
         per_forest_us: model.per_forest * 1e6,
         chosen: chosen.strategy().name(),
-        chosen_is_fastest: Strategy::ALL[fastest] == chosen.strategy(),
+        chosen_is_fastest: fastest(&medians) == chosen.strategy(),
+        reduce_chosen: reduce_chosen.strategy().name(),
+        reduce_chosen_is_fastest: fastest(&reduces) == reduce_chosen.strategy(),
         rows,
     };
     if a.json {
@@ -148,33 +159,34 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         report.per_forest_us
     );
     outln!(
-        "{:>10} {:>12} {:>12} {:>13} {:>10} {:>19}",
+        "{:>10} {:>12} {:>12} {:>13} {:>10} {:>19} {:>20}",
         "strategy",
         "measured_us",
         "vs_standard",
         "predicted_us",
         "reduce_us",
-        "reduce_vs_standard"
+        "reduce_vs_standard",
+        "reduce_predicted_us"
     );
     for r in &report.rows {
         outln!(
-            "{:>10} {:>12.2} {:>12.3} {:>13.2} {:>10.2} {:>19.3}",
+            "{:>10} {:>12.2} {:>12.3} {:>13.2} {:>10.2} {:>19.3} {:>20.2}",
             r.strategy,
             r.measured_us,
             r.vs_standard,
             r.predicted_us,
             r.reduce_us,
-            r.reduce_vs_standard
+            r.reduce_vs_standard,
+            r.reduce_predicted_us
         );
     }
+    let also = |yes: bool| if yes { "also" } else { "not" };
     outln!(
-        "# model chose {} ({} measured fastest)",
+        "# model chose {} for bcasts ({} measured fastest), {} for reduces ({} measured fastest)",
         report.chosen,
-        if report.chosen_is_fastest {
-            "also"
-        } else {
-            "not"
-        }
+        also(report.chosen_is_fastest),
+        report.reduce_chosen,
+        also(report.reduce_chosen_is_fastest)
     );
     Ok(())
 }
