@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::routes::{pair, OffNode};
 use common::sf_world::random_world;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,21 +27,6 @@ fn main() {
 fn values(seed: u64, len: usize) -> Vec<f64> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..len).map(|_| rng.gen_range(-9.0..9.0)).collect()
-}
-
-/// Per destination node, the off-node messages this rank sends in one bcast through `sf`.
-fn off_node_messages(sf: &NodeAwareSf, me: usize) -> Vec<usize> {
-    let nodes = sf.nodes();
-    let mut to = vec![0; nodes.count()];
-    for f in sf.forests() {
-        for (r, _) in f.leaf_ranks() {
-            let r = r as usize;
-            if nodes.of(r) != nodes.of(me) {
-                to[nodes.of(r)] += 1;
-            }
-        }
-    }
-    to
 }
 
 fn child() {
@@ -101,52 +87,26 @@ fn child() {
                     fail(format!("{what} [u8; 5]: got {got:?} want {want:?}"));
                 }
 
-                // 3-step and split cross nodes in the middle hop only (direct forest, then
-                // root to sender, sender to receiver, receiver to leaf).
-                if matches!(strategy, Strategy::ThreeStep | Strategy::Split { .. }) {
-                    let crossing: Vec<usize> = sf
-                        .forests()
-                        .map(|f| {
-                            f.leaf_ranks()
-                                .into_iter()
-                                .filter(|&(r, _)| nodes.of(r as usize) != nodes.of(rank))
-                                .count()
-                        })
-                        .collect();
-                    if crossing.iter().enumerate().any(|(i, &c)| i != 2 && c > 0) {
-                        fail(format!("{what}: off-node messages per forest {crossing:?}"));
-                    }
-                }
-
-                // Messages across nodes: 2-step sends each node at most one per rank, 3-step
-                // at most one per pair of nodes.
-                let mine = off_node_messages(&sf, rank);
-                let mut all = vec![0usize; n * nodes.count()];
-                world.all_gather_into(&mine[..], &mut all[..]);
-                for to in 0..nodes.count() {
-                    let from_node = |k: usize| {
-                        nodes
-                            .members(k)
-                            .iter()
-                            .map(|&r| all[r * nodes.count() + to])
-                            .sum::<usize>()
-                    };
-                    let pair = |k: usize| nodes.members(k).len().min(nodes.members(to).len());
+                let forests: Vec<&StarForest> = sf.forests().collect();
+                let off = OffNode::count(&world, nodes, &forests);
+                // One part when the data is under the cap, as this test's always is with the
+                // default; at most one per rank of the smaller node with `split:1`.
+                let split_most = |k, to| {
                     if strategy == tiny {
-                        let most = (0..nodes.count()).filter(|&k| k != to).map(from_node).max();
-                        split_parts = split_parts.max(most.unwrap_or(0));
+                        pair(nodes, k, to)
+                    } else {
+                        1
                     }
-                    let worst = match strategy {
-                        Strategy::TwoStep => mine[to].min(1) == mine[to],
-                        Strategy::ThreeStep => (0..nodes.count()).all(|k| from_node(k) <= 1),
-                        // At most one part per rank of the smaller node; one part when the
-                        // data is under the cap, as this test's always is with the default.
-                        Strategy::Split { cap } => (0..nodes.count())
-                            .all(|k| k == to || from_node(k) <= if cap == 1 { pair(k) } else { 1 }),
-                        Strategy::Standard => true,
-                    };
-                    if !worst {
-                        fail(format!("{what}: off-node messages {all:?}"));
+                };
+                if let Err(e) = off.check(strategy, split_most) {
+                    fail(format!("{what}: {e}"));
+                }
+                if strategy == tiny {
+                    for to in 0..nodes.count() {
+                        let most = (0..nodes.count())
+                            .filter(|&k| k != to)
+                            .map(|k| off.from_node(k, to));
+                        split_parts = split_parts.max(most.max().unwrap_or(0));
                     }
                 }
                 let units: usize = sf.forests().map(|f| load(f, nodes, 1).off_bytes).sum();

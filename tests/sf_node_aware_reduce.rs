@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::routes::{pair, OffNode};
 use common::sf_world::{random_world, World};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -156,7 +157,14 @@ fn child() {
                 if !matches!(refused, Err(SfError::UnsupportedOp { .. })) {
                     fail(format!("{what} f64 band: {refused:?}"));
                 }
-                check_messages(&world, &sf, strategy, &what, &mut fail);
+                // The reverse route keeps the strategy's message bounds.
+                if let Some(route) = sf.reduce_route().unwrap() {
+                    let forests: Vec<&StarForest> = route.forests().collect();
+                    let off = OffNode::count(&world, nodes, &forests);
+                    if let Err(e) = off.check(strategy, |k, to| pair(nodes, k, to)) {
+                        fail(format!("{what}: reverse route {e}"));
+                    }
+                }
             }
         }
     }
@@ -204,64 +212,5 @@ fn child() {
     }
     if rank == 0 {
         eprintln!("sf_node_aware_reduce child on {n} ranks: all checks passed");
-    }
-}
-
-/// The reverse route crosses nodes in its middle hop only for 3-step and split, as often as the
-/// strategy promises: 2-step at most one message from a rank to each node, 3-step at most one
-/// per pair of nodes, split at most one per rank of the smaller node.
-fn check_messages(
-    world: &SimpleCommunicator,
-    sf: &NodeAwareSf,
-    strategy: Strategy,
-    what: &str,
-    fail: &mut impl FnMut(String),
-) {
-    let (rank, n) = (world.rank() as usize, world.size() as usize);
-    let nodes = sf.nodes();
-    let Some(route) = sf.reduce_route().unwrap() else {
-        return;
-    };
-    let forests: Vec<&StarForest> = route.forests().collect();
-    let off = |f: &StarForest| {
-        f.leaf_ranks()
-            .into_iter()
-            .filter(|&(r, _)| nodes.of(r as usize) != nodes.of(rank))
-            .map(|(r, _)| nodes.of(r as usize))
-            .collect::<Vec<_>>()
-    };
-    if matches!(strategy, Strategy::ThreeStep | Strategy::Split { .. }) {
-        let crossing: Vec<usize> = forests.iter().map(|f| off(f).len()).collect();
-        if crossing.iter().enumerate().any(|(i, &c)| i != 2 && c > 0) {
-            fail(format!("{what}: off-node messages per forest {crossing:?}"));
-        }
-    }
-    let mut mine = vec![0usize; nodes.count()];
-    forests
-        .iter()
-        .flat_map(|f| off(f))
-        .for_each(|to| mine[to] += 1);
-    let mut all = vec![0usize; n * nodes.count()];
-    world.all_gather_into(&mine[..], &mut all[..]);
-    for to in 0..nodes.count() {
-        let from_node = |k: usize| -> usize {
-            nodes
-                .members(k)
-                .iter()
-                .map(|&r| all[r * nodes.count() + to])
-                .sum()
-        };
-        let pair = |k: usize| nodes.members(k).len().min(nodes.members(to).len());
-        let ok = match strategy {
-            Strategy::Standard => true,
-            Strategy::TwoStep => mine[to] <= 1,
-            Strategy::ThreeStep => (0..nodes.count()).all(|k| from_node(k) <= 1),
-            Strategy::Split { .. } => {
-                (0..nodes.count()).all(|k| k == to || from_node(k) <= pair(k))
-            }
-        };
-        if !ok {
-            fail(format!("{what}: off-node messages {all:?}"));
-        }
     }
 }

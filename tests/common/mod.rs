@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod amr;
+pub mod routes;
 pub mod sf_world;
 
 use std::path::Path;
