@@ -105,7 +105,7 @@ fn child() {
                     for to in 0..nodes.count() {
                         let most = (0..nodes.count())
                             .filter(|&k| k != to)
-                            .map(|k| off.from_node(k, to));
+                            .map(|k| off.between(k, to));
                         split_parts = split_parts.max(most.max().unwrap_or(0));
                     }
                 }

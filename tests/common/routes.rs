@@ -42,7 +42,7 @@ impl<'a> OffNode<'a> {
     }
 
     /// Messages from every rank of node `k` to node `to`.
-    pub fn from_node(&self, k: usize, to: usize) -> usize {
+    pub fn between(&self, k: usize, to: usize) -> usize {
         let count = self.nodes.count();
         self.nodes
             .members(k)
@@ -76,10 +76,8 @@ impl<'a> OffNode<'a> {
         let ok = (0..count).all(|to| match strategy {
             Strategy::Standard => true,
             Strategy::TwoStep => self.all[self.rank * count + to] <= 1,
-            Strategy::ThreeStep => others(to).all(|k| self.from_node(k, to) <= 1),
-            Strategy::Split { .. } => {
-                others(to).all(|k| self.from_node(k, to) <= split_most(k, to))
-            }
+            Strategy::ThreeStep => others(to).all(|k| self.between(k, to) <= 1),
+            Strategy::Split { .. } => others(to).all(|k| self.between(k, to) <= split_most(k, to)),
         });
         match ok {
             true => Ok(()),
