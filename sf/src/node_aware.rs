@@ -301,6 +301,15 @@ struct Gather {
     offsets: Vec<usize>,
 }
 
+impl Gather {
+    /// Every leaf's value in its own slot at its root's rank: a bcast through the route.
+    fn slots<U: Unit>(&self, leaf: &[U]) -> Result<Vec<U>, SfError> {
+        let mut slots = vec![U::zeroed(); self.offsets.last().copied().unwrap_or(0)];
+        self.route.bcast(leaf, &mut slots, Op::Replace)?;
+        Ok(slots)
+    }
+}
+
 impl NodeAwareSf {
     /// Sets up the route of `strategy` for `graph` over `nodes`. Collective.
     pub fn new<C: Communicator>(
@@ -443,8 +452,7 @@ impl NodeAwareSf {
         let gather = self.gather()?;
         check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
         check_len("rootdata", root.len(), self.graph.nroots)?;
-        let mut slots = vec![U::zeroed(); gather.offsets.last().copied().unwrap_or(0)];
-        gather.route.bcast(leaf, &mut slots, Op::Replace)?;
+        let slots = gather.slots(leaf)?;
         for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
             slots[w[0]..w[1]]
                 .iter()
@@ -473,8 +481,7 @@ impl NodeAwareSf {
         check_len("rootdata", root.len(), self.graph.nroots)?;
         check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
         check_len("leafupdate", leafupdate.len(), self.graph.leaf_space())?;
-        let mut slots = vec![U::zeroed(); gather.offsets.last().copied().unwrap_or(0)];
-        gather.route.bcast(leaf, &mut slots, Op::Replace)?;
+        let mut slots = gather.slots(leaf)?;
         for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
             for v in &mut slots[w[0]..w[1]] {
                 let before = *r;
