@@ -175,7 +175,7 @@ pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
         }
     };
     let forest = Forest { plain: sf, routed };
-    run(world, &graph, &forest, a, action)
+    run(world, &forest, a, action)
 }
 
 /// Whether `--out` can be written, before any work: not a directory, in one that exists.
@@ -202,7 +202,7 @@ fn check_out(out: &Path) -> Result<()> {
 }
 
 /// `sf run` for one unit type.
-type Runner = fn(&SimpleCommunicator, &Graph, &Forest, &SfRunArgs, Action) -> Result<()>;
+type Runner = fn(&SimpleCommunicator, &Forest, &SfRunArgs, Action) -> Result<()>;
 
 /// The `sf run` of `--unit`.
 fn runner(unit: &str) -> Result<Runner> {
@@ -279,7 +279,6 @@ struct RankResult<U> {
 
 fn run_typed<U: CliUnit>(
     world: &SimpleCommunicator,
-    graph: &Graph,
     forest: &Forest,
     a: &SfRunArgs,
     action: Action,
@@ -287,14 +286,15 @@ fn run_typed<U: CliUnit>(
     let rank = world.rank() as usize;
     let ranks = (rank, world.size() as usize);
     // Every rank checks its data, then all agree, so a bad file on one rank stops them all.
+    let (plain, routed) = (&forest.plain, forest.routed.as_ref());
     let loaded =
-        data::<U>(a.root_data.as_deref(), ranks, graph.nroots, 1.0, "root").and_then(|r| {
+        data::<U>(a.root_data.as_deref(), ranks, plain.nroots(), 1.0, "root").and_then(|r| {
             Ok((
                 r,
                 data::<U>(
                     a.leaf_data.as_deref(),
                     ranks,
-                    graph.leaf_space(),
+                    plain.leaf_space(),
                     -1.0,
                     "leaf",
                 )?,
@@ -302,7 +302,6 @@ fn run_typed<U: CliUnit>(
         });
     let (mut root, mut leaf) = agree(world, loaded)?;
     let mut leafupdate = None;
-    let (plain, routed) = (&forest.plain, forest.routed.as_ref());
     let op_result = match action {
         Action::Bcast(op) => match routed {
             Some(sf) => sf.bcast(&root, &mut leaf, op),
