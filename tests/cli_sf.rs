@@ -439,12 +439,17 @@ fn pingpong_json_reports_each_size() {
         // The paired overhead is a per-round difference, so it can be slightly negative.
         assert!(r["overhead_us"].as_f64().is_some_and(f64::is_finite), "{r}");
     }
+    // One round: each of rma's flushes is a round trip that needs the peer scheduled, so
+    // on an oversubscribed machine (tests run side by side) the default 15 rounds could take
+    // minutes. The report's shape is what this checks.
     for t in ["neighbor", "rma"] {
         let args = [
             "bench",
             "sf-pingpong",
             "--max-bytes",
             "16",
+            "--rounds",
+            "1",
             "--sf-type",
             t,
             "--json",
@@ -493,18 +498,22 @@ fn strategies_json_reports_every_route() {
     assert_eq!(names, ["standard", "2-step", "3-step", "split"]);
     assert_eq!(rows[0]["vs_standard"].as_f64(), Some(1.0));
     assert_eq!(rows[0]["reduce_vs_standard"].as_f64(), Some(1.0));
+    assert_eq!(rows[0]["folded_vs_standard"].as_f64(), Some(1.0));
     for r in rows {
         for key in [
             "measured_us",
             "predicted_us",
             "reduce_us",
             "reduce_predicted_us",
+            "folded_us",
+            "folded_predicted_us",
         ] {
             assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r}");
         }
     }
     assert!(names.contains(&v["chosen"].as_str().unwrap()), "{v}");
     assert!(names.contains(&v["reduce_chosen"].as_str().unwrap()), "{v}");
+    assert!(names.contains(&v["folded_chosen"].as_str().unwrap()), "{v}");
     assert!(
         v["alpha_off_us"].as_f64().is_some_and(f64::is_finite),
         "{v}"

@@ -1,8 +1,10 @@
 //! Node-aware reduces (2-step, 3-step, split) on seeded random graphs and a fan-in on 1, 2,
 //! 3, 4 and 8 ranks, with nodes of 1, 2 and 3 ranks, under every implementation: bit for bit
 //! the plain forest's reduce for floating-point sums whose bits depend on the order of the
-//! terms, for replace (the last leaf wins) and for integer and multi-lane units; messages
-//! across nodes as few as each strategy promises.
+//! terms, for replace (the last leaf wins) and for integer and multi-lane units, whose relays
+//! fold on the way; messages across nodes as few as each strategy promises, and folded
+//! reduces sending fewer values across nodes than the plain forest where a node's leaves
+//! share roots.
 
 mod common;
 
@@ -14,7 +16,8 @@ use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::{CommunicatorCollectives, Root};
 use starhalo_sf::{
-    CostModel, NodeAwareSf, Nodes, Op, SfError, SfOptions, SfType, StarForest, Strategy,
+    CostModel, NodeAwareSf, Nodes, Op, ReduceRoute, SfError, SfOptions, SfType, StarForest,
+    Strategy,
 };
 
 fn main() {
@@ -57,6 +60,21 @@ fn order_matters(plain: &StarForest, leaf: &[f64], root: &[f64]) -> [bool; 2] {
         seen[1] |= sum(r, &rotated) != sum(r, s);
     }
     seen
+}
+
+/// Values every rank sends to other nodes in a reduce through `forests` (leaves to root
+/// ranks), summed over ranks. Collective.
+fn off_node_values(world: &SimpleCommunicator, nodes: &Nodes, forests: &[&StarForest]) -> u64 {
+    let here = nodes.of(world.rank() as usize);
+    let mine: usize = forests
+        .iter()
+        .flat_map(|f| f.root_ranks())
+        .filter(|(r, _)| nodes.of(*r as usize) != here)
+        .map(|(_, plan)| plan.len())
+        .sum();
+    let mut all = 0u64;
+    world.all_reduce_into(&(mine as u64), &mut all, SystemOperation::sum());
+    all
 }
 
 fn child() {
@@ -134,6 +152,41 @@ fn child() {
                 if got != want {
                     fail(format!("{what} [u8; 3] bxor: got {got:?} want {want:?}"));
                 }
+                // Relays fold integers from a neutral start: logic ops on values other than 0
+                // and 1 (whose fold is 0 or 1), extremes, wrapping sums.
+                let small: Vec<i32> = ints.iter().map(|v| (v % 5) as i32 - 1).collect();
+                let start: Vec<i32> = (0..w.nroots[rank]).map(|i| [0, 7, -3][i % 3]).collect();
+                for op in [Op::Land, Op::Lor, Op::Min, Op::Sum] {
+                    let (mut want, mut got) = (start.clone(), start.clone());
+                    plain.reduce(&small, &mut want, op).unwrap();
+                    sf.reduce(&small, &mut got, op).unwrap();
+                    if got != want {
+                        fail(format!("{what} i32 {op}: got {got:?} want {want:?}"));
+                    }
+                }
+                // Integers fold backwards through the bcast's forests, floating point takes
+                // the reverse route; folding sends no more values across nodes than the plain
+                // forest, and fewer in the fan-in on nodes of several ranks, which share roots.
+                let routed = strategy != Strategy::Standard;
+                let ints_route = sf.reduce_route::<i64>(Op::Sum).unwrap();
+                let floats_route = sf.reduce_route::<f64>(Op::Sum).unwrap();
+                if !matches!(ints_route, ReduceRoute::Backward)
+                    || matches!(floats_route, ReduceRoute::Reverse(_)) != routed
+                {
+                    fail(format!("{what}: integer sums should fold, float sums not"));
+                }
+                let own: Vec<&StarForest> = sf.forests().collect();
+                let (folded, unfolded) = (
+                    off_node_values(&world, nodes, &own),
+                    off_node_values(&world, nodes, &[&plain]),
+                );
+                let shared = nodes.count() > 1 && nodes.members(0).len() > 1;
+                let fewer = seed == 2 && routed && shared;
+                if folded > unfolded || (fewer && folded >= unfolded) {
+                    fail(format!(
+                        "{what}: folded reduce sends {folded} values across nodes, plain {unfolded}"
+                    ));
+                }
                 // Fetch-and-op: the roots and every leaf's fetched value (on a one-relay and a
                 // two-relay route only: each sets up a second route, slow on 8 ranks).
                 let fetch = matches!(strategy, Strategy::TwoStep | Strategy::Split { cap: 1 });
@@ -158,7 +211,7 @@ fn child() {
                     fail(format!("{what} f64 band: {refused:?}"));
                 }
                 // The reverse route keeps the strategy's message bounds.
-                if let Some(route) = sf.reduce_route().unwrap() {
+                if let ReduceRoute::Reverse(route) = floats_route {
                     let forests: Vec<&StarForest> = route.forests().collect();
                     let off = OffNode::count(&world, nodes, &forests);
                     // One part under the default cap (these graphs are small), at most one
@@ -187,7 +240,13 @@ fn child() {
     let model = CostModel::calibrate(&world, &nodes).unwrap();
     let w = random_world(77 + n as u64, n);
     let (chosen, predictions) = model
-        .choose_reduce(&world, &w.graph(rank), SfOptions::default(), &nodes, 8)
+        .choose_reduce::<f64, _>(
+            &world,
+            &w.graph(rank),
+            SfOptions::default(),
+            &nodes,
+            Op::Sum,
+        )
         .unwrap();
     let best = predictions
         .iter()

@@ -10,8 +10,9 @@
 use crate::error::SfError;
 use crate::forest::{SfOptions, StarForest};
 use crate::graph::Graph;
-use crate::node_aware::{NodeAwareSf, Nodes, Strategy};
+use crate::node_aware::{NodeAwareSf, Nodes, ReduceRoute, Strategy};
 use crate::plan::Plan;
+use crate::unit::{Op, Unit};
 use mpi::collective::SystemOperation;
 use mpi::topology::Communicator;
 use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
@@ -78,27 +79,33 @@ impl CostModel {
     /// The predicted time of a bcast of `unit_bytes`-byte units through `sf`, the largest over
     /// ranks. Collective.
     pub fn predict(&self, sf: &NodeAwareSf, unit_bytes: usize) -> f64 {
+        self.predict_by(sf, |f| load(f, sf.nodes(), unit_bytes))
+    }
+
+    /// The predicted time of a reduce of `U` by `op` through `sf`, by the route
+    /// [`NodeAwareSf::reduce_route`] names: the bcast's forests backwards (leaves sending to
+    /// root ranks), or a bcast through the reverse route. Collective (it may set up the
+    /// reverse route).
+    pub fn predict_reduce<U: Unit>(&self, sf: &NodeAwareSf, op: Op) -> Result<f64, SfError> {
+        let unit_bytes = std::mem::size_of::<U>();
+        Ok(match sf.reduce_route::<U>(op)? {
+            ReduceRoute::Backward => {
+                self.predict_by(sf, |f| load_of(f, sf.nodes(), unit_bytes, f.root_ranks()))
+            }
+            ReduceRoute::Reverse(route) => self.predict(route, unit_bytes),
+        })
+    }
+
+    /// The sum over `sf`'s forests of each one's overhead and its time under `load`, the
+    /// largest over ranks. Collective.
+    fn predict_by(&self, sf: &NodeAwareSf, load: impl Fn(&StarForest) -> Load) -> f64 {
         let comm = sf.forests().next().map(StarForest::comm);
         let Some(comm) = comm else { return 0.0 };
         let mine: f64 = sf
             .forests()
-            .map(|f| self.per_forest + self.time(&load(f, sf.nodes(), unit_bytes)))
+            .map(|f| self.per_forest + self.time(&load(f)))
             .sum();
         slowest(comm, mine)
-    }
-
-    /// The predicted time of a reduce of `unit_bytes`-byte units through `sf`: a bcast through
-    /// its reverse route, or the plain forest's reduce for the standard route (leaves sending
-    /// to root ranks). Collective (it sets up the reverse route if no reduce has yet).
-    pub fn predict_reduce(&self, sf: &NodeAwareSf, unit_bytes: usize) -> Result<f64, SfError> {
-        if let Some(route) = sf.reduce_route()? {
-            return Ok(self.predict(route, unit_bytes));
-        }
-        let Some(plain) = sf.forests().next() else {
-            return Ok(0.0);
-        };
-        let load = load_of(plain, sf.nodes(), unit_bytes, plain.root_ranks());
-        Ok(slowest(plain.comm(), self.per_forest + self.time(&load)))
     }
 
     /// Sets up every strategy for `graph`, predicts each one's bcast, and keeps the fastest (the
@@ -116,17 +123,17 @@ impl CostModel {
         })
     }
 
-    /// [`choose`](Self::choose) by the predicted reduces.
-    pub fn choose_reduce<C: Communicator>(
+    /// [`choose`](Self::choose) by the predicted reduces of `U` by `op`.
+    pub fn choose_reduce<U: Unit, C: Communicator>(
         &self,
         comm: &C,
         graph: &Graph,
         opts: SfOptions,
         nodes: &Nodes,
-        unit_bytes: usize,
+        op: Op,
     ) -> Result<(NodeAwareSf, Vec<Prediction>), SfError> {
         self.choose_by(comm, graph, opts, nodes, |sf| {
-            self.predict_reduce(sf, unit_bytes)
+            self.predict_reduce::<U>(sf, op)
         })
     }
 

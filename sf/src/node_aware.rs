@@ -8,19 +8,22 @@
 //! forest of their own. Building a chain is leaf-driven: each rank asks the next rank up its
 //! path for the slots it needs (one request and one reply exchange per level).
 //!
-//! A reduce runs the other way as a bcast over the inverse of the multi-SF: every leaf's value
-//! is carried, by the same strategy, to a slot of its own at its root's rank, and the root
-//! combines its slots in the order a plain reduce visits its leaves. Relays never combine, so
-//! a routed reduce gives the plain forest's bits for every operation, floating-point sums
-//! included. A fetch-and-op goes the same way, and its fetched values come back as a reduce
-//! over that reverse route.
+//! A reduce whose op combines in any grouping with the same bits (integers' ops but replace,
+//! see [`neutral`]) runs the bcast's hops backwards as reduces: each relay folds what its
+//! leaves send into its slots, so a node's leaves of one root cross the network as one value,
+//! the bcast's bytes. Any other reduce (replace, floating point) runs as a bcast over the
+//! inverse of the multi-SF: every leaf's value is carried, by the same strategy, to a slot of
+//! its own at its root's rank, and the root combines its slots in the order a plain reduce
+//! visits its leaves. Either way a routed reduce gives the plain forest's bits, floating-point
+//! sums included. A fetch-and-op goes the second way, and its fetched values come back as a
+//! reduce over that reverse route.
 
 use crate::discovery::{self, Discovery};
 use crate::error::SfError;
 use crate::forest::{check_len, combine_unit, Pending, SfOptions, StarForest};
 use crate::graph::{Graph, RootRef};
 use crate::raw;
-use crate::unit::{reducer, Op, Unit};
+use crate::unit::{neutral, reducer, Op, Scalar, Unit};
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
@@ -280,8 +283,9 @@ impl<'a> Route<'a> {
 /// edges directly (started by [`bcast_begin`](Self::bcast_begin)) and the off-node ones
 /// through relay ranks (in [`RoutedPending::end`]). Begin bcasts in the same order on every
 /// rank and end them in that order too (the relays send at the end). Reduces and
-/// fetch-and-ops are blocking; the first sets up the reverse route (collective, before any
-/// check of the caller's buffers), and an op the unit lacks is refused on every rank first.
+/// fetch-and-ops are blocking; the first that needs the reverse route sets it up (collective,
+/// before any check of the caller's buffers), and an op the unit lacks is refused on every
+/// rank first.
 pub struct NodeAwareSf {
     strategy: Strategy,
     direct: StarForest,
@@ -441,14 +445,18 @@ impl NodeAwareSf {
     /// Combines leaf values into their roots (`root = root op leaf`), the off-node ones along
     /// the strategy's route run backwards, with the plain forest's bits: each root combines its
     /// own rank's leaves first, then the other ranks' in ascending rank order, each rank's in
-    /// ascending leaf index. Collective; the first call sets up the reverse route.
+    /// ascending leaf index. Where `op` has a [`neutral`] start for `U`, relays fold on the
+    /// way (the bcast's hops, reversed); otherwise each leaf's value travels alone, by a
+    /// reverse route the first such call sets up. Collective.
     pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
-        if self.strategy == Strategy::Standard {
-            return self.direct.reduce(leaf, root, op);
-        }
         // The op's verdict is the same on every rank; the set-up is collective, so it comes
         // before the checks of this rank's buffers.
         let red = reducer::<U>(op)?;
+        if let ReduceRoute::Backward = self.reduce_route::<U>(op)? {
+            check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
+            check_len("rootdata", root.len(), self.graph.nroots)?;
+            return self.fold_back(leaf, root, op);
+        }
         let gather = self.gather()?;
         check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
         check_len("rootdata", root.len(), self.graph.nroots)?;
@@ -459,6 +467,31 @@ impl NodeAwareSf {
                 .for_each(|v| combine_unit(r, v, red));
         }
         Ok(())
+    }
+
+    /// The bcast's forests run backwards as reduces, relays folding from the [`neutral`]
+    /// start: the on-node edges, then the hops from the leaves up, the last into the roots.
+    fn fold_back<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
+        let mut first = self.direct.reduce(leaf, root, op);
+        let Some((into_roots, relays)) = self.hops.split_first() else {
+            return first;
+        };
+        // Routed strategies come here only for ops with a neutral start (`reduce_route`), so
+        // this refusal, the same on every rank, never happens.
+        let start = neutral::<U>(op).ok_or(SfError::UnsupportedOp {
+            op,
+            unit: <U::Scalar as Scalar>::NAME,
+        })?;
+        // Every hop runs even after an error here, since peers wait on this rank's relays.
+        let mut held: Option<Vec<U>> = None;
+        for hop in relays.iter().rev() {
+            let mut up = vec![start; hop.nroots()];
+            let done = hop.reduce(held.as_deref().unwrap_or(leaf), &mut up, op);
+            first = first.and(done);
+            held = Some(up);
+        }
+        let done = into_roots.reduce(held.as_deref().unwrap_or(leaf), root, op);
+        first.and(done)
     }
 
     /// A fetch-and-op by the route: each leaf's value is combined into its root (`root = root op
@@ -493,15 +526,16 @@ impl NodeAwareSf {
         gather.route.reduce(&slots, leafupdate, Op::Replace)
     }
 
-    /// The reverse route that reduces and fetch-and-ops carry the leaves' values by, as a bcast
-    /// from the leaf space to one slot per edge at the roots' ranks (set up here if no reduce
-    /// has run yet; collective then); `None` for the standard route, whose reduce is the plain
-    /// forest's.
-    pub fn reduce_route(&self) -> Result<Option<&NodeAwareSf>, SfError> {
-        match self.strategy {
-            Strategy::Standard => Ok(None),
-            _ => Ok(Some(&self.gather()?.route)),
+    /// How [`reduce`](Self::reduce) carries `U` values combined by `op`: backwards through
+    /// this forest's own forests for the standard route (the plain forest's reduce) and for
+    /// ops with a [`neutral`] start, otherwise by the reverse route, which fetch-and-ops also
+    /// take (set up here if it is not yet; collective then). An op the unit lacks is refused.
+    pub fn reduce_route<U: Unit>(&self, op: Op) -> Result<ReduceRoute<'_>, SfError> {
+        reducer::<U>(op)?;
+        if self.strategy == Strategy::Standard || neutral::<U>(op).is_some() {
+            return Ok(ReduceRoute::Backward);
         }
+        Ok(ReduceRoute::Reverse(&self.gather()?.route))
     }
 
     fn gather(&self) -> Result<&Gather, SfError> {
@@ -515,6 +549,17 @@ impl NodeAwareSf {
             .gather
             .get_or_init(|| Box::new(Gather { route, offsets })))
     }
+}
+
+/// How a [`NodeAwareSf`]'s reduce travels ([`NodeAwareSf::reduce_route`]).
+#[derive(Clone, Copy)]
+pub enum ReduceRoute<'a> {
+    /// Through the forest's own forests backwards (leaves sending to root ranks), relays
+    /// folding what they receive: a node's leaves of one root cross the network as one value.
+    Backward,
+    /// As a bcast through this route, from the leaf space to one slot per edge at the roots'
+    /// ranks; relays combine nothing.
+    Reverse(&'a NodeAwareSf),
 }
 
 /// A node-aware bcast in flight.

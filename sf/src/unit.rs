@@ -82,6 +82,15 @@ pub trait Scalar: bytemuck::Pod + Send + Sync + PartialOrd + fmt::Debug {
     const NAME: &'static str;
     /// `dst = dst op src`, or `None` when `op` is not defined for this type.
     fn reducer(op: Op) -> Option<Reducer<Self>>;
+
+    /// A start value for folding by `op` that, whatever the grouping and order of the values
+    /// folded in, leaves the bits a single fold in any order gives: `None` where order or
+    /// grouping changes the bits (replace; every floating-point op, since rounding and signed
+    /// zeros depend on it).
+    fn neutral(op: Op) -> Option<Self> {
+        let _ = op;
+        None
+    }
 }
 
 /// The unit of data at each root and leaf: a [`Scalar`], or a fixed-size block `[S; N]`
@@ -126,6 +135,18 @@ macro_rules! int_scalar {
                     Op::Bxor => lanewise!(|d, s| *d ^= s),
                 })
             }
+            fn neutral(op: Op) -> Option<Self> {
+                // Wrapping sums and products are associative and commutative; land and lor
+                // fold to 0 or 1 from any start that is true or false respectively.
+                match op {
+                    Op::Replace => None,
+                    Op::Sum | Op::Lor | Op::Bor | Op::Bxor => Some(0),
+                    Op::Prod | Op::Land => Some(1),
+                    Op::Min => Some(<$t>::MAX),
+                    Op::Max => Some(<$t>::MIN),
+                    Op::Band => Some(!0),
+                }
+            }
         }
         impl Unit for $t {
             type Scalar = $t;
@@ -161,6 +182,16 @@ float_scalar!(f32, f64);
 /// `dst[i] = dst[i] op src[i]` lane by lane over two slices of equal length: one call per
 /// run of consecutive values, whose loop the compiler sees whole.
 pub type Reducer<S> = fn(&mut [S], &[S]);
+
+/// The unit whose every lane is [`Scalar::neutral`] for `op`: where it exists, values folded
+/// by `op` may be combined in any grouping (partial folds of one value or more, each from
+/// this start, on other ranks) and give a plain fold's bits.
+pub fn neutral<U: Unit>(op: Op) -> Option<U> {
+    let lane = <U::Scalar as Scalar>::neutral(op)?;
+    let mut unit = U::zeroed();
+    bytemuck::cast_slice_mut::<U, U::Scalar>(std::slice::from_mut(&mut unit)).fill(lane);
+    Some(unit)
+}
 
 /// The reducer of `op` for unit `U`, or the error naming both.
 pub(crate) fn reducer<U: Unit>(op: Op) -> Result<Reducer<U::Scalar>, SfError> {
@@ -205,6 +236,35 @@ mod tests {
             assert!(f64::reducer(op).is_none());
             let e = reducer::<[f32; 3]>(op).unwrap_err();
             assert!(e.to_string().contains("f32"), "{e}");
+        }
+    }
+
+    /// Folding a list in two parts, each from the neutral start, then the parts into the
+    /// destination, gives the bits of one fold; the ops whose bits depend on order have none.
+    #[test]
+    fn neutral_starts_let_partial_folds_combine() {
+        fn fold<U: Unit>(op: Op, mut d: U, xs: &[U]) -> U {
+            let red = reducer::<U>(op).unwrap();
+            for x in xs {
+                red(
+                    bytemuck::cast_slice_mut(std::slice::from_mut(&mut d)),
+                    bytemuck::cast_slice(std::slice::from_ref(x)),
+                );
+            }
+            d
+        }
+        let xs: [[i16; 2]; 5] = [[5, -3], [0, 7], [-32768, 2], [9, 0], [-1, 32767]];
+        for op in Op::ALL.into_iter().filter(|&o| o != Op::Replace) {
+            let start = [3i16, -2];
+            let one = fold(op, start, &xs);
+            let id = neutral::<[i16; 2]>(op).unwrap();
+            let (a, b) = xs.split_at(2);
+            let parts = [fold(op, id, b), fold(op, id, a)];
+            assert_eq!(fold(op, start, &parts), one, "{op}");
+        }
+        assert!(neutral::<u32>(Op::Replace).is_none());
+        for op in Op::ALL {
+            assert!(neutral::<f64>(op).is_none() && neutral::<[f32; 2]>(op).is_none());
         }
     }
 

@@ -1,9 +1,10 @@
 //! Node-aware bcasts and reduces against the standard route on an irregular SpMV-like pattern:
 //! every rank reads random roots (doubles) of `--peers` other ranks. Each round times every
-//! strategy's bcast, then every strategy's reduce (summing into the roots), in turn, so drift
-//! hits all alike; an operation's time is the slowest rank's. The standard route's reduce is the
-//! plain forest's. The cost model, calibrated at the start of the same run, predicts each
-//! route's bcast and reduce and names its choice for each.
+//! strategy's bcast, then every strategy's reduce summing doubles (each leaf's value carried
+//! alone, by the reverse route), then every strategy's reduce summing 64-bit integers (which
+//! relays fold), in turn, so drift hits all alike; an operation's time is the slowest rank's.
+//! The standard route's reduce is the plain forest's. The cost model, calibrated at the start
+//! of the same run, predicts each route's operations and names its choice for each.
 
 use super::{median, timed};
 use crate::cli::StrategiesArgs;
@@ -30,6 +31,10 @@ struct Row {
     reduce_us: f64,
     reduce_vs_standard: f64,
     reduce_predicted_us: f64,
+    /// The same for the reduce of 64-bit integer sums, folded by relays.
+    folded_us: f64,
+    folded_vs_standard: f64,
+    folded_predicted_us: f64,
 }
 
 #[derive(Serialize)]
@@ -51,6 +56,8 @@ struct Report {
     /// The same for reduces.
     reduce_chosen: &'static str,
     reduce_chosen_is_fastest: bool,
+    folded_chosen: &'static str,
+    folded_chosen_is_fastest: bool,
     rows: Vec<Row>,
 }
 
@@ -72,8 +79,11 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
     let (chosen, predictions) = model.choose(world, &graph, opts, &nodes, 8)?;
     let chosen = chosen.strategy();
     let (reduce_chosen, reduce_predictions) =
-        model.choose_reduce(world, &graph, opts, &nodes, 8)?;
+        model.choose_reduce::<f64, _>(world, &graph, opts, &nodes, Op::Sum)?;
     let reduce_chosen = reduce_chosen.strategy();
+    let (folded_chosen, folded_predictions) =
+        model.choose_reduce::<i64, _>(world, &graph, opts, &nodes, Op::Sum)?;
+    let folded_chosen = folded_chosen.strategy();
     let routes = Strategy::ALL
         .into_iter()
         .map(|s| NodeAwareSf::new(world, &graph, opts, &nodes, s))
@@ -81,8 +91,10 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
     let root: Vec<f64> = (0..a.roots).map(|i| (rank * a.roots + i) as f64).collect();
     let mut leaf = vec![0.0f64; graph.leaf_space()];
     let mut sums = vec![0.0f64; a.roots];
-    // Per route, bcast then reduce times.
-    let mut times = vec![[Vec::new(), Vec::new()]; routes.len()];
+    let counts: Vec<i64> = (0..graph.leaf_space()).map(|i| i as i64).collect();
+    let mut totals = vec![0i64; a.roots];
+    // Per route, bcast, reduce and folded reduce times.
+    let mut times = vec![[Vec::new(), Vec::new(), Vec::new()]; routes.len()];
     for round in 0..a.rounds as usize + 3 {
         for (k, sf) in routes.iter().enumerate() {
             let (slowest, done) = timed(world, || sf.bcast(&root, &mut leaf, Op::Replace));
@@ -98,12 +110,20 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
                 times[k][1].push(slowest);
             }
         }
+        for (k, sf) in routes.iter().enumerate() {
+            let (slowest, done) = timed(world, || sf.reduce(&counts, &mut totals, Op::Sum));
+            done?;
+            if round >= 3 {
+                times[k][2].push(slowest);
+            }
+        }
     }
     if rank != 0 {
         return Ok(());
     }
     let medians: Vec<f64> = times.iter_mut().map(|t| median(&mut t[0])).collect();
     let reduces: Vec<f64> = times.iter_mut().map(|t| median(&mut t[1])).collect();
+    let folded: Vec<f64> = times.iter_mut().map(|t| median(&mut t[2])).collect();
     let fastest = |m: &[f64]| {
         let i = (0..m.len()).min_by(|&i, &j| m[i].total_cmp(&m[j]));
         Strategy::ALL[i.unwrap_or(0)]
@@ -114,7 +134,8 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         .zip(&predictions)
         .zip(&reduces)
         .zip(&reduce_predictions)
-        .map(|((((s, m), p), r), rp)| Row {
+        .zip(folded.iter().zip(&folded_predictions))
+        .map(|(((((s, m), p), r), rp), (f, fp))| Row {
             strategy: s.name(),
             measured_us: m * 1e6,
             vs_standard: m / medians[0],
@@ -122,6 +143,9 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
             reduce_us: r * 1e6,
             reduce_vs_standard: r / reduces[0],
             reduce_predicted_us: rp.seconds * 1e6,
+            folded_us: f * 1e6,
+            folded_vs_standard: f / folded[0],
+            folded_predicted_us: fp.seconds * 1e6,
         })
         .collect();
     let report = Report {
@@ -138,6 +162,8 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         chosen_is_fastest: fastest(&medians) == chosen,
         reduce_chosen: reduce_chosen.name(),
         reduce_chosen_is_fastest: fastest(&reduces) == reduce_chosen,
+        folded_chosen: folded_chosen.name(),
+        folded_chosen_is_fastest: fastest(&folded) == folded_chosen,
         rows,
     };
     if a.json {
@@ -163,34 +189,42 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         report.per_forest_us
     );
     outln!(
-        "{:>10} {:>12} {:>12} {:>13} {:>10} {:>19} {:>20}",
+        "{:>10} {:>12} {:>12} {:>13} {:>10} {:>19} {:>20} {:>10} {:>19} {:>20}",
         "strategy",
         "measured_us",
         "vs_standard",
         "predicted_us",
         "reduce_us",
         "reduce_vs_standard",
-        "reduce_predicted_us"
+        "reduce_predicted_us",
+        "folded_us",
+        "folded_vs_standard",
+        "folded_predicted_us"
     );
     for r in &report.rows {
         outln!(
-            "{:>10} {:>12.2} {:>12.3} {:>13.2} {:>10.2} {:>19.3} {:>20.2}",
+            "{:>10} {:>12.2} {:>12.3} {:>13.2} {:>10.2} {:>19.3} {:>20.2} {:>10.2} {:>19.3} {:>20.2}",
             r.strategy,
             r.measured_us,
             r.vs_standard,
             r.predicted_us,
             r.reduce_us,
             r.reduce_vs_standard,
-            r.reduce_predicted_us
+            r.reduce_predicted_us,
+            r.folded_us,
+            r.folded_vs_standard,
+            r.folded_predicted_us
         );
     }
     let also = |yes: bool| if yes { "also" } else { "not" };
     outln!(
-        "# model chose {} for bcasts ({} measured fastest), {} for reduces ({} measured fastest)",
+        "# model chose {} for bcasts ({} measured fastest), {} for reduces ({} measured fastest), {} for folded reduces ({} measured fastest)",
         report.chosen,
         also(report.chosen_is_fastest),
         report.reduce_chosen,
-        also(report.reduce_chosen_is_fastest)
+        also(report.reduce_chosen_is_fastest),
+        report.folded_chosen,
+        also(report.folded_chosen_is_fastest)
     );
     Ok(())
 }
