@@ -62,15 +62,30 @@ fn order_matters(plain: &StarForest, leaf: &[f64], root: &[f64]) -> [bool; 2] {
     seen
 }
 
-/// Values every rank sends to other nodes in a reduce through `forests` (leaves to root
-/// ranks), summed over ranks. Collective.
-fn off_node_values(world: &SimpleCommunicator, nodes: &Nodes, forests: &[&StarForest]) -> u64 {
+/// The messages (peer rank, values) of a reduce that `route` names for `sf`: its own forests
+/// backwards (leaves to root ranks), or a bcast through the reverse route.
+fn reduce_sends(sf: &NodeAwareSf, route: ReduceRoute) -> Vec<(i32, usize)> {
+    let (forests, backward): (Vec<&StarForest>, bool) = match route {
+        ReduceRoute::Backward => (sf.forests().collect(), true),
+        ReduceRoute::Reverse(reverse) => (reverse.forests().collect(), false),
+    };
+    forests
+        .into_iter()
+        .flat_map(|f| match backward {
+            true => f.root_ranks(),
+            false => f.leaf_ranks(),
+        })
+        .map(|(r, plan)| (r, plan.len()))
+        .collect()
+}
+
+/// The values of `sends` that go to other nodes, summed over ranks. Collective.
+fn off_node_values(world: &SimpleCommunicator, nodes: &Nodes, sends: &[(i32, usize)]) -> u64 {
     let here = nodes.of(world.rank() as usize);
-    let mine: usize = forests
+    let mine: usize = sends
         .iter()
-        .flat_map(|f| f.root_ranks())
         .filter(|(r, _)| nodes.of(*r as usize) != here)
-        .map(|(_, plan)| plan.len())
+        .map(|(_, n)| n)
         .sum();
     let mut all = 0u64;
     world.all_reduce_into(&(mine as u64), &mut all, SystemOperation::sum());
@@ -153,10 +168,11 @@ fn child() {
                     fail(format!("{what} [u8; 3] bxor: got {got:?} want {want:?}"));
                 }
                 // Relays fold integers from a neutral start: logic ops on values other than 0
-                // and 1 (whose fold is 0 or 1), extremes, wrapping sums.
+                // and 1 (whose fold is 0 or 1), maxima of negatives, bitwise or (the unit
+                // tests check every op's start).
                 let small: Vec<i32> = ints.iter().map(|v| (v % 5) as i32 - 1).collect();
                 let start: Vec<i32> = (0..w.nroots[rank]).map(|i| [0, 7, -3][i % 3]).collect();
-                for op in [Op::Land, Op::Lor, Op::Min, Op::Sum] {
+                for op in [Op::Land, Op::Lor, Op::Max, Op::Bor] {
                     let (mut want, mut got) = (start.clone(), start.clone());
                     plain.reduce(&small, &mut want, op).unwrap();
                     sf.reduce(&small, &mut got, op).unwrap();
@@ -175,10 +191,12 @@ fn child() {
                 {
                     fail(format!("{what}: integer sums should fold, float sums not"));
                 }
-                let own: Vec<&StarForest> = sf.forests().collect();
+                let plain_sends: Vec<(i32, usize)> = (plain.root_ranks().into_iter())
+                    .map(|(r, plan)| (r, plan.len()))
+                    .collect();
                 let (folded, unfolded) = (
-                    off_node_values(&world, nodes, &own),
-                    off_node_values(&world, nodes, &[&plain]),
+                    off_node_values(&world, nodes, &reduce_sends(&sf, ints_route)),
+                    off_node_values(&world, nodes, &plain_sends),
                 );
                 let shared = nodes.count() > 1 && nodes.members(0).len() > 1;
                 let fewer = seed == 2 && routed && shared;

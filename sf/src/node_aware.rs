@@ -445,9 +445,10 @@ impl NodeAwareSf {
     /// Combines leaf values into their roots (`root = root op leaf`), the off-node ones along
     /// the strategy's route run backwards, with the plain forest's bits: each root combines its
     /// own rank's leaves first, then the other ranks' in ascending rank order, each rank's in
-    /// ascending leaf index. Where `op` has a [`neutral`] start for `U`, relays fold on the
-    /// way (the bcast's hops, reversed); otherwise each leaf's value travels alone, by a
-    /// reverse route the first such call sets up. Collective.
+    /// ascending leaf index. The standard route's reduce is the plain forest's. Routed, where
+    /// `op` has a [`neutral`] start for `U`, relays fold on the way (the bcast's hops,
+    /// reversed); otherwise each leaf's value travels alone, by a reverse route the first such
+    /// call sets up. Collective.
     pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
         // The op's verdict is the same on every rank; the set-up is collective, so it comes
         // before the checks of this rank's buffers.
@@ -496,9 +497,9 @@ impl NodeAwareSf {
 
     /// A fetch-and-op by the route: each leaf's value is combined into its root (`root = root op
     /// leaf`) and `leafupdate` receives the root's value just before that leaf's turn, in the
-    /// plain forest's order and with its bits. The leaves' values travel as a
-    /// [`reduce`](Self::reduce)'s do; the fetched values go back along the same route, as a
-    /// reduce over it (which the first fetch-and-op sets up). Collective.
+    /// plain forest's order and with its bits. The leaves' values travel alone, by the reverse
+    /// route of the reduces without a [`neutral`] start (set up by the first call that needs
+    /// it); the fetched values go back along that route, as a reduce over it. Collective.
     pub fn fetch_and_op<U: Unit>(
         &self,
         root: &mut [U],
@@ -554,8 +555,10 @@ impl NodeAwareSf {
 /// How a [`NodeAwareSf`]'s reduce travels ([`NodeAwareSf::reduce_route`]).
 #[derive(Clone, Copy)]
 pub enum ReduceRoute<'a> {
-    /// Through the forest's own forests backwards (leaves sending to root ranks), relays
-    /// folding what they receive: a node's leaves of one root cross the network as one value.
+    /// Through the forest's own forests backwards (leaves sending to root ranks): the plain
+    /// forest's reduce for the standard route; on a routed one, relays fold what they receive
+    /// (ops with a [`neutral`] start only), so a node's leaves of one root cross the network
+    /// as one value.
     Backward,
     /// As a bcast through this route, from the leaf space to one slot per edge at the roots'
     /// ranks; relays combine nothing.

@@ -83,10 +83,11 @@ pub trait Scalar: bytemuck::Pod + Send + Sync + PartialOrd + fmt::Debug {
     /// `dst = dst op src`, or `None` when `op` is not defined for this type.
     fn reducer(op: Op) -> Option<Reducer<Self>>;
 
-    /// A start value for folding by `op` that, whatever the grouping and order of the values
-    /// folded in, leaves the bits a single fold in any order gives: `None` where order or
-    /// grouping changes the bits (replace; every floating-point op, since rounding and signed
-    /// zeros depend on it).
+    /// A start value for partial folds by `op`: folding values into a destination in parts,
+    /// each part one value or more folded from this start, gives the bits of a single fold in
+    /// any order and grouping. `None` where order or grouping changes the bits (replace; every
+    /// floating-point op, since rounding and signed zeros depend on it). Not an identity for
+    /// land and lor: a part of no values would turn a destination of 5 into 1.
     fn neutral(op: Op) -> Option<Self> {
         let _ = op;
         None
@@ -239,28 +240,40 @@ mod tests {
         }
     }
 
-    /// Folding a list in two parts, each from the neutral start, then the parts into the
-    /// destination, gives the bits of one fold; the ops whose bits depend on order have none.
+    fn fold<U: Unit>(op: Op, mut d: U, xs: &[U]) -> U {
+        let red = reducer::<U>(op).unwrap();
+        for x in xs {
+            red(
+                bytemuck::cast_slice_mut(std::slice::from_mut(&mut d)),
+                bytemuck::cast_slice(std::slice::from_ref(x)),
+            );
+        }
+        d
+    }
+
+    /// Folding in parts from the neutral start gives one fold's bits: parts of a single value
+    /// (which a wrong start spoils alone: 0 for a product or a minimum, 1 for lor) and a list
+    /// cut in two, over values and destinations of both signs, zero and the extremes.
     #[test]
     fn neutral_starts_let_partial_folds_combine() {
-        fn fold<U: Unit>(op: Op, mut d: U, xs: &[U]) -> U {
-            let red = reducer::<U>(op).unwrap();
-            for x in xs {
-                red(
-                    bytemuck::cast_slice_mut(std::slice::from_mut(&mut d)),
-                    bytemuck::cast_slice(std::slice::from_ref(x)),
-                );
-            }
-            d
-        }
-        let xs: [[i16; 2]; 5] = [[5, -3], [0, 7], [-32768, 2], [9, 0], [-1, 32767]];
+        let values: Vec<i16> = [0, 1, -1, i16::MIN, i16::MAX, 5]
+            .into_iter()
+            .chain((0..97i32).map(|k| (k * 7919 + 13) as i16))
+            .collect();
         for op in Op::ALL.into_iter().filter(|&o| o != Op::Replace) {
-            let start = [3i16, -2];
-            let one = fold(op, start, &xs);
-            let id = neutral::<[i16; 2]>(op).unwrap();
-            let (a, b) = xs.split_at(2);
-            let parts = [fold(op, id, b), fold(op, id, a)];
-            assert_eq!(fold(op, start, &parts), one, "{op}");
+            let id = neutral::<i16>(op).unwrap();
+            for (i, &start) in values.iter().enumerate().step_by(7) {
+                for &x in &values {
+                    let part = fold(op, id, &[x]);
+                    assert_eq!(fold(op, start, &[part]), fold(op, start, &[x]), "{op} {x}");
+                }
+                let (a, b) = values.split_at(i);
+                let parts = [fold(op, id, b), fold(op, id, a)];
+                let parts = &parts[..2 - usize::from(a.is_empty())];
+                assert_eq!(fold(op, start, parts), fold(op, start, &values), "{op}");
+            }
+            let lanes = neutral::<[u8; 3]>(op).unwrap();
+            assert_eq!(lanes, [neutral::<u8>(op).unwrap(); 3], "{op}");
         }
         assert!(neutral::<u32>(Op::Replace).is_none());
         for op in Op::ALL {

@@ -74,16 +74,14 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         ..SfOptions::default()
     };
     let model = CostModel::calibrate(world, &nodes)?;
-    // Only the choices are kept: the chosen forests are dropped before timing, so that no
-    // forest beyond the timed ones holds posted receives.
-    let (chosen, predictions) = model.choose(world, &graph, opts, &nodes, 8)?;
-    let chosen = chosen.strategy();
+    // Only the choices are kept: the chosen forests are dropped here, before timing, so that
+    // no forest beyond the timed ones holds posted receives.
+    let strategy_of = |(sf, p): (NodeAwareSf, Vec<_>)| (sf.strategy(), p);
+    let (chosen, predictions) = strategy_of(model.choose(world, &graph, opts, &nodes, 8)?);
     let (reduce_chosen, reduce_predictions) =
-        model.choose_reduce::<f64, _>(world, &graph, opts, &nodes, Op::Sum)?;
-    let reduce_chosen = reduce_chosen.strategy();
+        strategy_of(model.choose_reduce::<f64, _>(world, &graph, opts, &nodes, Op::Sum)?);
     let (folded_chosen, folded_predictions) =
-        model.choose_reduce::<i64, _>(world, &graph, opts, &nodes, Op::Sum)?;
-    let folded_chosen = folded_chosen.strategy();
+        strategy_of(model.choose_reduce::<i64, _>(world, &graph, opts, &nodes, Op::Sum)?);
     let routes = Strategy::ALL
         .into_iter()
         .map(|s| NodeAwareSf::new(world, &graph, opts, &nodes, s))
