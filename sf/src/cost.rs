@@ -5,7 +5,9 @@
 //! also bounded by its node's injection rate: `alpha * m + max(s_node / rate, beta * s)`
 //! (max-rate), where `s_node` is what all ranks of the node inject. A bcast's time on a rank
 //! is the sum over the forests it runs through, each adding a fixed software overhead; the
-//! prediction is the largest over ranks.
+//! prediction is the largest over ranks. A reduce is priced by the path it takes: the same
+//! forests backwards (messages from leaf ranks to root ranks), or a bcast through its reverse
+//! route.
 
 use crate::error::SfError;
 use crate::forest::{SfOptions, StarForest};
