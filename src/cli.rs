@@ -203,6 +203,10 @@ pub struct PingpongArgs {
     /// reported, the overhead as the median of the per-round differences.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
+    /// Round trips per timing (after a quarter as many to warm up); by default about 4 MB
+    /// of traffic, 60 to 20000 round trips.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: Option<u32>,
     /// Also time the forest with both arrays in GPU memory (doubles, staged through the
     /// host), in the same rounds; sizes must be multiples of 8 bytes. Exit 1 without a GPU.
     #[arg(long)]

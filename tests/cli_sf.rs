@@ -361,6 +361,9 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     let args = ["bench", "sf-pingpong", "--max-bytes", "99999999999999"];
     let out = common::mpirun(2, 60, Path::new(EXE), &args, &[]);
     common::assert_bad_input("huge ping-pong", &out, "above the largest message");
+    let args = ["bench", "sf-pingpong", "--iters", "0"];
+    let out = common::mpirun(2, 60, Path::new(EXE), &args, &[]);
+    common::assert_bad_input("no round trips", &out, "--iters");
 }
 
 #[test]
@@ -422,7 +425,15 @@ fn pingpong_json_reports_each_size() {
         2,
         120,
         Path::new(EXE),
-        &["bench", "sf-pingpong", "--max-bytes", "64", "--json"],
+        &[
+            "bench",
+            "sf-pingpong",
+            "--max-bytes",
+            "64",
+            "--iters",
+            "200",
+            "--json",
+        ],
         &[],
     );
     common::assert_ok("bench sf-pingpong", &out);
@@ -439,9 +450,10 @@ fn pingpong_json_reports_each_size() {
         // The paired overhead is a per-round difference, so it can be slightly negative.
         assert!(r["overhead_us"].as_f64().is_some_and(f64::is_finite), "{r}");
     }
-    // One round: each of rma's flushes is a round trip that needs the peer scheduled, so
-    // on an oversubscribed machine (tests run side by side) the default 15 rounds could take
-    // minutes. The report's shape is what this checks.
+    // One round of 50 round trips: each of rma's flushes is a round trip that needs the
+    // peer scheduled, so on an oversubscribed machine (tests run side by side) the default
+    // 7692 trips per timing took from 10 s to over 120 s. The report's shape is what this
+    // checks.
     for t in ["neighbor", "rma"] {
         let args = [
             "bench",
@@ -450,6 +462,8 @@ fn pingpong_json_reports_each_size() {
             "16",
             "--rounds",
             "1",
+            "--iters",
+            "50",
             "--sf-type",
             t,
             "--json",

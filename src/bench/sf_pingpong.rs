@@ -69,7 +69,9 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     let mut gpu_mpi = None;
     while bytes <= a.max_bytes {
         let device = dev.as_ref().map(|d| (d, a.gpu_mpi));
-        let (row, used) = measure(world, &comm, bytes, a.rounds as usize, opts, device)?;
+        let iters = a.iters.map_or_else(|| default_iters(bytes), |n| n as usize);
+        let rounds = a.rounds as usize;
+        let (row, used) = measure(world, &comm, bytes, iters, rounds, opts, device)?;
         rows.push(row);
         gpu_mpi = used.map(GpuMpi::name);
         bytes *= 2;
@@ -120,6 +122,7 @@ fn measure(
     world: &SimpleCommunicator,
     comm: &SimpleCommunicator,
     bytes: usize,
+    iters: usize,
     rounds: usize,
     opts: SfOptions,
     dev: Option<(&Arc<Device>, GpuMpi)>,
@@ -145,7 +148,6 @@ fn measure(
     let skip = arena.as_ptr().align_offset(PAGE);
     let (root, leaf) = arena[skip..].split_at_mut(stride);
     let (root, leaf) = (&mut root[..sf.nroots()], &mut leaf[..sf.leaf_space()]);
-    let iters = (4_000_000 / (bytes + 512)).clamp(60, 20_000);
 
     let mut on_device = match dev {
         Some((d, mpi)) => Some(agree(
@@ -197,6 +199,12 @@ fn measure(
         sf_dd_us: (kinds == 3).then(|| median(&mut t_dd)),
     };
     Ok((row, used))
+}
+
+/// Round trips per timing: about 4 MB of traffic, so that small messages are timed over
+/// many trips and large ones over enough.
+fn default_iters(bytes: usize) -> usize {
+    (4_000_000 / (bytes + 512)).clamp(60, 20_000)
 }
 
 /// The same ping-pong with `n` doubles in device memory: rank 0's roots, rank 1's leaves.
