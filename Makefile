@@ -23,7 +23,9 @@ build: setup
 run: build
 	mpiexec -n 2 target/release/starhalo run inputs/advection.yaml -d out
 
-test: setup
+# The suite needs yt too (scripts/setup --test installs it into target/yt-venv).
+test:
+	@scripts/setup --test
 	$(CARGO) build --examples
 	STARHALO_EMULATE=require $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
