@@ -603,6 +603,61 @@ fn an_output_number_with_a_leading_zero_reads_its_own_block() {
     );
 }
 
+/// Parthenon's file-numbering keys: `file_number_width: 2` names files `NN`, and with
+/// `use_final_label: false` the last step's output takes the next number instead of `final`
+/// (PNG too); an out-of-range compression level is bad input naming the key.
+#[test]
+fn file_numbers_follow_width_and_final_label() {
+    let dir = scratch("numbering");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join("out");
+    let args = [
+        deck.as_str(),
+        "-d",
+        out.to_str().unwrap(),
+        "parthenon/time/nlim=3",
+        "parthenon/output0/dt=-1",
+        "parthenon/output0/dn=1",
+        "parthenon/output0/file_number_width=2",
+        "parthenon/output0/use_final_label=false",
+        "parthenon/output2/dt=-1",
+        "parthenon/output2/dn=2",
+        "parthenon/output2/use_final_label=false",
+    ];
+    let o = run(2, &args);
+    common::assert_ok("numbering", &o);
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".phdf") || n.ends_with(".png"))
+        .collect();
+    names.sort();
+    // Cycles 0 to 3 on schedule, then the last step's final output numbered on as
+    // Parthenon numbers it (04; the PNG's, after cycles 0 and 2, 00002): no `final`.
+    assert_eq!(
+        names,
+        [
+            "advection.out0.00.phdf",
+            "advection.out0.01.phdf",
+            "advection.out0.02.phdf",
+            "advection.out0.03.phdf",
+            "advection.out0.04.phdf",
+            "advection.out2.00000.png",
+            "advection.out2.00001.png",
+            "advection.out2.00002.png",
+        ]
+    );
+    let o = run(
+        1,
+        &[&args[..], &["parthenon/output0/hdf5_compression_level=10"]].concat(),
+    );
+    common::assert_bad_input(
+        "compression level 10",
+        &o,
+        "parthenon/output0/hdf5_compression_level",
+    );
+}
+
 /// A receive timeout that some ranks see and others do not stops the whole job, saying why,
 /// rather than leaving the others waiting in a later collective: a tiny timeout on an
 /// adaptive run on 4 ranks, a few times (before the fix, about a third of such runs hung).

@@ -55,6 +55,7 @@ fn main() {
             check_xdmf(&dir.join(format!("{case}.out1.00000.phdf.xdmf")));
             check_hst(case, &dir);
             check_single(case, &dir);
+            check_storage(case, n, &dir);
             check_png(case, &dir);
         }
         for file in [
@@ -229,6 +230,12 @@ fn child() {
         b7.single_precision = true;
         b7.variables = Some(vec!["rho".into()]);
         write(&b7).unwrap();
+        // Parthenon's storage keys: no compression, no .xdmf, NaN where sparse is unallocated,
+        // three-digit file numbers.
+        let mut b9 = OutputBlock::new(9, FileType::Hdf5);
+        (b9.compression, b9.write_xdmf, b9.sparse_seed_nans) = (0, false, true);
+        b9.number_width = 3;
+        write(&b9).unwrap();
         let rst = write(&OutputBlock::new(2, FileType::Restart)).unwrap();
         let hst = OutputBlock::new(3, FileType::History);
         write(&hst).unwrap();
@@ -754,6 +761,51 @@ fn check_single(case: &str, dir: &Path) {
         .unwrap();
     let (a, b): (Vec<f32>, Vec<f64>) = (f32s.read_raw().unwrap(), f64s.read_raw().unwrap());
     assert!(a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| *x == *y as f32));
+}
+
+/// Variables are deflated at Parthenon's level 5 by default (restarts too) and not at all at
+/// level 0, with the same values; `write_xdmf: false` writes no `.xdmf`;
+/// `sparse_seed_nans` writes NaN, not 0, where `scal` is unallocated; `file_number_width: 3`
+/// numbers `000`.
+fn check_storage(case: &str, nranks: usize, dir: &Path) {
+    let open = |name: &str| {
+        let path = dir.join(format!("{case}.{name}"));
+        hdf5::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let (packed, plain) = (open("out0.00000.phdf"), open("out9.000.phdf"));
+    assert!(!dir.join(format!("{case}.out9.000.phdf.xdmf")).exists());
+    assert!(!dir.join(format!("{case}.out9.00000.phdf")).exists());
+    let deflate = |f: &hdf5::File, v: &str| {
+        let ds = f.dataset(v).unwrap();
+        let level = ds.filters().iter().find_map(|x| match x {
+            hdf5::filters::Filter::Deflate(l) => Some(*l),
+            _ => None,
+        });
+        (level, ds.storage_size())
+    };
+    for v in ["rho", "vel", "scal"] {
+        let ((lp, sp), (l0, s0)) = (deflate(&packed, v), deflate(&plain, v));
+        assert_eq!((lp, l0), (Some(5), None), "{case} {v}: deflate levels");
+        assert!(sp < s0, "{case} {v}: deflated {sp} bytes, plain {s0}");
+        let a: Vec<f64> = packed.dataset(v).unwrap().read_raw().unwrap();
+        let b: Vec<f64> = plain.dataset(v).unwrap().read_raw().unwrap();
+        if v != "scal" {
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{v}"
+            );
+            continue;
+        }
+        let per_block = a.len() / mesh(case, nranks).forest().len();
+        for (gid, (x, y)) in a.chunks(per_block).zip(b.chunks(per_block)).enumerate() {
+            match scal_allocated(gid) {
+                true => assert!(x == y && y.iter().all(|v| v.is_finite()), "block {gid}"),
+                false => assert!(x.iter().all(|&v| v == 0.0) && y.iter().all(|v| v.is_nan())),
+            }
+        }
+    }
+    let rst = open("out2.00000.rhdf");
+    assert_eq!(deflate(&rst, "rho").0, Some(5), "{case}: restart deflated");
 }
 
 fn check_hst(case: &str, dir: &Path) {

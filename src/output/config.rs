@@ -44,8 +44,16 @@ impl FileType {
     /// The keys that only outputs of this type read.
     fn own_keys(self) -> &'static [&'static str] {
         match self {
-            FileType::Hdf5 => &["variables", "ghost_zones", "single_precision_output"],
-            FileType::Restart | FileType::History => &[],
+            FileType::Hdf5 => &[
+                "variables",
+                "ghost_zones",
+                "single_precision_output",
+                "hdf5_compression_level",
+                "write_xdmf",
+                "sparse_seed_nans",
+            ],
+            FileType::Restart => &["hdf5_compression_level"],
+            FileType::History => &[],
             FileType::Png => &[
                 "variable",
                 "x3",
@@ -59,8 +67,19 @@ impl FileType {
     }
 }
 
-/// The keys every output block may have.
-const COMMON_KEYS: [&str; 4] = ["file_type", "id", "dt", "dn"];
+/// The keys every output block may have (a history file has no number, so it ignores the
+/// last two, as Parthenon's does).
+const COMMON_KEYS: [&str; 6] = [
+    "file_type",
+    "id",
+    "dt",
+    "dn",
+    "file_number_width",
+    "use_final_label",
+];
+
+/// Parthenon's default `hdf5_compression_level`.
+pub const DEFAULT_COMPRESSION: u8 = 5;
 
 /// The longest `parthenon/job/problem_id` and output `id`, in bytes: the file names built of
 /// both, a number and an extension then stay within the 255 bytes a file name may have.
@@ -70,7 +89,7 @@ pub const MAX_NAME_PART: usize = 100;
 /// stopped by its wall-time limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileNumber {
-    /// Zero-padded to five digits.
+    /// Zero-padded to the block's `file_number_width` digits.
     Step(u32),
     /// `final`.
     Final,
@@ -95,6 +114,19 @@ pub struct OutputBlock {
     pub ghost_zones: bool,
     /// `single_precision_output`: write variables as float32.
     pub single_precision: bool,
+    /// `hdf5_compression_level` (`.phdf` and `.rhdf`): the deflate level of every dataset
+    /// stored in chunks, 0 (none) to 9; Parthenon's default, 5.
+    pub compression: u8,
+    /// `write_xdmf`: an `.xdmf` beside each `.phdf` (default true).
+    pub write_xdmf: bool,
+    /// `sparse_seed_nans`: unallocated sparse variables write NaN instead of 0.
+    pub sparse_seed_nans: bool,
+    /// `file_number_width`: the digits of a file number, zero-padded (default 5; a number
+    /// with more digits is written whole).
+    pub number_width: usize,
+    /// `use_final_label`: the last step's output is numbered `final` (default true), else it
+    /// takes the next number.
+    pub final_label: bool,
     /// PNG: `variable` (a variable name, or a component name such as `vel_1`).
     pub png_variable: Option<String>,
     /// PNG: the x3 position of the slice of a 3-D mesh (`x3`, or `slice`: a cell index of the
@@ -115,16 +147,19 @@ pub enum PngSlice {
     RootIndex(usize),
 }
 
-/// The file name `<problem_id>.<id>.<NNNNN>.<ext>` (or `.final.`), as Parthenon names them:
-/// its tools find outputs by this pattern.
-pub fn file_name(problem_id: &str, id: &str, number: FileNumber, ext: &str) -> String {
-    match number {
-        FileNumber::Step(n) => format!("{problem_id}.{id}.{n:05}.{ext}"),
-        FileNumber::Final => format!("{problem_id}.{id}.final.{ext}"),
-    }
-}
-
 impl OutputBlock {
+    /// The file name `<problem_id>.<id>.<NNNNN>.<ext>` (or `.final.`), as Parthenon names
+    /// them: its tools find outputs by this pattern.
+    pub fn file_name(&self, problem_id: &str, number: FileNumber, ext: &str) -> String {
+        let id = &self.id;
+        match number {
+            FileNumber::Step(n) => {
+                format!("{problem_id}.{id}.{n:0w$}.{ext}", w = self.number_width)
+            }
+            FileNumber::Final => format!("{problem_id}.{id}.final.{ext}"),
+        }
+    }
+
     /// Whether the block writes at all: with neither a positive `dt` nor a positive `dn` it is
     /// disabled, as Parthenon disables a block with `dt < 0`, and writes no final output either.
     pub fn enabled(&self) -> bool {
@@ -142,6 +177,11 @@ impl OutputBlock {
             variables: None,
             ghost_zones: false,
             single_precision: false,
+            compression: DEFAULT_COMPRESSION,
+            write_xdmf: true,
+            sparse_seed_nans: false,
+            number_width: 5,
+            final_label: true,
             png_variable: None,
             png_x3: None,
             png_size: (None, None),
@@ -213,13 +253,28 @@ impl OutputBlock {
                 })
                 .transpose()
         };
-        let flag = |k: &str| -> Result<bool, OutputError> {
+        let flag = |k: &str, default: bool| -> Result<bool, OutputError> {
             match get(k) {
-                None | Some("false") => Ok(false),
+                None => Ok(default),
+                Some("false") => Ok(false),
                 Some("true") => Ok(true),
                 Some(v) => Err(bad(k, v, "expected true or false")),
             }
         };
+        let int =
+            |k: &str, range: std::ops::RangeInclusive<u8>| -> Result<Option<u8>, OutputError> {
+                get(k)
+                    .map(|v| {
+                        v.parse::<u8>()
+                            .ok()
+                            .filter(|n| range.contains(n))
+                            .ok_or_else(|| {
+                                let (lo, hi) = range.clone().into_inner();
+                                bad(k, v, &format!("expected an integer in {lo}..={hi}"))
+                            })
+                    })
+                    .transpose()
+            };
         let size = |k: &str| -> Result<Option<u32>, OutputError> {
             get(k)
                 .map(|v| {
@@ -256,8 +311,14 @@ impl OutputBlock {
             }
             b.variables = Some(names);
         }
-        b.ghost_zones = flag("ghost_zones")?;
-        b.single_precision = flag("single_precision_output")?;
+        b.ghost_zones = flag("ghost_zones", false)?;
+        b.single_precision = flag("single_precision_output", false)?;
+        b.compression = int("hdf5_compression_level", 0..=9)?.unwrap_or(DEFAULT_COMPRESSION);
+        b.write_xdmf = flag("write_xdmf", true)?;
+        b.sparse_seed_nans = flag("sparse_seed_nans", false)?;
+        // A file number has at most 10 digits (u32); wider pads to no purpose.
+        b.number_width = int("file_number_width", 0..=10)?.map_or(5, usize::from);
+        b.final_label = flag("use_final_label", true)?;
         b.png_variable = get("variable").map(str::to_string);
         if b.file_type == FileType::Png && b.png_variable.is_none() {
             return Err(bad(
@@ -318,19 +379,63 @@ mod tests {
         assert_eq!(b.variables, Some(vec!["rho".into(), "vel".into()]));
         assert!(b.ghost_zones && !b.single_precision);
         assert_eq!(
-            file_name("blast", &b.id, FileNumber::Step(12), "phdf"),
+            (b.compression, b.write_xdmf, b.sparse_seed_nans),
+            (5, true, false)
+        );
+        assert_eq!((b.number_width, b.final_label), (5, true));
+        assert_eq!(
+            b.file_name("blast", FileNumber::Step(12), "phdf"),
             "blast.out3.00012.phdf"
         );
         assert_eq!(
-            file_name("blast", "chk", FileNumber::Final, "rhdf"),
-            "blast.chk.final.rhdf"
+            b.file_name("blast", FileNumber::Final, "rhdf"),
+            "blast.out3.final.rhdf"
         );
+    }
+
+    /// Parthenon's other keys of HDF5 outputs and file names.
+    #[test]
+    fn parses_compression_xdmf_seeding_and_numbering() {
+        let b = OutputBlock::from_map(
+            &deck(&[
+                ("file_type", "hdf5"),
+                ("dn", "1"),
+                ("hdf5_compression_level", "0"),
+                ("write_xdmf", "false"),
+                ("sparse_seed_nans", "true"),
+                ("file_number_width", "2"),
+                ("use_final_label", "false"),
+            ]),
+            "parthenon/output3",
+            3,
+        )
+        .unwrap();
+        assert_eq!(
+            (b.compression, b.write_xdmf, b.sparse_seed_nans),
+            (0, false, true)
+        );
+        assert!(!b.final_label);
+        assert_eq!(
+            b.file_name("p", FileNumber::Step(7), "phdf"),
+            "p.out3.07.phdf"
+        );
+        assert_eq!(
+            b.file_name("p", FileNumber::Step(123), "phdf"),
+            "p.out3.123.phdf"
+        );
+        let r = OutputBlock::from_map(
+            &deck(&[("file_type", "rst"), ("hdf5_compression_level", "9")]),
+            "parthenon/output3",
+            3,
+        )
+        .unwrap();
+        assert_eq!(r.compression, 9);
     }
 
     #[test]
     fn keys_apply_to_their_file_types() {
         let all: Vec<_> = OutputBlock::keys().collect();
-        assert_eq!(all.len(), 14, "{all:?}");
+        assert_eq!(all.len(), 20, "{all:?}");
         for t in FileType::ALL {
             for k in COMMON_KEYS {
                 assert!(t.applies(k), "{k} on {}", t.name());
@@ -338,9 +443,16 @@ mod tests {
         }
         assert!(FileType::Hdf5.applies("ghost_zones") && !FileType::Hdf5.applies("width"));
         assert!(FileType::Png.applies("width") && !FileType::Png.applies("variables"));
-        for k in ["variables", "variable", "single_precision_output"] {
+        for k in [
+            "variables",
+            "variable",
+            "single_precision_output",
+            "write_xdmf",
+        ] {
             assert!(!FileType::History.applies(k) && !FileType::Restart.applies(k));
         }
+        assert!(FileType::Restart.applies("hdf5_compression_level"));
+        assert!(!FileType::Png.applies("hdf5_compression_level"));
     }
 
     #[test]
@@ -378,6 +490,22 @@ mod tests {
             (
                 vec![("file_type", "png"), ("variable", "rho"), ("width", "0")],
                 "width",
+            ),
+            (
+                vec![("file_type", "hdf5"), ("hdf5_compression_level", "10")],
+                "hdf5_compression_level",
+            ),
+            (
+                vec![("file_type", "rst"), ("file_number_width", "11")],
+                "file_number_width",
+            ),
+            (
+                vec![
+                    ("file_type", "png"),
+                    ("variable", "rho"),
+                    ("use_final_label", "1"),
+                ],
+                "use_final_label",
             ),
         ] {
             let e = OutputBlock::from_map(&deck(&pairs), "parthenon/output3", 3).unwrap_err();

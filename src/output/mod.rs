@@ -29,7 +29,7 @@ pub mod schedule;
 pub mod select;
 pub mod xdmf;
 
-pub use config::{file_name, FileNumber, FileType, OutputBlock, MAX_NAME_PART};
+pub use config::{FileNumber, FileType, OutputBlock, MAX_NAME_PART};
 pub use error::OutputError;
 pub use restart::{read_restart, RestartData};
 pub use schedule::Schedule;
@@ -179,13 +179,13 @@ pub fn write_output<C: Communicator>(
 ) -> Result<PathBuf, OutputError> {
     match block.file_type {
         FileType::Hdf5 => {
-            let path = dir.join(file_name(problem_id, &block.id, number, "phdf"));
+            let path = dir.join(block.file_name(problem_id, number, "phdf"));
             phdf::write_phdf(comm, snap, block, &path)?;
             Ok(path)
         }
         FileType::Restart => {
-            let path = dir.join(file_name(problem_id, &block.id, number, "rhdf"));
-            restart::write_restart(comm, snap, &path)?;
+            let path = dir.join(block.file_name(problem_id, number, "rhdf"));
+            restart::write_restart(comm, snap, block.compression, &path)?;
             Ok(path)
         }
         FileType::History => {
@@ -194,7 +194,7 @@ pub fn write_output<C: Communicator>(
             Ok(path)
         }
         FileType::Png => {
-            let path = dir.join(file_name(problem_id, &block.id, number, "png"));
+            let path = dir.join(block.file_name(problem_id, number, "png"));
             png::write_png(comm, snap, block, &path)?;
             Ok(path)
         }

@@ -38,7 +38,19 @@ pub fn write_phdf<C: Communicator>(
         len,
         || super::gather::stored(snap),
         |g| {
-            write_file(path, snap, &g, &vars, &ext, block.single_precision)?;
+            let storage = Storage {
+                single: block.single_precision,
+                deflate: block.compression,
+                unallocated: if block.sparse_seed_nans {
+                    f64::NAN
+                } else {
+                    0.0
+                },
+            };
+            write_file(path, snap, &g, &vars, &ext, storage)?;
+            if !block.write_xdmf {
+                return Ok(());
+            }
             let xpath = xdmf_path(path);
             super::write_atomically(&xpath, |w| {
                 super::xdmf::write_xdmf(w, path, snap, &vars, &ext, block.single_precision)
@@ -56,6 +68,18 @@ pub fn xdmf_path(phdf: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// How a file stores its variables.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Storage {
+    /// As float32 (`single_precision_output`), else float64.
+    pub single: bool,
+    /// Deflate level, 0 (none) to 9 (`hdf5_compression_level`).
+    pub deflate: u8,
+    /// What a block where a sparse variable is unallocated holds: 0, as Parthenon writes by
+    /// default, or NaN (`sparse_seed_nans`).
+    pub unallocated: f64,
+}
+
 /// Writes the gathered blocks `g` to `path` (through a temporary file renamed at the end, so
 /// a failed write never leaves a truncated file under the final name).
 pub fn write_file(
@@ -64,14 +88,14 @@ pub fn write_file(
     g: &Gathered,
     vars: &[OutVar],
     ext: &Extent,
-    single: bool,
+    storage: Storage,
 ) -> Result<(), OutputError> {
     let tmp = super::tmp_path(path);
     let h = |e: hdf5::Error| OutputError::hdf5(path, e);
     let written = hdf5::File::create(&tmp)
         .map_err(|e| OutputError::hdf5(&tmp, e))
         .and_then(|file| {
-            write_contents(&file, snap, g, vars, ext, single).map_err(h)?;
+            write_contents(&file, snap, g, vars, ext, storage).map_err(h)?;
             file.close().map_err(h)
         })
         .and_then(|()| {
@@ -100,7 +124,7 @@ fn write_contents(
     g: &Gathered,
     vars: &[OutVar],
     ext: &Extent,
-    single: bool,
+    storage: Storage,
 ) -> hdf5::Result<()> {
     let mesh = snap.mesh;
     let cfg = mesh.config();
@@ -221,11 +245,22 @@ fn write_contents(
     let mut sums = vec![0u32; nb * vars.len()];
     for (i, v) in vars.iter().enumerate() {
         let shape = [nb, v.ncomp, ext.n[2], ext.n[1], ext.n[0]];
-        let fill = |gids, buf: &mut Vec<f64>| append_var(buf, g, gids, &snap.layout, nvars, v, ext);
-        let (ds, rows) = if single {
-            dataset_by_rows::<f32>(file, &v.name, shape, fill)?
+        let fill = |gids, buf: &mut Vec<f64>| {
+            append_var(
+                buf,
+                g,
+                gids,
+                &snap.layout,
+                nvars,
+                v,
+                ext,
+                storage.unallocated,
+            )
+        };
+        let (ds, rows) = if storage.single {
+            dataset_by_rows::<f32>(file, &v.name, shape, storage.deflate, fill)?
         } else {
-            dataset_by_rows::<f64>(file, &v.name, shape, fill)?
+            dataset_by_rows::<f64>(file, &v.name, shape, storage.deflate, fill)?
         };
         for (gid, sum) in rows.into_iter().enumerate() {
             sums[gid * vars.len() + i] = sum;
@@ -261,22 +296,23 @@ pub fn dataset<T: H5Type>(
     shape: &[usize],
     data: &[T],
 ) -> hdf5::Result<hdf5::Dataset> {
-    let ds = new_dataset::<T>(at, name, shape)?;
+    let ds = new_dataset::<T>(at, name, shape, 0)?;
     ds.write_raw(data)?;
     Ok(ds)
 }
 
-/// A 5-D dataset of `shape` (see [`new_dataset`]) written a chunk of rows of its first index
-/// at a time, `fill(rows, buf)` appending the values of `rows` to `buf`, so that no copy of
-/// the whole dataset is made; `T` is the type it is stored as. Also returns each row's
-/// [`row_checksum`].
+/// A 5-D dataset of `shape` (see [`new_dataset`], compressed at `deflate`) written a chunk
+/// of rows of its first index at a time, `fill(rows, buf)` appending the values of `rows` to
+/// `buf`, so that no copy of the whole dataset is made; `T` is the type it is stored as.
+/// Also returns each row's [`row_checksum`].
 pub fn dataset_by_rows<T: H5Type + Stored>(
     at: &hdf5::Group,
     name: &str,
     shape: [usize; 5],
+    deflate: u8,
     mut fill: impl FnMut(std::ops::Range<usize>, &mut Vec<f64>),
 ) -> hdf5::Result<(hdf5::Dataset, Vec<u32>)> {
-    let ds = new_dataset::<T>(at, name, &shape)?;
+    let ds = new_dataset::<T>(at, name, &shape, deflate)?;
     let rows = chunk_shape(&shape, size_of::<T>())
         .map_or(shape[0], |c| c[0])
         .max(1);
@@ -342,15 +378,22 @@ impl Stored for f32 {
 }
 
 /// An empty dataset of `shape`, stored in chunks of whole rows of its first index (blocks,
-/// for the variables; see [`chunk_shape`]) with HDF5's Fletcher-32 checksum, so a reader
-/// (HDF5 itself, for every tool) rejects corrupted values instead of returning them.
+/// for the variables; see [`chunk_shape`]), compressed by deflate at level `deflate` (none
+/// at 0), with HDF5's Fletcher-32 checksum of each stored chunk, so a reader (HDF5 itself,
+/// for every tool) rejects corrupted values instead of returning them.
 pub fn new_dataset<T: H5Type>(
     at: &hdf5::Group,
     name: &str,
     shape: &[usize],
+    deflate: u8,
 ) -> hdf5::Result<hdf5::Dataset> {
     let builder = at.new_dataset::<T>().shape(shape.to_vec());
     match chunk_shape(shape, size_of::<T>()) {
+        Some(chunk) if deflate > 0 => builder
+            .chunk(chunk)
+            .deflate(deflate)
+            .fletcher32()
+            .create(name),
         Some(chunk) => builder.chunk(chunk).fletcher32().create(name),
         None => builder.create(name),
     }
@@ -519,7 +562,7 @@ mod tests {
                 buf.extend((0..100).map(|i| value(r, i)));
             }
         };
-        let (ds, sums) = dataset_by_rows::<f64>(&file, "d", shape, fill).unwrap();
+        let (ds, sums) = dataset_by_rows::<f64>(&file, "d", shape, 0, fill).unwrap();
         assert_eq!(calls, [0..1310, 1310..2620, 2620..3000]);
         let back: Vec<f64> = ds.read_raw().unwrap();
         let want: Vec<f64> = (0..3000)
@@ -533,7 +576,7 @@ mod tests {
                 buf.extend((0..100).map(|i| value(r, i)));
             }
         };
-        let (ds, single) = dataset_by_rows::<f32>(&file, "s", shape, fill).unwrap();
+        let (ds, single) = dataset_by_rows::<f32>(&file, "s", shape, 5, fill).unwrap();
         let back: Vec<f32> = ds.read_raw().unwrap();
         assert_eq!(back, want.iter().map(|&x| x as f32).collect::<Vec<_>>());
         assert_eq!(ds.shape(), shape);

@@ -8,7 +8,9 @@
 
 use super::error::OutputError;
 use super::gather::on_root;
-use super::phdf::{check_layout, header_checksum, row_checksum, write_file, HEADER_CHECKSUM};
+use super::phdf::{
+    check_layout, header_checksum, row_checksum, write_file, Storage, HEADER_CHECKSUM,
+};
 use super::select::{cell_vars, Extent};
 use super::{ParamValue, Snapshot};
 use hdf5::types::VarLenUnicode;
@@ -20,10 +22,12 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// Writes a restart file of `snap` at `path`, collectively.
+/// Writes a restart file of `snap` at `path`, its variables compressed at `deflate`,
+/// collectively.
 pub fn write_restart<C: Communicator>(
     comm: &C,
     snap: &Snapshot,
+    deflate: u8,
     path: &Path,
 ) -> Result<(), OutputError> {
     let mut vars = cell_vars(snap.fields);
@@ -35,7 +39,14 @@ pub fn write_restart<C: Communicator>(
         snap,
         len,
         || super::gather::stored(snap),
-        |g| write_file(path, snap, &g, &vars, &ext, false),
+        |g| {
+            let storage = Storage {
+                single: false,
+                deflate,
+                unallocated: 0.0,
+            };
+            write_file(path, snap, &g, &vars, &ext, storage)
+        },
     )?;
     Ok(())
 }

@@ -181,7 +181,8 @@ impl Extent {
 }
 
 /// Appends variable `v` of blocks `gids` of `g` (in gid order) as `(NB, ncomp, n3, n2, n1)`.
-/// Unallocated blocks write 0, as Parthenon's files hold them (`SparseInfo` says which).
+/// Unallocated blocks write `unallocated` (`SparseInfo` says which).
+#[allow(clippy::too_many_arguments)]
 pub fn append_var(
     out: &mut Vec<f64>,
     g: &Gathered,
@@ -190,6 +191,7 @@ pub fn append_var(
     nvars: usize,
     v: &OutVar,
     ext: &Extent,
+    unallocated: f64,
 ) {
     out.reserve(gids.len() * v.ncomp * ext.len());
     for gid in gids {
@@ -197,7 +199,7 @@ pub fn append_var(
         let alloc = v.allocated(g, nvars, gid);
         for c in 0..v.ncomp {
             if !alloc {
-                out.extend(std::iter::repeat_n(0.0, ext.len()));
+                out.extend(std::iter::repeat_n(unallocated, ext.len()));
                 continue;
             }
             for k in 0..ext.n[2] {

@@ -929,8 +929,13 @@ impl Advection {
                 if o.file_type == FileType::History && s.last_cycle == Some(cycle) {
                     continue;
                 }
-                s.last_cycle = Some(cycle);
-                FileNumber::Final
+                match o.final_label {
+                    true => {
+                        s.last_cycle = Some(cycle);
+                        FileNumber::Final
+                    }
+                    false => s.wrote(o, time, cycle),
+                }
             } else if s.due(o, time, cycle) {
                 s.wrote(o, time, cycle)
             } else {
