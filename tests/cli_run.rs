@@ -605,7 +605,8 @@ fn an_output_number_with_a_leading_zero_reads_its_own_block() {
 
 /// Parthenon's file-numbering keys: `file_number_width: 2` names files `NN`, and with
 /// `use_final_label: false` the last step's output takes the next number instead of `final`
-/// (PNG too); an out-of-range compression level is bad input naming the key.
+/// (PNG too); a history's `data_format` prints as C's printf; an out-of-range compression
+/// level is bad input naming the key.
 #[test]
 fn file_numbers_follow_width_and_final_label() {
     let dir = scratch("numbering");
@@ -623,9 +624,17 @@ fn file_numbers_follow_width_and_final_label() {
         "parthenon/output2/dt=-1",
         "parthenon/output2/dn=2",
         "parthenon/output2/use_final_label=false",
+        "parthenon/output1/data_format=%12.5e",
     ];
     let o = run(2, &args);
     common::assert_ok("numbering", &o);
+    // The history in Parthenon's default format (integrals of the two fields).
+    let hst = std::fs::read_to_string(out.join("advection.out1.hst")).unwrap();
+    let first = hst.lines().find(|l| !l.starts_with('#')).unwrap();
+    assert_eq!(
+        first,
+        " 0.00000e+00  0.00000e+00 0  1.06283e+00  1.06283e+00"
+    );
     let mut names: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

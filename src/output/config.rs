@@ -1,6 +1,7 @@
 //! An output block of the deck (`parthenon/outputN`) and the names of the files it writes.
 
 use super::error::OutputError;
+use super::printf::CFormat;
 use std::collections::BTreeMap;
 
 /// What an output block writes (`file_type`).
@@ -53,7 +54,7 @@ impl FileType {
                 "sparse_seed_nans",
             ],
             FileType::Restart => &["hdf5_compression_level"],
-            FileType::History => &[],
+            FileType::History => &["data_format"],
             FileType::Png => &[
                 "variable",
                 "x3",
@@ -127,6 +128,9 @@ pub struct OutputBlock {
     /// `use_final_label`: the last step's output is numbered `final` (default true), else it
     /// takes the next number.
     pub final_label: bool,
+    /// History: `data_format`, the C format of every real (Parthenon's default is `%12.5e`;
+    /// without one, every digit: `{:.14e}`).
+    pub data_format: Option<CFormat>,
     /// PNG: `variable` (a variable name, or a component name such as `vel_1`).
     pub png_variable: Option<String>,
     /// PNG: the x3 position of the slice of a 3-D mesh (`x3`, or `slice`: a cell index of the
@@ -182,6 +186,7 @@ impl OutputBlock {
             sparse_seed_nans: false,
             number_width: 5,
             final_label: true,
+            data_format: None,
             png_variable: None,
             png_x3: None,
             png_size: (None, None),
@@ -319,6 +324,11 @@ impl OutputBlock {
         // A file number has at most 10 digits (u32); wider pads to no purpose.
         b.number_width = int("file_number_width", 0..=10)?.map_or(5, usize::from);
         b.final_label = flag("use_final_label", true)?;
+        if let Some(v) = get("data_format") {
+            let text = v.trim_matches(['"', '\'']);
+            let f = CFormat::parse(text).map_err(|e| bad("data_format", v, &e.to_string()))?;
+            b.data_format = Some(f);
+        }
         b.png_variable = get("variable").map(str::to_string);
         if b.file_type == FileType::Png && b.png_variable.is_none() {
             return Err(bad(
@@ -435,7 +445,7 @@ mod tests {
     #[test]
     fn keys_apply_to_their_file_types() {
         let all: Vec<_> = OutputBlock::keys().collect();
-        assert_eq!(all.len(), 20, "{all:?}");
+        assert_eq!(all.len(), 21, "{all:?}");
         for t in FileType::ALL {
             for k in COMMON_KEYS {
                 assert!(t.applies(k), "{k} on {}", t.name());
@@ -494,6 +504,10 @@ mod tests {
             (
                 vec![("file_type", "hdf5"), ("hdf5_compression_level", "10")],
                 "hdf5_compression_level",
+            ),
+            (
+                vec![("file_type", "hst"), ("data_format", "%d")],
+                "data_format",
             ),
             (
                 vec![("file_type", "rst"), ("file_number_width", "11")],

@@ -6,6 +6,7 @@
 
 use super::error::OutputError;
 use super::gather::{agree, check_snapshot, verdict};
+use super::printf::CFormat;
 use super::select::cell_vars;
 use super::Snapshot;
 use mpi::topology::Communicator;
@@ -86,9 +87,13 @@ fn history_cycle(line: &str) -> Option<u64> {
 
 /// Appends one line for `snap` to the history file at `path` (writing the header first when
 /// the file is new or empty), collectively.
+///
+/// Time, dt and the integrals print as `format` says (a C format such as Parthenon's
+/// `%12.5e`), or with every digit (`{:.14e}`) without one; the cycle as an integer.
 pub fn write_history<C: Communicator>(
     comm: &C,
     snap: &Snapshot,
+    format: Option<&CFormat>,
     path: &Path,
 ) -> Result<(), OutputError> {
     let vars = cell_vars(snap.fields);
@@ -142,9 +147,11 @@ pub fn write_history<C: Communicator>(
             header.push_str(&format!(" [{}]={h}", i + 1));
         }
         header.push('\n');
-        let mut line = format!("{:.14e} {:.14e} {}", snap.time, snap.dt, snap.cycle);
+        let real = |x: f64| format.map_or_else(|| format!("{x:.14e}"), |f| f.format(x));
+        let mut line = format!("{} {} {}", real(snap.time), real(snap.dt), snap.cycle);
         for t in &totals {
-            line.push_str(&format!(" {:.14e}", t.value()));
+            line.push(' ');
+            line.push_str(&real(t.value()));
         }
         line.push('\n');
         super::append_whole(path, &header, &line).map_err(io)

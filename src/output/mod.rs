@@ -12,7 +12,7 @@
 //! - [`xdmf`]: the XDMF index of a `.phdf` file;
 //! - [`restart`]: restart files and their reader;
 //! - [`schedule`]: when an output block writes and its file numbers;
-//! - [`hst`]: the history file;
+//! - [`hst`]: the history file, its numbers as [`printf`] formats them;
 //! - [`png`]: slices rendered to PNG.
 
 // Geometry code indexes several per-direction arrays with one direction index.
@@ -24,6 +24,7 @@ pub mod gather;
 pub mod hst;
 pub mod phdf;
 pub mod png;
+pub mod printf;
 pub mod restart;
 pub mod schedule;
 pub mod select;
@@ -190,7 +191,7 @@ pub fn write_output<C: Communicator>(
         }
         FileType::History => {
             let path = dir.join(hst::file_name(problem_id, &block.id));
-            hst::write_history(comm, snap, &path)?;
+            hst::write_history(comm, snap, block.data_format.as_ref(), &path)?;
             Ok(path)
         }
         FileType::Png => {
