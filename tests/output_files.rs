@@ -235,6 +235,11 @@ fn child() {
         let mut b9 = OutputBlock::new(9, FileType::Hdf5);
         (b9.compression, b9.write_xdmf, b9.sparse_seed_nans) = (0, false, true);
         b9.number_width = 3;
+        if rank == 0 {
+            // An index left by an earlier run must not describe the new file.
+            let stale = dir.join(format!("{case}.out9.000.phdf.xdmf"));
+            std::fs::write(stale, "stale").unwrap();
+        }
         write(&b9).unwrap();
         let rst = write(&OutputBlock::new(2, FileType::Restart)).unwrap();
         let hst = OutputBlock::new(3, FileType::History);

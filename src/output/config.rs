@@ -52,10 +52,18 @@ impl FileType {
                 "hdf5_compression_level",
                 "write_xdmf",
                 "sparse_seed_nans",
+                "file_number_width",
+                "use_final_label",
             ],
-            FileType::Restart => &["hdf5_compression_level"],
+            FileType::Restart => &[
+                "hdf5_compression_level",
+                "file_number_width",
+                "use_final_label",
+            ],
             FileType::History => &["data_format"],
             FileType::Png => &[
+                "file_number_width",
+                "use_final_label",
                 "variable",
                 "x3",
                 "slice",
@@ -68,16 +76,8 @@ impl FileType {
     }
 }
 
-/// The keys every output block may have (a history file has no number, so it ignores the
-/// last two, as Parthenon's does).
-const COMMON_KEYS: [&str; 6] = [
-    "file_type",
-    "id",
-    "dt",
-    "dn",
-    "file_number_width",
-    "use_final_label",
-];
+/// The keys every output block may have.
+const COMMON_KEYS: [&str; 4] = ["file_type", "id", "dt", "dn"];
 
 /// Parthenon's default `hdf5_compression_level`.
 pub const DEFAULT_COMPRESSION: u8 = 5;
@@ -194,13 +194,18 @@ impl OutputBlock {
         }
     }
 
-    /// Every key [`from_map`](Self::from_map) reads, of any file type.
+    /// Every key [`from_map`](Self::from_map) reads, of any file type, once each.
     pub fn keys() -> impl Iterator<Item = &'static str> {
-        COMMON_KEYS.into_iter().chain(
-            FileType::ALL
-                .into_iter()
-                .flat_map(|t| t.own_keys().iter().copied()),
-        )
+        let own = FileType::ALL
+            .into_iter()
+            .flat_map(|t| t.own_keys().iter().copied());
+        let mut seen = Vec::new();
+        for k in COMMON_KEYS.into_iter().chain(own) {
+            if !seen.contains(&k) {
+                seen.push(k);
+            }
+        }
+        seen.into_iter()
     }
 
     /// Reads the keys of deck block `block`, output number `n` (`parthenon/output<n>`, where
@@ -325,8 +330,7 @@ impl OutputBlock {
         b.number_width = int("file_number_width", 0..=10)?.map_or(5, usize::from);
         b.final_label = flag("use_final_label", true)?;
         if let Some(v) = get("data_format") {
-            let text = v.trim_matches(['"', '\'']);
-            let f = CFormat::parse(text).map_err(|e| bad("data_format", v, &e.to_string()))?;
+            let f = CFormat::parse(v).map_err(|e| bad("data_format", v, &e.to_string()))?;
             b.data_format = Some(f);
         }
         b.png_variable = get("variable").map(str::to_string);
@@ -445,7 +449,7 @@ mod tests {
     #[test]
     fn keys_apply_to_their_file_types() {
         let all: Vec<_> = OutputBlock::keys().collect();
-        assert_eq!(all.len(), 21, "{all:?}");
+        assert_eq!(all.len(), 20, "{all:?}");
         for t in FileType::ALL {
             for k in COMMON_KEYS {
                 assert!(t.applies(k), "{k} on {}", t.name());
@@ -462,6 +466,9 @@ mod tests {
             assert!(!FileType::History.applies(k) && !FileType::Restart.applies(k));
         }
         assert!(FileType::Restart.applies("hdf5_compression_level"));
+        // A history has no file numbers.
+        assert!(!FileType::History.applies("use_final_label"));
+        assert!(!FileType::History.applies("file_number_width"));
         assert!(!FileType::Png.applies("hdf5_compression_level"));
     }
 

@@ -48,10 +48,17 @@ pub fn write_phdf<C: Communicator>(
                 },
             };
             write_file(path, snap, &g, &vars, &ext, storage)?;
-            if !block.write_xdmf {
-                return Ok(());
-            }
             let xpath = xdmf_path(path);
+            if !block.write_xdmf {
+                // No index of an earlier file of this name is left to describe this one.
+                return match std::fs::remove_file(&xpath) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(OutputError::Io {
+                        path: xpath,
+                        cause: e,
+                    }),
+                    _ => Ok(()),
+                };
+            }
             super::write_atomically(&xpath, |w| {
                 super::xdmf::write_xdmf(w, path, snap, &vars, &ext, block.single_precision)
             })

@@ -1,10 +1,11 @@
 //! C's `printf` conversions of one real (`%e`, `%f`, `%g` with flags, width and precision):
-//! the `data_format` of Parthenon's history outputs, such as its default `%12.5e`, prints the
-//! same characters here as in Parthenon.
+//! the `data_format` of Parthenon's history outputs, such as its default `%12.5e`, prints each
+//! value with the same characters here as in Parthenon.
 
 use std::fmt;
 
-/// A format with exactly one real conversion, and text around it.
+/// A format with exactly one real conversion, and spaces around it (a history line must stay
+/// numbers between spaces, which its continuation after a restart reads back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CFormat {
     before: String,
@@ -38,8 +39,8 @@ impl fmt::Display for FormatError {
 const MAX_WIDTH: usize = 100;
 
 impl CFormat {
-    /// Parses `text`, which must hold one conversion `%[-+ 0#][width][.precision]` followed
-    /// by one of `e E f F g G` (`%%` is a literal `%`).
+    /// Parses `text`, which must hold one conversion `%[-+ 0#][width][.precision][l]`
+    /// followed by one of `e E f F g G`, and nothing else but spaces.
     pub fn parse(text: &str) -> Result<Self, FormatError> {
         let err = |why: &str| FormatError(why.to_string());
         let mut text_so_far = String::new();
@@ -58,9 +59,12 @@ impl CFormat {
             }
         };
         while let Some(c) = chars.next() {
-            if c != '%' || chars.next_if_eq(&'%').is_some() {
+            if c.is_whitespace() {
                 text_so_far.push(c);
                 continue;
+            }
+            if c != '%' {
+                return Err(err("may hold only the conversion and spaces"));
             }
             if found.is_some() {
                 return Err(err("holds more than one conversion"));
@@ -80,6 +84,8 @@ impl CFormat {
                 Some(_) => Some(number(&mut chars)?.unwrap_or(0)),
                 None => None,
             };
+            // `l` (`%le`, a double, as C allows) changes nothing.
+            chars.next_if_eq(&'l');
             let conv = chars
                 .next()
                 .filter(|c| "eEfFgG".contains(*c))
@@ -128,7 +134,8 @@ impl CFormat {
                 s
             }
         };
-        let sign = if x.is_sign_negative() && !x.is_nan() {
+        // A NaN with its sign bit set prints `-nan`, as glibc prints it.
+        let sign = if x.is_sign_negative() {
             "-"
         } else if self.flags.plus {
             "+"
@@ -211,7 +218,7 @@ mod tests {
             ("%#.0e", 2.5, "2.e+00"),
             ("%E", 0.5, "5.000000E-01"),
             ("%10.3f", 3.14259, "     3.143"),
-            ("%-10.3f|", 3.14259, "3.143     |"),
+            ("%-10.3f", 3.14259, "3.143     "),
             ("%+.2f", 2.0, "+2.00"),
             ("% .2f", 2.0, " 2.00"),
             ("%010.3f", -3.14259, "-00003.143"),
@@ -232,7 +239,9 @@ mod tests {
             ("%12.5e", f64::INFINITY, "         inf"),
             ("%012.5e", f64::NEG_INFINITY, "        -inf"),
             ("%F", f64::NAN, "NAN"),
-            ("t=%.2f%%", 1.0, "t=1.00%"),
+            ("%e", -f64::NAN, "-nan"),
+            ("%le", 0.5, "5.000000e-01"),
+            ("  %.2f ", 1.0, "  1.00 "),
         ];
         for &(f, x, want) in cases {
             let got = CFormat::parse(f).unwrap().format(x);
@@ -246,7 +255,10 @@ mod tests {
             ("%d", "one of e, E"),
             ("%s", "one of e, E"),
             ("%12.5", "one of e, E"),
-            ("abc", "needs a conversion"),
+            ("abc", "only the conversion and spaces"),
+            ("", "needs a conversion"),
+            ("t=%e", "only the conversion and spaces"),
+            ("%e%%", "more than one"),
             ("%e %e", "more than one"),
             ("%1000e", "up to 100"),
             ("%.200f", "up to 100"),

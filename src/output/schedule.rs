@@ -46,6 +46,19 @@ impl Schedule {
         }
         FileNumber::Step(n)
     }
+
+    /// Records the final output of `block` at the last step, `cycle`, and returns its number:
+    /// `final`, or with `use_final_label: false` the next number. Off the schedule, it moves
+    /// no output time, so that a run continued from this step writes every output due.
+    pub fn wrote_final(&mut self, block: &OutputBlock, cycle: u64) -> FileNumber {
+        self.last_cycle = Some(cycle);
+        if block.final_label {
+            return FileNumber::Final;
+        }
+        let n = self.next_number;
+        self.next_number = self.next_number.saturating_add(1);
+        FileNumber::Step(n)
+    }
 }
 
 #[cfg(test)]
@@ -68,5 +81,21 @@ mod tests {
         let mut c = OutputBlock::new(1, FileType::History);
         c.dn = Some(3);
         assert!(s.due(&c, 0.0, 6) && !s.due(&c, 0.0, 7));
+    }
+
+    #[test]
+    fn a_final_output_numbered_on_moves_no_output_time() {
+        let mut b = OutputBlock::new(0, FileType::Hdf5);
+        b.dt = Some(0.25);
+        let mut s = Schedule::new(0.0);
+        assert_eq!(s.wrote(&b, 0.0, 0), FileNumber::Step(0));
+        assert_eq!(s.wrote_final(&b, 7), FileNumber::Final);
+        b.final_label = false;
+        assert_eq!(s.wrote_final(&b, 7), FileNumber::Step(1));
+        assert_eq!(s.wrote(&b, 0.25, 8), FileNumber::Step(2));
+        assert_eq!((s.next_time, s.last_cycle), (0.5, Some(8)));
+        // The stop at t = 0.3 leaves the 0.5 output due for a continuation.
+        assert_eq!(s.wrote_final(&b, 9), FileNumber::Step(3));
+        assert!(s.due(&b, 0.5, 10) && s.next_time == 0.5);
     }
 }

@@ -51,9 +51,7 @@ mod gpu;
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
-use crate::output::{
-    hst, write_output, FileNumber, FileType, OutputBlock, OutputError, Schedule, Snapshot,
-};
+use crate::output::{hst, write_output, FileType, OutputBlock, OutputError, Schedule, Snapshot};
 use crate::run::collective::{agree, max_f64};
 use crate::run::memory::Budget;
 use crate::run::resume::{self, Resume};
@@ -929,13 +927,7 @@ impl Advection {
                 if o.file_type == FileType::History && s.last_cycle == Some(cycle) {
                     continue;
                 }
-                match o.final_label {
-                    true => {
-                        s.last_cycle = Some(cycle);
-                        FileNumber::Final
-                    }
-                    false => s.wrote(o, time, cycle),
-                }
+                s.wrote_final(o, cycle)
             } else if s.due(o, time, cycle) {
                 s.wrote(o, time, cycle)
             } else {
