@@ -114,26 +114,15 @@ impl CFormat {
     pub fn format(&self, x: f64) -> String {
         let upper = self.conv.is_ascii_uppercase();
         let p = self.precision.unwrap_or(6);
-        let body = if !x.is_finite() {
-            let s = if x.is_nan() { "nan" } else { "inf" };
-            if upper {
-                s.to_uppercase()
-            } else {
-                s.to_string()
-            }
-        } else {
-            let a = x.abs();
-            let s = match self.conv.to_ascii_lowercase() {
-                'e' => exponential(a, p, self.flags.alt),
-                'f' => fixed(a, p, self.flags.alt),
-                _ => general(a, p, self.flags.alt),
-            };
-            if upper {
-                s.to_uppercase()
-            } else {
-                s
-            }
+        let a = x.abs();
+        let body = match self.conv.to_ascii_lowercase() {
+            _ if x.is_nan() => "nan".to_string(),
+            _ if x.is_infinite() => "inf".to_string(),
+            'e' => exponential(a, p, self.flags.alt),
+            'f' => fixed(a, p, self.flags.alt),
+            _ => general(a, p, self.flags.alt),
         };
+        let body = if upper { body.to_uppercase() } else { body };
         // A NaN with its sign bit set prints `-nan`, as glibc prints it.
         let sign = if x.is_sign_negative() {
             "-"

@@ -36,25 +36,29 @@ impl Schedule {
 
     /// Records an output of `block` at `time` and `cycle` and returns its file number.
     pub fn wrote(&mut self, block: &OutputBlock, time: f64, cycle: u64) -> FileNumber {
-        self.last_cycle = Some(cycle);
-        let n = self.next_number;
-        self.next_number = self.next_number.saturating_add(1);
+        let number = self.take_number(cycle);
         if let Some(dt) = block.dt.filter(|&d| d > 0.0) {
             // Skip every output time already passed (a step longer than dt writes once).
             let behind = ((time - self.next_time) / dt).floor().max(0.0);
             self.next_time += (behind + 1.0) * dt;
         }
-        FileNumber::Step(n)
+        number
     }
 
     /// Records the final output of `block` at the last step, `cycle`, and returns its number:
     /// `final`, or with `use_final_label: false` the next number. Off the schedule, it moves
     /// no output time, so that a run continued from this step writes every output due.
     pub fn wrote_final(&mut self, block: &OutputBlock, cycle: u64) -> FileNumber {
-        self.last_cycle = Some(cycle);
         if block.final_label {
+            self.last_cycle = Some(cycle);
             return FileNumber::Final;
         }
+        self.take_number(cycle)
+    }
+
+    /// The next file number, for an output written at `cycle`.
+    fn take_number(&mut self, cycle: u64) -> FileNumber {
+        self.last_cycle = Some(cycle);
         let n = self.next_number;
         self.next_number = self.next_number.saturating_add(1);
         FileNumber::Step(n)
