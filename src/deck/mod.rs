@@ -27,6 +27,11 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Blocks that Parthenon's own examples name otherwise, as (theirs, ours): their decks and
+/// overrides fill our block, so `<Advection>` of Parthenon's advection example is
+/// `advection`.
+pub const BLOCK_ALIASES: &[(&str, &str)] = &[("Advection", "advection")];
+
 /// One key of a block.
 #[derive(Debug)]
 pub struct Entry {
@@ -126,8 +131,13 @@ impl Deck {
         self.blocks.iter().find(|b| b.name == name)
     }
 
-    /// Opens a block (or returns the open one), remembering where it was first opened.
+    /// Opens a block (or returns the open one), remembering where it was first opened. A
+    /// block Parthenon's examples name otherwise ([`BLOCK_ALIASES`]) opens ours.
     pub(crate) fn open_block(&mut self, name: &str, origin: Origin) -> usize {
+        let name = BLOCK_ALIASES
+            .iter()
+            .find(|(theirs, _)| *theirs == name)
+            .map_or(name, |(_, ours)| ours);
         if let Some(i) = self.blocks.iter().position(|b| b.name == name) {
             return i;
         }

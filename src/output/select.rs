@@ -65,7 +65,8 @@ pub fn cell_vars(fields: &Fields) -> Vec<OutVar> {
 }
 
 /// The variables an output writes, alphabetical (Parthenon's `OutputDatasetNames` order):
-/// those named in `names` (each must be a registered cell-centred variable), or all.
+/// those named in `names` (each a registered cell-centred variable, or the base name of a
+/// sparse pool, `name` for every sparse `name_<id>`), or all.
 pub fn select(
     fields: &Fields,
     names: Option<&[String]>,
@@ -77,7 +78,12 @@ pub fn select(
         Some(names) => {
             let mut out = Vec::new();
             for n in names {
-                let Some(v) = all.iter().find(|v| &v.name == n) else {
+                let pool: Vec<&OutVar> = all.iter().filter(|v| in_pool(v, n)).collect();
+                let named: Vec<&OutVar> = match all.iter().find(|v| &v.name == n) {
+                    Some(v) => vec![v],
+                    None => pool,
+                };
+                if named.is_empty() {
                     let reason = if fields.get(n).is_some() {
                         "only cell-centred variables can be written"
                     } else {
@@ -88,9 +94,11 @@ pub fn select(
                         value: n.clone(),
                         reason: reason.into(),
                     });
-                };
-                if !out.contains(v) {
-                    out.push(v.clone());
+                }
+                for v in named {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
                 }
             }
             out
@@ -98,6 +106,15 @@ pub fn select(
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// Whether `v` is sparse id `<id>` of pool `base`: sparse, and named `base_<id>`.
+fn in_pool(v: &OutVar, base: &str) -> bool {
+    v.sparse
+        && v.name
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix('_'))
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|c| c.is_ascii_digit()))
 }
 
 /// The box of each block an output writes.

@@ -6,7 +6,8 @@
 //! face fluxes, conservative update) and first or second order in time (`rk1`, SSP `rk2`).
 //! Each stage runs as task regions with one task list per mesh-data partition: face fluxes,
 //! the flux correction at fine–coarse faces (multilevel meshes), the update and the ghost
-//! fill by the boundary crate's [`Exchange`]. A receive that waits longer than
+//! fill by the boundary crate's [`Exchange`] (`advection/use_pack_in_one: false`, as in
+//! Parthenon's example, makes every block a partition of its own). A receive that waits longer than
 //! `parthenon/time/recv_bdry_buf_timeout_sec` stops the run naming the channels still pending.
 //!
 //! Profiles: `wave` (`1 + amp sin(2 pi s)`, `s = sum (x_d - xmin_d) / L_d` over the active
@@ -46,6 +47,7 @@
 #![allow(clippy::needless_range_loop)]
 
 mod amr;
+mod derived;
 mod gpu;
 
 use super::{Problem, ProblemInfo};
@@ -155,6 +157,9 @@ impl Integrator {
 struct Advection {
     mesh: Mesh,
     fields: Fields,
+    /// What hdf5 and png outputs may write: `fields`, then the derived fields
+    /// (`advection/fill_derived`, see [`derived`]).
+    out_fields: Fields,
     /// Shared by the tasks of every partition (a region runs one task at a time).
     data: RefCell<BlockData>,
     num_vars: usize,
@@ -207,6 +212,20 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }
     let ndim = config.ndim();
     let coalesced = deck.get_bool_or(MESH, "do_coalesced_comms", true)?;
+    // Parthenon's example: without pack-in-one each block exchanges its own ghosts, as a
+    // partition of one block does here.
+    if !deck.get_bool_or(BLOCK, "use_pack_in_one", true)? {
+        if config.pack_size.is_some_and(|n| n != 1) {
+            return Err(deck
+                .invalid(
+                    BLOCK,
+                    "use_pack_in_one",
+                    "false means partitions of one block each; parthenon/mesh/pack_size asks for others",
+                )
+                .into());
+        }
+        config.pack_size = Some(1);
+    }
 
     let num_vars = deck.get_usize_or(BLOCK, "num_vars", 1)?;
     if !(1..=64).contains(&num_vars) {
@@ -438,13 +457,18 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             (mesh, data, None)
         }
     };
+    let out_fields = match deck.get_bool_or(BLOCK, "fill_derived", true)? {
+        true => derived::with_derived(&fields, num_vars).map_err(|e| bad_input!("{e}"))?,
+        false => fields.clone(),
+    };
     for o in &outputs {
-        crate::output::check_block(o, &mesh, &fields).map_err(|e| output_error(deck, e))?;
+        crate::output::check_block(o, &mesh, &out_fields).map_err(|e| output_error(deck, e))?;
     }
     Ok(Box::new(Advection {
         budget,
         mesh,
         fields,
+        out_fields,
         data: RefCell::new(data),
         num_vars,
         v,
@@ -964,15 +988,37 @@ impl Advection {
             params: &[],
         };
         let params = resume::params(INFO.name, &self.outputs, sched);
+        // The derived fields, computed once for the outputs that write them.
+        let nq = self.num_vars;
+        let derived = due
+            .iter()
+            .any(|&(i, _)| derived::written_by(&self.outputs[i], &self.out_fields, nq))
+            .then(|| derived::extend(snap.layout, snap.data, snap.stride, snap.gids.len(), nq));
+        let nf = self.out_fields.iter().count();
+        let derived_allocated: Vec<bool> = match derived {
+            Some(_) => (0..snap.gids.len() * nf)
+                .map(|i| i % nf >= nq || allocated[i / nf * nv + i % nf])
+                .collect(),
+            None => Vec::new(),
+        };
         for (i, number) in due {
             let o = &self.outputs[i];
-            let snap = if o.file_type == FileType::Restart {
-                Snapshot {
+            let snap = match &derived {
+                _ if o.file_type == FileType::Restart => Snapshot {
                     params: &params,
                     ..snap
+                },
+                Some((layout, data)) if derived::written_by(o, &self.out_fields, nq) => {
+                    Snapshot {
+                        fields: &self.out_fields,
+                        layout: *layout,
+                        data,
+                        stride: layout.block_len(),
+                        allocated: &derived_allocated,
+                        ..snap
+                    }
                 }
-            } else {
-                snap
+                _ => snap,
             };
             write_output(ctx.world, &snap, o, &ctx.problem_id, &ctx.out_dir, number)
                 .with_context(|| format!("writing output {}", o.block))?;
