@@ -29,10 +29,7 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
     let unfinished = |c: &Continued, what: &str| {
         syntax(
             c.line,
-            format!(
-                "the value of '{}' goes on ('&') but {what}",
-                c.key
-            ),
+            format!("the value of '{}' goes on ('&') but {what}", c.key),
         )
     };
     for (i, raw) in text.lines().enumerate() {
@@ -53,7 +50,10 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
         }
         if let Some(c) = continued.as_mut() {
             if content.starts_with('<') {
-                return Err(unfinished(c, &format!("a block header comes at line {line}")));
+                return Err(unfinished(
+                    c,
+                    &format!("a block header comes at line {line}"),
+                ));
             }
             let (piece, goes_on) = split_continuation(content).map_err(|m| syntax(line, m))?;
             c.value.push_str(piece);

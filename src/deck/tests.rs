@@ -509,3 +509,63 @@ fn a_key_with_a_path_inside_a_block_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn in_values_continue_over_lines_ending_in_ampersand() {
+    let text = "<parthenon/output0>\nvariables = a, b, & # two\n\n   # a comment between\n  c, &\n  d\nid = x\n<par_end>\nthis is not read\n";
+    let d = Deck::from_str_auto(text, "c.in").unwrap();
+    assert_eq!(
+        d.get_list("parthenon/output0", "variables").unwrap(),
+        ["a", "b", "c", "d"]
+    );
+    assert_eq!(d.get_str("parthenon/output0", "id").unwrap(), "x");
+    // The key is where its value began.
+    assert_eq!(
+        d.origin("parthenon/output0", "variables"),
+        Some(&Origin::File {
+            file: "c.in".into(),
+            line: 2
+        })
+    );
+    for (text, line, needle) in [
+        ("<a>\nx = 1 & 2\n", 2, "'2' follows a continuation '&'"),
+        (
+            "<a>\nx = 1, &\n<b>\n",
+            2,
+            "goes on ('&') but a block header comes at line 3",
+        ),
+        (
+            "<a>\nx = 1, &\n",
+            2,
+            "goes on ('&') but the deck ends first",
+        ),
+        ("<a>\nx = 1, &\n<par_end>\n", 2, "<par_end> comes at line 3"),
+        ("<a>\nx = 1, &\n 2 & 3\n", 3, "'3' follows a continuation"),
+    ] {
+        match Deck::from_str_auto(text, "t.in") {
+            Err(e @ DeckError::Syntax { line: l, .. }) if l == line => {
+                assert!(e.to_string().contains(needle), "{text:?}: {e}");
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn parthenons_block_names_fill_ours() {
+    let mut d = Deck::from_str_auto("<Advection>\ncfl = 0.45\n", "p.in").unwrap();
+    d.apply_override("Advection/vx=2").unwrap();
+    assert!(d.block("Advection").is_none());
+    assert_eq!(d.get_f64("advection", "cfl").unwrap(), 0.45);
+    assert_eq!(d.get_f64("advection", "vx").unwrap(), 2.0);
+    // Both spellings are one block: a key in each is given twice.
+    let e = Deck::from_str_auto("<advection>\ncfl = 1\n<Advection>\ncfl = 2\n", "p.in")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("advection/cfl is given twice (first at p.in:2)"),
+        "{e}"
+    );
+    let y = Deck::from_str_auto("Advection: {cfl: 0.4}\n", "p.yaml").unwrap();
+    assert_eq!(y.get_f64("advection", "cfl").unwrap(), 0.4);
+}

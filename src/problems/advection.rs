@@ -1008,16 +1008,14 @@ impl Advection {
                     params: &params,
                     ..snap
                 },
-                Some((layout, data)) if derived::written_by(o, &self.out_fields, nq) => {
-                    Snapshot {
-                        fields: &self.out_fields,
-                        layout: *layout,
-                        data,
-                        stride: layout.block_len(),
-                        allocated: &derived_allocated,
-                        ..snap
-                    }
-                }
+                Some((layout, data)) if derived::written_by(o, &self.out_fields, nq) => Snapshot {
+                    fields: &self.out_fields,
+                    layout: *layout,
+                    data,
+                    stride: layout.block_len(),
+                    allocated: &derived_allocated,
+                    ..snap
+                },
                 _ => snap,
             };
             write_output(ctx.world, &snap, o, &ctx.problem_id, &ctx.out_dir, number)

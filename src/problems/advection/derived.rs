@@ -7,9 +7,10 @@
 //! - `one_minus_sqrt_one_minus_advected_sq_37`: `1` minus the previous one.
 //!
 //! The last two are sparse ids 12 and 37 of one pool, as in Parthenon (allocated on every
-//! block), so an output that names the pool writes both. They are computed only when an hdf5
-//! or png output writes them, never stored between steps or written to restart files or
-//! histories, which hold the advected fields alone.
+//! block), so an output that names the pool writes both. They are computed only for an hdf5
+//! or png output that names them, never stored between steps. An output without a
+//! `variables` list writes the advected fields alone (Parthenon's would add these, which
+//! would make every such file five times larger), as do restart files and histories.
 
 use crate::output::select::select;
 use crate::output::{FileType, OutputBlock};
@@ -42,8 +43,10 @@ pub(super) fn with_derived(fields: &Fields, num_vars: usize) -> Result<Fields, M
 /// variables are the advected fields.
 pub(super) fn written_by(o: &OutputBlock, out_fields: &Fields, num_vars: usize) -> bool {
     match o.file_type {
-        FileType::Hdf5 => select(out_fields, o.variables.as_deref(), "")
-            .is_ok_and(|vars| vars.iter().any(|v| v.index >= num_vars)),
+        FileType::Hdf5 => o.variables.as_deref().is_some_and(|names| {
+            select(out_fields, Some(names), "")
+                .is_ok_and(|vars| vars.iter().any(|v| v.index >= num_vars))
+        }),
         FileType::Png => o
             .png_variable
             .as_deref()
@@ -124,7 +127,7 @@ mod tests {
     }
 
     #[test]
-    fn outputs_write_derived_fields_by_name_pool_or_all() {
+    fn outputs_write_derived_fields_named_alone_or_by_pool() {
         let mut fields = Fields::default();
         fields
             .add("advected", Metadata::new(Centering::Cell).fill_ghost())
@@ -134,7 +137,7 @@ mod tests {
             variables: vars.map(|v| v.iter().map(|s| s.to_string()).collect()),
             ..OutputBlock::new(0, FileType::Hdf5)
         };
-        assert!(written_by(&hdf5(None), &all, 1));
+        assert!(!written_by(&hdf5(None), &all, 1));
         assert!(!written_by(&hdf5(Some(&["advected"])), &all, 1));
         assert!(written_by(&hdf5(Some(&["one_minus_advected_sq"])), &all, 1));
         let pool = select(

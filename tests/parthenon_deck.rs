@@ -1,0 +1,146 @@
+//! `inputs/parthenon_advection.in`: a deck in Parthenon's `.in` format laid out as its
+//! advection example (`<Advection>`, a `variables` list continued over lines with `&`,
+//! `use_pack_in_one = false`, the derived fields in the outputs), on 2 ranks. Checked:
+//!
+//! - every hdf5 output holds the advected field and Parthenon's four derived fields, each
+//!   equal to its formula of the advected field, cell for cell, and the `_12`/`_37` pair
+//!   listed as one sparse pool;
+//! - with pack-in-one (one partition per rank) the fields are bit-identical;
+//! - `fill_derived = false` makes the list bad input, as does `use_pack_in_one = false`
+//!   beside a `pack_size` of more than one block; exit 2 on every rank.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+const LIMIT_S: u64 = 120;
+const DERIVED: [&str; 4] = [
+    "one_minus_advected",
+    "one_minus_advected_sq",
+    "one_minus_sqrt_one_minus_advected_sq_12",
+    "one_minus_sqrt_one_minus_advected_sq_37",
+];
+
+fn deck() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("inputs/parthenon_advection.in")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("starhalo-pin-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(name: &str, overrides: &[&str]) -> PathBuf {
+    let dir = scratch(name);
+    let deck = deck();
+    let mut args = vec![deck.as_str(), "-d", dir.to_str().unwrap()];
+    args.extend_from_slice(overrides);
+    let out = common::starhalo_run(2, LIMIT_S, &args);
+    common::assert_ok(&format!("{name} {overrides:?}"), &out);
+    dir
+}
+
+fn read(file: &hdf5::File, name: &str) -> Vec<f64> {
+    file.dataset(name)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .read_raw()
+        .unwrap()
+}
+
+#[test]
+fn parthenons_advection_deck_writes_its_derived_fields() {
+    let dir = run("derived", &[]);
+    let names = [
+        "advection.out0.00000.phdf",
+        "advection.out0.00001.phdf",
+        "advection.out0.final.phdf",
+    ];
+    for name in names {
+        let f = hdf5::File::open(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let q = read(&f, "advected");
+        // The hard sphere: both values present, so every formula is exercised.
+        assert!(q.iter().any(|&x| x > 0.9) && q.iter().any(|&x| x.abs() < 1e-3));
+        let want: [fn(f64) -> f64; 4] = [
+            |q| 1.0 - q,
+            |q| (1.0 - q) * (1.0 - q),
+            |q| 1.0 - ((1.0 - q) * (1.0 - q)).sqrt(),
+            |q| 1.0 - (1.0 - ((1.0 - q) * (1.0 - q)).sqrt()),
+        ];
+        for (d, f_of) in DERIVED.iter().zip(want) {
+            let got = read(&f, d);
+            assert_eq!(got.len(), q.len(), "{name} {d}");
+            for (i, (&g, &x)) in got.iter().zip(&q).enumerate() {
+                assert_eq!(g.to_bits(), f_of(x).to_bits(), "{name} {d}[{i}] of q = {x}");
+            }
+        }
+        let info = f.dataset("SparseInfo").unwrap();
+        let sparse: Vec<String> = info
+            .attr("SparseFields")
+            .unwrap()
+            .read_raw::<hdf5::types::VarLenUnicode>()
+            .unwrap()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(sparse, DERIVED[2..], "{name}");
+        let allocated: Vec<bool> = info.read_raw().unwrap();
+        assert!(
+            allocated.iter().all(|&a| a),
+            "{name}: the pool is allocated everywhere"
+        );
+    }
+    // Restart files hold what a continuation needs: the advected field alone.
+    let rst = hdf5::File::open(dir.join("advection.out1.final.rhdf")).unwrap();
+    assert!(rst.dataset("advected").is_ok());
+    assert!(rst.dataset(DERIVED[0]).is_err());
+
+    // Pack-in-one changes how ghosts travel, never what arrives.
+    let one = run("in-one", &["Advection/use_pack_in_one=true"]);
+    for name in names {
+        let a = hdf5::File::open(dir.join(name)).unwrap();
+        let b = hdf5::File::open(one.join(name)).unwrap();
+        let (qa, qb) = (read(&a, "advected"), read(&b, "advected"));
+        assert!(
+            qa.iter().zip(&qb).all(|(x, y)| x.to_bits() == y.to_bits()) && qa.len() == qb.len(),
+            "{name}: per-block and pack-in-one exchanges differ"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&one);
+}
+
+#[test]
+fn parthenon_deck_keys_that_contradict_are_bad_input() {
+    let deck = deck();
+    let dir = scratch("bad");
+    let d = dir.to_str().unwrap();
+    for (overrides, needle) in [
+        (
+            &["advection/fill_derived=false"][..],
+            "parthenon/output0/variables at ",
+        ),
+        (
+            &["parthenon/mesh/pack_size=4"][..],
+            "advection/use_pack_in_one",
+        ),
+    ] {
+        let mut args = vec![deck.as_str(), "-d", d];
+        args.extend_from_slice(overrides);
+        let out = common::starhalo_run(2, LIMIT_S, &args);
+        common::assert_bad_input(&format!("{overrides:?}"), &out, needle);
+        if overrides[0].contains("fill_derived") {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("`one_minus_advected`: no such variable"),
+                "{err}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
