@@ -53,7 +53,7 @@ mod gpu;
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
-use crate::output::{hst, write_output, FileType, OutputBlock, OutputError, Schedule, Snapshot};
+use crate::output::{hst, write_output, FileType, OutputBlock, Schedule, Snapshot};
 use crate::run::collective::{agree, max_f64};
 use crate::run::memory::Budget;
 use crate::run::resume::{self, Resume};
@@ -199,7 +199,6 @@ fn field_name(n: usize) -> String {
 }
 
 fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
-    let map = deck.flat_map();
     let mut config = deck.mesh_config()?;
     if config.nghost < 2 {
         return Err(deck
@@ -348,53 +347,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         n => Some(n as u64),
     };
 
-    // Outputs: every parthenon/outputN block.
-    let mut outputs = Vec::new();
-    for b in deck.blocks() {
-        let Some(n) = b.name.strip_prefix("parthenon/output") else {
-            continue;
-        };
-        let n: usize = n.parse().map_err(|_| {
-            bad_input!(
-                "block {} at {}: output blocks are named parthenon/outputN",
-                b.name,
-                b.origin
-            )
-        })?;
-        deck.mark_read(&b.name, &OutputBlock::keys().collect::<Vec<_>>());
-        let o = OutputBlock::from_map(&map, &b.name, n).map_err(|e| output_error(deck, e))?;
-        // A key of another file type (left by an override of file_type, say) is ignored.
-        for k in OutputBlock::keys().filter(|k| !o.file_type.applies(k)) {
-            if let Some(at) = deck.origin(&b.name, k) {
-                let t = o.file_type.name();
-                tracing::warn!(
-                    "{}/{k} (at {at}) does not apply to file_type {t}; ignored",
-                    b.name
-                );
-            }
-        }
-        outputs.push(o);
-    }
-    outputs.sort_by(|a, b| a.block.cmp(&b.block));
-    for (i, o) in outputs.iter().enumerate() {
-        if let Some(first) = outputs[..i]
-            .iter()
-            .find(|p| p.file_type == o.file_type && p.id == o.id)
-        {
-            return Err(deck
-                .invalid(
-                    &o.block,
-                    "id",
-                    format!(
-                        "`{}` is also the id of {} (file_type {}): both would write the same files",
-                        o.id,
-                        first.block,
-                        o.file_type.name()
-                    ),
-                )
-                .into());
-        }
-    }
+    let outputs = crate::run::output_blocks::blocks_of(deck)?;
 
     let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
 
@@ -462,7 +415,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         false => fields.clone(),
     };
     for o in &outputs {
-        crate::output::check_block(o, &mesh, &out_fields).map_err(|e| output_error(deck, e))?;
+        crate::output::check_block(o, &mesh, &out_fields)
+            .map_err(|e| crate::run::output_blocks::deck_error(deck, e))?;
     }
     Ok(Box::new(Advection {
         budget,
@@ -492,13 +446,6 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
 }
 
 /// An output block's key refused at set-up, named where it was given.
-fn output_error(deck: &Deck, e: OutputError) -> anyhow::Error {
-    match e {
-        OutputError::Invalid { key, value, reason } => deck.key_error(&key, &value, &reason).into(),
-        e => bad_input!("{e}"),
-    }
-}
-
 /// The advected fields' sparse thresholds: `advection/sparse` asks for sparse fields, and
 /// `parthenon/sparse` (`enable_sparse`, `alloc_threshold`, `dealloc_threshold`) can switch
 /// sparse storage off or set the thresholds, as in Parthenon.

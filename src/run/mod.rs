@@ -9,6 +9,7 @@ pub mod clock;
 pub mod collective;
 pub mod context;
 pub mod memory;
+pub mod output_blocks;
 pub mod resume;
 pub mod stats;
 

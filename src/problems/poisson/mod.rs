@@ -58,11 +58,13 @@
 mod fcg;
 mod grid;
 mod lines;
+mod outputs;
 mod planes;
 mod solver;
 
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
+use crate::output::OutputBlock;
 use crate::run::collective::max_f64;
 use crate::run::stats::{CommTimer, Stop, Summary};
 use crate::run::RunContext;
@@ -70,6 +72,7 @@ use anyhow::{Context as _, Result};
 use fcg::Fcg;
 use grid::Grid;
 use mpi::topology::Communicator;
+use outputs::Outputs;
 use solver::Solver;
 use starhalo_mesh::{BoundaryCondition, Mesh};
 use starhalo_sf::ExactSum;
@@ -88,6 +91,10 @@ pub const INFO: ProblemInfo = ProblemInfo {
 
 struct Poisson {
     mesh: Mesh,
+    /// The `parthenon/outputN` blocks (see [`outputs`]).
+    outputs: Vec<OutputBlock>,
+    /// The resolved deck, written into hdf5 outputs.
+    deck_text: String,
     /// The condition on each face of the box (`[direction][low, high]`).
     faces: [[Face; 2]; 3],
     /// Angular wave number and phase of the exact solution per direction (see
@@ -324,8 +331,11 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     config.max_blocks = budget.max_blocks();
     let nranks = ctx.world.size() as usize;
     let mesh = Mesh::new(config, nranks).map_err(|e| budget.deck_error(deck, e))?;
+    let outputs = outputs::from_deck(deck, &mesh)?;
     Ok(Box::new(Poisson {
         mesh,
+        outputs,
+        deck_text: deck.to_yaml(),
         faces,
         wave,
         phase,
@@ -341,6 +351,26 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
 }
 
 impl Poisson {
+    /// The mean of `u` over the box where `u` is fixed only up to a constant (no Dirichlet
+    /// face), else 0; collective.
+    fn mean(&self, s: &Solver, ctx: &RunContext, comm: &CommTimer) -> Result<f64> {
+        let grid = &s.grids[0];
+        if !grid.singular() {
+            return Ok(0.0);
+        }
+        let data = s.u.level(0)?;
+        let c = self.mesh.config();
+        let volume: f64 = (0..grid.ndim).map(|d| c.xmax[d] - c.xmin[d]).product();
+        let cell: f64 = grid.h[..grid.ndim].iter().product();
+        let mut sum = [ExactSum::default()];
+        for b in 0..data.gids().len() {
+            let ub = data.fine(b, 0);
+            sum[0].extend(grid.interior().map(|p| ub[grid.at(p)] * cell));
+        }
+        comm.time(|| ExactSum::all_reduce(ctx.world, &mut sum));
+        Ok(sum[0].value() / volume)
+    }
+
     /// The exact solution at `x`.
     fn exact(&self, x: [f64; 3]) -> f64 {
         let c = self.mesh.config();
@@ -390,6 +420,8 @@ impl Problem for Poisson {
         let fnorm = ff[0].value().sqrt();
 
         let rel = |r: f64| if fnorm > 0.0 { r / fnorm } else { r };
+        let mut outs = Outputs::new(&self.outputs, &self.deck_text);
+        outs.write(self, &mut s, ctx, &comm, 0, false)?;
         let (r0, _) = s.residual_norm(false)?;
         let mut residuals = vec![rel(r0)];
         let mut stop = if residuals[0] <= self.tol {
@@ -409,6 +441,7 @@ impl Problem for Poisson {
             let r = rel(r);
             residuals.push(r);
             ctx.progress(cycles, || format!("relative_residual={r:.6e}"));
+            outs.write(self, &mut s, ctx, &comm, cycles, false)?;
             // Decided on reduced values: every rank takes the same branch.
             if r.is_nan() || r > 1.0 {
                 let h = &s.grids[0].h[..s.grids[0].ndim];
@@ -434,22 +467,10 @@ impl Problem for Poisson {
 
         // The error against the exact solution, less the mean where u is fixed only up to a
         // constant.
+        outs.write(self, &mut s, ctx, &comm, cycles, true)?;
+        let mean = self.mean(&s, ctx, &comm)?;
         let grid = &s.grids[0];
         let data = s.u.level(0)?;
-        let c = self.mesh.config();
-        let volume: f64 = (0..grid.ndim).map(|d| c.xmax[d] - c.xmin[d]).product();
-        let cell: f64 = grid.h[..grid.ndim].iter().product();
-        let mut sum = [ExactSum::default()];
-        for b in 0..data.gids().len() {
-            let ub = data.fine(b, 0);
-            sum[0].extend(grid.interior().map(|p| ub[grid.at(p)] * cell));
-        }
-        comm.time(|| ExactSum::all_reduce(world, &mut sum));
-        let mean = if grid.singular() {
-            sum[0].value() / volume
-        } else {
-            0.0
-        };
         let mut err = 0.0f64;
         for b in 0..data.gids().len() {
             let ub = data.fine(b, 0);
