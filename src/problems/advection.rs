@@ -7,8 +7,9 @@
 //! Each stage runs as task regions with one task list per mesh-data partition: face fluxes,
 //! the flux correction at fine–coarse faces (multilevel meshes), the update and the ghost
 //! fill by the boundary crate's [`Exchange`] (`advection/use_pack_in_one: false`, as in
-//! Parthenon's example, makes every block a partition of its own). A receive that waits longer than
-//! `parthenon/time/recv_bdry_buf_timeout_sec` stops the run naming the channels still pending.
+//! Parthenon's example, makes every block a partition of its own). A receive that waits
+//! longer than `parthenon/time/recv_bdry_buf_timeout_sec` stops the run naming the channels
+//! still pending.
 //!
 //! Profiles: `wave` (`1 + amp sin(2 pi s)`, `s = sum (x_d - xmin_d) / L_d` over the active
 //! directions with non-zero velocity: periodic on the box and travelling along the velocity
@@ -445,7 +446,6 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }))
 }
 
-/// An output block's key refused at set-up, named where it was given.
 /// The advected fields' sparse thresholds: `advection/sparse` asks for sparse fields, and
 /// `parthenon/sparse` (`enable_sparse`, `alloc_threshold`, `dealloc_threshold`) can switch
 /// sparse storage off or set the thresholds, as in Parthenon.
@@ -940,7 +940,22 @@ impl Advection {
         let derived = due
             .iter()
             .any(|&(i, _)| derived::written_by(&self.outputs[i], &self.out_fields, nq))
-            .then(|| derived::extend(snap.layout, snap.data, snap.stride, snap.gids.len(), nq));
+            .then(|| {
+                let default = self
+                    .fields
+                    .iter()
+                    .next()
+                    .map_or(0.0, |v| v.metadata.default_value());
+                let dims = (snap.gids.len(), nq);
+                derived::extend(
+                    snap.layout,
+                    snap.data,
+                    snap.stride,
+                    dims,
+                    &allocated,
+                    default,
+                )
+            });
         let nf = self.out_fields.iter().count();
         let derived_allocated: Vec<bool> = match derived {
             Some(_) => (0..snap.gids.len() * nf)

@@ -56,24 +56,30 @@ pub(super) fn written_by(o: &OutputBlock, out_fields: &Fields, num_vars: usize) 
 }
 
 /// The blocks of `data` (`nblocks` of them, `stride` apart, the `num_vars` advected fields
-/// first in `layout`) with the derived fields appended: their layout and values.
+/// first in `layout`) with the derived fields appended: their layout and values. A field
+/// not allocated on a block (`allocated[b * num_vars + v]` false) reads as `default` there.
 pub(super) fn extend(
     layout: FieldLayout,
     data: &[f64],
     stride: usize,
-    nblocks: usize,
-    num_vars: usize,
+    (nblocks, num_vars): (usize, usize),
+    allocated: &[bool],
+    default: f64,
 ) -> (FieldLayout, Vec<f64>) {
     let ext = FieldLayout {
         nvar: layout.nvar + NAMES.len() * num_vars,
         ..layout
     };
     let n = layout.var_len();
+    let unallocated = vec![default; n];
     let mut out = Vec::with_capacity(nblocks * ext.block_len());
     for b in 0..nblocks {
         let block = &data[b * stride..][..layout.block_len()];
         out.extend_from_slice(block);
-        let q = |v: usize| &block[v * n..][..n];
+        let q = |v: usize| match allocated[b * num_vars + v] {
+            true => &block[v * n..][..n],
+            false => &unallocated[..],
+        };
         for v in 0..num_vars {
             out.extend(q(v).iter().map(|&q| 1.0 - q));
         }
@@ -109,7 +115,7 @@ mod tests {
             0.0, 0.5, 2.0, 1.0, 3.0, -1.0, 9.0, 9.0, //
             0.25, 1.0, 4.0, 0.0, 0.0, 0.0, 9.0, 9.0,
         ];
-        let (ext, out) = extend(layout, &data, 8, 2, 2);
+        let (ext, out) = extend(layout, &data, 8, (2, 2), &[true; 4], 0.0);
         assert_eq!(ext.nvar, 10);
         assert_eq!(out.len(), 2 * 30);
         let var = |b: usize, v: usize| &out[b * 30 + v * 3..][..3];
@@ -124,6 +130,12 @@ mod tests {
         assert_eq!(var(1, 0), [0.25, 1.0, 4.0]);
         assert_eq!(var(1, 6), [0.25, 1.0, -2.0]);
         assert_eq!(var(1, 9), [1.0, 1.0, 1.0]);
+        // Field 1 unallocated on block 0 reads as the default, 0.5.
+        let (_, out) = extend(layout, &data, 8, (2, 2), &[true, false, true, true], 0.5);
+        let var = |b: usize, v: usize| &out[b * 30 + v * 3..][..3];
+        assert_eq!(var(0, 3), [0.5; 3]);
+        assert_eq!(var(0, 2), [1.0, 0.5, -1.0]);
+        assert_eq!(var(1, 3), [1.0, 1.0, 1.0]);
     }
 
     #[test]
