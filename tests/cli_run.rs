@@ -997,6 +997,21 @@ fn keys_of_another_file_type_are_ignored_with_a_warning() {
         assert_eq!(err.matches(warning).count(), 1, "{warning}\n{err}");
     }
     assert!(err.contains("does not apply to file_type rst"), "{err}");
+
+    // So are the keys of another profile, where an override changed the profile.
+    let o = run(2, &[&deck, "-n", "advection/profile=hard_sphere"]);
+    common::assert_ok("-n with keys of another profile", &o);
+    let err = stderr(&o);
+    for key in ["amp", "width"] {
+        let warning = format!("advection/{key} (at {deck}:");
+        assert_eq!(err.matches(&warning).count(), 1, "{warning}\n{err}");
+    }
+    assert_eq!(
+        err.matches("does not apply to profile hard_sphere; ignored")
+            .count(),
+        2,
+        "{err}"
+    );
 }
 
 /// Mistakes that only the mesh or the problem's variables reveal are still found at set-up:

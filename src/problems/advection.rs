@@ -309,6 +309,19 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .into())
         }
     };
+    // A key of another profile (left by an override of `profile`, say) is ignored.
+    let (name, used): (&str, &[&str]) = match profile {
+        Profile::Wave { .. } => ("wave", &["amp"]),
+        Profile::SmoothGaussian { .. } => ("smooth_gaussian", &["amp", "width"]),
+        Profile::HardSphere { .. } => ("hard_sphere", &["radius"]),
+        Profile::Linear(_) => ("linear", &["linear_coeffs"]),
+    };
+    for k in ["amp", "width", "radius", "linear_coeffs"] {
+        if let (false, Some(at)) = (used.contains(&k), deck.origin(BLOCK, k)) {
+            tracing::warn!("{BLOCK}/{k} (at {at}) does not apply to profile {name}; ignored");
+            deck.mark_read(BLOCK, &[k]);
+        }
+    }
     let limiter = match deck.get_str_or(BLOCK, "limiter", "mc")?.as_str() {
         "none" => Limiter::None,
         "minmod" => Limiter::Minmod,
