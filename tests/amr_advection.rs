@@ -8,7 +8,8 @@
 //!   finest block lies near that centre, and the blocks at its starting point are coarser;
 //! - the AMR run beats the uniform root grid on L1 error by a wide margin;
 //! - the criterion given as a `parthenon/refinement0` block gives the same run, and its
-//!   `max_level` caps the levels;
+//!   `max_level` caps the levels; Parthenon's `magnitude` and `derivative_order_2` methods
+//!   follow the Gaussian too;
 //! - history, final levels and final field are identical on 1, 2 and 4 ranks;
 //! - bad refinement keys exit 2 on every rank.
 
@@ -206,6 +207,14 @@ fn check_bad_keys() {
         ("advection/refine_interval=0", "refine_interval"),
         ("parthenon/mesh/numlevel=1", "numlevel"),
         ("parthenon/refinement0/field=foo", "no field 'foo'"),
+        (
+            "parthenon/refinement0/method=loehner",
+            "unknown method 'loehner'",
+        ),
+        (
+            "parthenon/refinement0/comparator=less_than",
+            "applies to method magnitude, not derivative_order_1",
+        ),
     ] {
         let dir = std::env::temp_dir().join(format!("starhalo-amr-bad-{}", std::process::id()));
         let args = [
@@ -245,6 +254,26 @@ fn main() {
         &[&block[..], &["parthenon/refinement0/max_level=1"]].concat(),
     );
     assert_eq!(capped.levels.iter().max(), Some(&1));
+    // Parthenon's other methods follow the Gaussian too: its peak above 1.5 (magnitude), its
+    // curvature (derivative_order_2).
+    for method in [
+        ["magnitude", "refine_tol=1.5", "derefine_tol=1.1"],
+        [
+            "derivative_order_2",
+            "refine_tol=0.005",
+            "derefine_tol=0.001",
+        ],
+    ] {
+        let args: Vec<String> = ["field=advected", &format!("method={}", method[0])]
+            .into_iter()
+            .chain(method[1..].iter().copied())
+            .map(|a| format!("parthenon/refinement0/{a}"))
+            .collect();
+        let r = run(1, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        check_physics(&r);
+        assert!(r.l1 * 4.0 < coarse.l1, "{method:?}: L1 {:e}", r.l1);
+        assert!(r.stdout.contains("max_level=2"), "{method:?}: {}", r.stdout);
+    }
     for n in [2, 4] {
         let r = run(n, &[]);
         check_physics(&r);

@@ -55,7 +55,9 @@ mod selftest {
     use starhalo_boundary::flux_correction::flux_channels;
     use starhalo_boundary::prolong_restrict::{prolongate, restrict, Prolongation};
     use starhalo_boundary::{FluxData, FluxFace, FluxSpace};
-    use starhalo_exec::cuda::{AdvectGeom, CudaError, Device, FluxGeom, MeasureArrays};
+    use starhalo_exec::cuda::{
+        AdvectGeom, CudaError, Device, FluxGeom, MeasureArrays, MeasureKind,
+    };
     use starhalo_exec::{Buffer, Element, Policy};
     use starhalo_mesh::field::{IndexRange, IndexShape};
     use starhalo_mesh::{find_neighbors, Forest, RootGrid};
@@ -611,23 +613,41 @@ mod selftest {
 
     /// The first-derivative refinement measure, written out on the host as the advection's
     /// criterion computes it.
-    fn measure_ref(u: &[f64], g: &AdvectGeom, vars: &[usize], tiny: f64) -> Vec<f64> {
+    fn measure_ref(
+        u: &[f64],
+        g: &AdvectGeom,
+        criteria: &[(usize, MeasureKind)],
+        tiny: f64,
+    ) -> Vec<f64> {
         let npts: usize = g.dims.iter().product();
         let stride = [1, g.dims[0], g.dims[0] * g.dims[1]];
         let mut out = Vec::new();
         for b in 0..g.nblocks {
-            for &v in vars {
+            for &(v, kind) in criteria {
                 let a = &u[(b * g.nvar + v) * npts..][..npts];
-                let mut m = 0.0f64;
+                let mut m = match kind {
+                    MeasureKind::Max | MeasureKind::MaxNegated => f64::NEG_INFINITY,
+                    _ => 0.0f64,
+                };
                 for k in 0..g.n[2] {
                     for j in 0..g.n[1] {
                         for i in 0..g.n[0] {
                             let c = ((k + g.ghosts[2]) * g.dims[1] + j + g.ghosts[1]) * g.dims[0]
                                 + i
                                 + g.ghosts[0];
-                            let scale = 2.0 * a[c].abs() + tiny;
                             for s in &stride[..g.ndim] {
-                                m = m.max((a[c + s] - a[c - s]).abs() / scale);
+                                let (l, r) = (a[c - s], a[c + s]);
+                                m = m.max(match kind {
+                                    MeasureKind::FirstDerivative => {
+                                        (r - l).abs() / (2.0 * a[c].abs() + tiny)
+                                    }
+                                    MeasureKind::SecondDerivative => {
+                                        let avg = 0.5 * (r + l);
+                                        (avg - a[c]).abs() / (avg.abs() + (a[c].abs() + tiny))
+                                    }
+                                    MeasureKind::Max => a[c],
+                                    MeasureKind::MaxNegated => -a[c],
+                                });
                             }
                         }
                     }
@@ -652,22 +672,35 @@ mod selftest {
                 ndim,
             }
         };
+        use MeasureKind::{FirstDerivative, Max, MaxNegated, SecondDerivative};
         let cases = [
-            ("2-D 4x4", geom(7, 2, [4, 4, 1]), vec![1, 0]),
-            ("3-D 8x8x8", geom(5, 3, [8, 8, 8]), vec![0, 1, 1]),
-            ("1-D, 70000 blocks", geom(70_000, 1, [3, 1, 1]), vec![1]),
+            (
+                "2-D 4x4",
+                geom(7, 2, [4, 4, 1]),
+                vec![(1, FirstDerivative), (0, SecondDerivative), (0, Max)],
+            ),
+            (
+                "3-D 8x8x8",
+                geom(5, 3, [8, 8, 8]),
+                vec![(0, FirstDerivative), (1, MaxNegated), (1, SecondDerivative)],
+            ),
+            (
+                "1-D, 70000 blocks",
+                geom(70_000, 1, [3, 1, 1]),
+                vec![(1, FirstDerivative)],
+            ),
         ];
-        for (name, g, vars) in cases {
+        for (name, g, criteria) in cases {
             let u: Vec<f64> = (0..g.field_len())
                 .map(|_| if r.below(9) == 0 { 0.0 } else { r.unit() - 0.5 })
                 .collect();
-            let mut m = MeasureArrays::new(dev, &g, &vars)?;
+            let mut m = MeasureArrays::new(dev, &g, &criteria)?;
             let mut got = vec![0.0; m.len()];
-            dev.first_derivative(&g, &Buffer::from_host_to(dev, &u)?, &mut m, 1e-20, &mut got)?;
+            dev.refine_measure(&g, &Buffer::from_host_to(dev, &u)?, &mut m, 1e-20, &mut got)?;
             rep.exact(
-                &format!("first-derivative measure {name}"),
+                &format!("refinement measures {name}"),
                 &got,
-                &measure_ref(&u, &g, &vars, 1e-20),
+                &measure_ref(&u, &g, &criteria, 1e-20),
             );
         }
         Ok(())

@@ -1,7 +1,7 @@
 //! Launches of the finite-volume advection kernels ([`ADVECT_SRC`](super::kernels::ADVECT_SRC)):
 //! the face fluxes along one direction and the conservative update, each one launch over every
-//! (block, variable) array of a field storage, and the first-derivative refinement measure of
-//! every block in one launch.
+//! (block, variable) array of a field storage, and the refinement measures of every block in
+//! one launch.
 
 use super::device::{grid_for, Device};
 use super::error::CudaError;
@@ -14,6 +14,21 @@ use std::sync::Arc;
 const BLOCK: u32 = 256;
 /// Threads per block of the refinement measure: `SH_MEASURE_THREADS` of the source.
 const MEASURE_THREADS: u32 = 256;
+
+/// What a refinement criterion measures over a block's interior cells (Parthenon's methods),
+/// with the codes of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MeasureKind {
+    /// `derivative_order_1`: the largest `|u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny)`.
+    FirstDerivative = 0,
+    /// `derivative_order_2`: the largest `|a - u(c)| / (|a| + |u(c)| + tiny)`, with `a` the
+    /// mean of the two neighbours along `d`.
+    SecondDerivative = 1,
+    /// `magnitude`, `greater_than`: the largest value.
+    Max = 2,
+    /// `magnitude`, `less_than`: the largest negated value (minus the smallest).
+    MaxNegated = 3,
+}
 
 /// Slope limiters of the piecewise-linear reconstruction, with the codes of the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -149,11 +164,11 @@ impl Device {
         self.launch(KernelSet::Advect, "sh_adv_update", grid, BLOCK, &args)
     }
 
-    /// Parthenon's first-derivative refinement measure of every block for each criterion of
-    /// `m`: the largest `|u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny)` over the interior
-    /// cells and active directions of its variable, into `out` as `[block][criterion]`. One
-    /// launch, then one copy of those values to the host (a synchronisation).
-    pub fn first_derivative(
+    /// The refinement measure ([`MeasureKind`]) of every block for each criterion of `m`, over
+    /// the interior cells and active directions of its variable, into `out` as
+    /// `[block][criterion]`. One launch, then one copy of those values to the host (a
+    /// synchronisation).
+    pub fn refine_measure(
         &self,
         g: &AdvectGeom,
         u: &Buffer<f64>,
@@ -183,7 +198,7 @@ impl Device {
         let grid = npairs.min(1 << 16) as u32;
         self.launch(
             KernelSet::Advect,
-            "sh_adv_first_derivative",
+            "sh_adv_refine_measure",
             grid,
             MEASURE_THREADS,
             &args,
@@ -192,8 +207,9 @@ impl Device {
     }
 }
 
-/// The device arrays of the refinement measure: the criteria's variables, uploaded once, and
-/// one measure per block and criterion, reused by every [`Device::first_derivative`].
+/// The device arrays of the refinement measure: the criteria (variable and kind), uploaded
+/// once, and one measure per block and criterion, reused by every
+/// [`Device::refine_measure`].
 #[derive(Debug)]
 pub struct MeasureArrays {
     nblocks: usize,
@@ -203,20 +219,18 @@ pub struct MeasureArrays {
 }
 
 impl MeasureArrays {
-    /// The arrays on `dev` for the blocks of `g` and criteria on its variables `vars`.
-    pub fn new(dev: &Arc<Device>, g: &AdvectGeom, vars: &[usize]) -> Result<Self, CudaError> {
-        if let Some(v) = vars.iter().find(|&&v| v >= g.nvar) {
-            return Err(CudaError::Invalid(format!(
-                "refinement measure of variable {v} of {}",
-                g.nvar
-            )));
-        }
-        let v: Vec<u64> = vars.iter().map(|&v| v as u64).collect();
+    /// The arrays on `dev` for the blocks of `g` and `criteria`, each a variable of `g` and
+    /// what to measure on it.
+    pub fn new(
+        dev: &Arc<Device>,
+        g: &AdvectGeom,
+        criteria: &[(usize, MeasureKind)],
+    ) -> Result<Self, CudaError> {
         Ok(Self {
             nblocks: g.nblocks,
             nvar: g.nvar,
-            vars: Buffer::from_host_to(dev, &v)?,
-            measure: Buffer::zeroed_on(dev, g.nblocks * vars.len())?,
+            vars: Buffer::from_host_to(dev, &criteria_codes(g, criteria)?)?,
+            measure: Buffer::zeroed_on(dev, g.nblocks * criteria.len())?,
         })
     }
 
@@ -268,8 +282,25 @@ fn update_args([u, base, dx]: [u64; 3], f: [u64; 3], g: &AdvectGeom, dt: f64) ->
     args
 }
 
-/// The arguments of `sh_adv_first_derivative`: the field storage, criteria variable and
-/// measure addresses, for `ncrit` criteria.
+/// The kernel's code of each criterion: its variable in the low 32 bits, its kind above.
+pub fn criteria_codes(
+    g: &AdvectGeom,
+    criteria: &[(usize, MeasureKind)],
+) -> Result<Vec<u64>, CudaError> {
+    criteria
+        .iter()
+        .map(|&(v, kind)| match v < g.nvar {
+            true => Ok(v as u64 | (kind as u64) << 32),
+            false => Err(CudaError::Invalid(format!(
+                "refinement measure of variable {v} of {}",
+                g.nvar
+            ))),
+        })
+        .collect()
+}
+
+/// The arguments of `sh_adv_refine_measure`: the field storage, criteria and measure
+/// addresses, for `ncrit` criteria.
 fn measure_args(ptrs: [u64; 3], ncrit: usize, g: &AdvectGeom, tiny: f64) -> Vec<Arg> {
     let mut args: Vec<Arg> = ptrs.map(Arg::Ptr).to_vec();
     args.extend([
@@ -299,7 +330,7 @@ mod tests {
         let a = update_args([1, 0, 2], [3, 4, 0], &g, 0.1);
         assert_eq!(kinds(a), declared("sh_adv_update"));
         let a = measure_args([1, 2, 3], 2, &g, 1e-20);
-        assert_eq!(kinds(a), declared("sh_adv_first_derivative"));
+        assert_eq!(kinds(a), declared("sh_adv_refine_measure"));
     }
 
     #[test]

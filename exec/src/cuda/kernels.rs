@@ -20,7 +20,7 @@ pub const HALO_SRC: &str = concat!(
     include_str!("kernels/halo.cu")
 );
 /// Finite-volume advection: face fluxes, the conservative update of every block, and the
-/// first-derivative refinement measure.
+/// refinement measures.
 pub const ADVECT_SRC: &str = concat!(
     include_str!("kernels/common.cu"),
     include_str!("kernels/advect.cu")
@@ -99,7 +99,7 @@ pub const HALO_KERNELS: [&str; 7] = [
 ];
 
 /// The advection kernels.
-pub const ADVECT_KERNELS: [&str; 3] = ["sh_adv_flux", "sh_adv_update", "sh_adv_first_derivative"];
+pub const ADVECT_KERNELS: [&str; 3] = ["sh_adv_flux", "sh_adv_update", "sh_adv_refine_measure"];
 
 /// The kind of one kernel parameter, as the host passes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

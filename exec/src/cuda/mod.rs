@@ -92,7 +92,7 @@ pub use desc::{
 pub use error::CudaError;
 
 #[cfg(feature = "cuda")]
-pub use advect::{AdvectGeom, MeasureArrays, SlopeLimiter};
+pub use advect::{criteria_codes, AdvectGeom, MeasureArrays, MeasureKind, SlopeLimiter};
 #[cfg(feature = "cuda")]
 pub use device::{local_rank_from_env, Device, Event};
 #[cfg(feature = "cuda")]

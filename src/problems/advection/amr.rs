@@ -9,9 +9,17 @@
 //! `advection/derefine_tol` (default 0.03) it asks to merge (granted once its whole family
 //! has asked `parthenon/mesh/derefine_count` times in a row).
 //!
-//! `parthenon/refinementN` blocks (Parthenon's criteria: `method: derivative_order_1`,
-//! `field`, `refine_tol` default 0.5, `derefine_tol` default 0.05, `max_level`) replace that
-//! criterion by theirs; a block refines if any criterion asks it to and merges only if all do.
+//! `parthenon/refinementN` blocks (Parthenon's criteria: `method`, `field`, `refine_tol`
+//! default 0.5, `derefine_tol` default 0.05, `max_level`) replace that criterion by theirs; a
+//! block refines if any criterion asks it to and merges only if all do. The methods, each
+//! over the interior cells of `field` ([`MeasureKind`]):
+//!
+//! - `derivative_order_1` (the default), the measure above;
+//! - `derivative_order_2`: the largest `|a - q(i)| / (|a| + |q(i)| + tiny)` with `a` the mean
+//!   of `q(i-1)` and `q(i+1)`, over the active directions;
+//! - `magnitude`: with `comparator: greater_than` (the default) the block refines where its
+//!   largest value exceeds `refine_tol` and merges where it stays below `derefine_tol`; with
+//!   `less_than`, where its smallest value is below `refine_tol`, and above `derefine_tol`.
 
 use super::gpu::Gpu;
 use super::{field_name, Advection, Comms, Geo, BLOCK, MESH};
@@ -24,6 +32,7 @@ use anyhow::{anyhow, Context as _, Result};
 use mpi::datatype::PartitionMut;
 use mpi::traits::CommunicatorCollectives;
 use starhalo_boundary::redistribute;
+use starhalo_exec::cuda::MeasureKind;
 use starhalo_mesh::refine::{BlockFate, BlockOrigin};
 use starhalo_mesh::{MeshConfig, RefinementFlag, RefinementKind};
 
@@ -35,21 +44,24 @@ pub(super) const TINY: f64 = 1e-20;
 struct Criterion {
     /// The field (its slot in the storage).
     field: usize,
-    refine_tol: f64,
-    derefine_tol: f64,
+    kind: MeasureKind,
+    /// The measure above which a block refines, and below which it asks to merge (for
+    /// [`MeasureKind::MaxNegated`], the tolerances negated).
+    refine_at: f64,
+    derefine_at: f64,
     /// Blocks at this level or finer are not refined for this criterion.
     max_level: u32,
 }
 
 impl Criterion {
     fn flag(&self, measure: f64, level: u32) -> RefinementFlag {
-        if measure > self.refine_tol {
+        if measure > self.refine_at {
             if level < self.max_level {
                 RefinementFlag::Refine
             } else {
                 RefinementFlag::Same
             }
-        } else if measure < self.derefine_tol {
+        } else if measure < self.derefine_at {
             RefinementFlag::Derefine
         } else {
             RefinementFlag::Same
@@ -89,25 +101,49 @@ impl Amr {
         num_vars: usize,
     ) -> Result<Option<Self>> {
         let finest = config.numlevel.saturating_sub(1);
-        let tolerances = |block: &str, refine: f64, derefine: f64| -> Result<(f64, f64)> {
-            let tol = |key: &str, default: f64| deck.get_nonneg_f64_or(block, key, default);
-            let (r, d) = (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?);
-            if d >= r {
-                return Err(deck
-                    .invalid(
-                        block,
-                        "derefine_tol",
-                        format!("must be below refine_tol ({r})"),
-                    )
-                    .into());
-            }
-            Ok((r, d))
-        };
-        let (refine_tol, derefine_tol) = tolerances(BLOCK, 0.3, 0.03)?;
+        // The tolerances of `block`, as thresholds of `kind`'s measure; `refine_tol` must lie
+        // on the refining side of `derefine_tol`.
+        let thresholds =
+            |block: &str, kind: MeasureKind, refine: f64, derefine: f64| -> Result<(f64, f64)> {
+                let (r, d) = match kind {
+                    MeasureKind::FirstDerivative | MeasureKind::SecondDerivative => {
+                        let tol = |key: &str, default| deck.get_nonneg_f64_or(block, key, default);
+                        (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?)
+                    }
+                    MeasureKind::Max | MeasureKind::MaxNegated => {
+                        let tol = |key: &str, default| -> Result<f64> {
+                            match deck.get_f64_or(block, key, default)? {
+                                x if x.is_finite() => Ok(x),
+                                _ => {
+                                    Err(deck.invalid(block, key, "must be a finite number").into())
+                                }
+                            }
+                        };
+                        (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?)
+                    }
+                };
+                let (sign, side) = match kind {
+                    MeasureKind::MaxNegated => (-1.0, "above"),
+                    _ => (1.0, "below"),
+                };
+                if sign * d >= sign * r {
+                    return Err(deck
+                        .invalid(
+                            block,
+                            "derefine_tol",
+                            format!("must be {side} refine_tol ({r})"),
+                        )
+                        .into());
+                }
+                Ok((sign * r, sign * d))
+            };
+        let kind = MeasureKind::FirstDerivative;
+        let (refine_at, derefine_at) = thresholds(BLOCK, kind, 0.3, 0.03)?;
         let mut criteria = vec![Criterion {
             field: 0,
-            refine_tol,
-            derefine_tol,
+            kind,
+            refine_at,
+            derefine_at,
             max_level: finest,
         }];
         let mut blocks: Vec<(usize, &str)> = deck
@@ -129,12 +165,47 @@ impl Amr {
                 ));
             }
             let method = deck.get_str_or(block, "method", "derivative_order_1")?;
-            if method != "derivative_order_1" {
+            let kind = match method.as_str() {
+                "derivative_order_1" => MeasureKind::FirstDerivative,
+                "derivative_order_2" => MeasureKind::SecondDerivative,
+                "magnitude" => {
+                    match deck
+                        .get_str_or(block, "comparator", "greater_than")?
+                        .as_str()
+                    {
+                        "greater_than" => MeasureKind::Max,
+                        "less_than" => MeasureKind::MaxNegated,
+                        other => {
+                            return Err(deck
+                                .invalid(
+                                    block,
+                                    "comparator",
+                                    format!(
+                                    "unknown comparator '{other}' (known: greater_than, less_than)"
+                                ),
+                                )
+                                .into())
+                        }
+                    }
+                }
+                other => {
+                    return Err(deck
+                        .invalid(
+                            block,
+                            "method",
+                            format!(
+                                "unknown method '{other}' (known: derivative_order_1, derivative_order_2, magnitude)"
+                            ),
+                        )
+                        .into());
+                }
+            };
+            if method != "magnitude" && deck.has(block, "comparator") {
                 return Err(deck
                     .invalid(
                         block,
-                        "method",
-                        format!("unknown method '{method}' (known: derivative_order_1)"),
+                        "comparator",
+                        format!("applies to method magnitude, not {method}"),
                     )
                     .into());
             }
@@ -149,7 +220,7 @@ impl Amr {
                         format!("no field '{name}' (known: {})", known.join(", ")),
                     )
                 })?;
-            let (refine_tol, derefine_tol) = tolerances(block, 0.5, 0.05)?;
+            let (refine_at, derefine_at) = thresholds(block, kind, 0.5, 0.05)?;
             let max_level = deck.get_i64_or(block, "max_level", i64::from(finest))?;
             if !(0..=i64::from(finest)).contains(&max_level) {
                 return Err(deck
@@ -162,8 +233,9 @@ impl Amr {
             }
             criteria.push(Criterion {
                 field,
-                refine_tol,
-                derefine_tol,
+                kind,
+                refine_at,
+                derefine_at,
                 max_level: max_level as u32,
             });
         }
@@ -191,9 +263,9 @@ impl Amr {
         }))
     }
 
-    /// The field (storage slot) of each criterion, in order.
-    pub(super) fn fields(&self) -> Vec<usize> {
-        self.criteria.iter().map(|c| c.field).collect()
+    /// The field (storage slot) and measure of each criterion, in order.
+    pub(super) fn measures(&self) -> Vec<(usize, MeasureKind)> {
+        self.criteria.iter().map(|c| (c.field, c.kind)).collect()
     }
 
     /// The flag of a block at `level` whose criteria measured `measures` (one each, in
@@ -215,19 +287,26 @@ impl Amr {
     }
 }
 
-/// The first-derivative measure of one block array (ghosts filled). The device computes the
-/// same, bit for bit (`Device::first_derivative`).
-pub(super) fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
+/// The measure `kind` of one block array (ghosts filled). The device computes the same, bit
+/// for bit (`Device::refine_measure`).
+pub(super) fn measure(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
     let strides = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
-    let mut m = 0.0f64;
-    for p in geo.interior() {
-        let c = geo.at(p);
-        let scale = 2.0 * u[c].abs() + TINY;
-        for &s in &strides[..geo.ndim] {
-            m = m.max((u[c + s] - u[c - s]).abs() / scale);
-        }
+    let cells = geo.interior().map(|p| geo.at(p));
+    match kind {
+        MeasureKind::FirstDerivative => cells.fold(0.0f64, |m, c| {
+            let scale = 2.0 * u[c].abs() + TINY;
+            (strides[..geo.ndim].iter()).fold(m, |m, &s| m.max((u[c + s] - u[c - s]).abs() / scale))
+        }),
+        MeasureKind::SecondDerivative => cells.fold(0.0f64, |m, c| {
+            let aqt = u[c].abs() + TINY;
+            (strides[..geo.ndim].iter()).fold(m, |m, &s| {
+                let avg = 0.5 * (u[c + s] + u[c - s]);
+                m.max((avg - u[c]).abs() / (avg.abs() + aqt))
+            })
+        }),
+        MeasureKind::Max => cells.fold(f64::NEG_INFINITY, |m, c| m.max(u[c])),
+        MeasureKind::MaxNegated => cells.fold(f64::NEG_INFINITY, |m, c| m.max(-u[c])),
     }
-    m
 }
 
 fn code(f: RefinementFlag) -> i8 {
@@ -257,7 +336,7 @@ impl Advection {
             out.extend(
                 amr.criteria
                     .iter()
-                    .map(|c| first_derivative(data.fine(b, c.field), &geo)),
+                    .map(|c| measure(c.kind, data.fine(b, c.field), &geo)),
             );
         }
         out
@@ -477,10 +556,47 @@ mod tests {
     fn criterion(field: usize, max_level: u32) -> Criterion {
         Criterion {
             field,
-            refine_tol: 0.1,
-            derefine_tol: 0.01,
+            kind: MeasureKind::FirstDerivative,
+            refine_at: 0.1,
+            derefine_at: 0.01,
             max_level,
         }
+    }
+
+    fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
+        measure(MeasureKind::FirstDerivative, u, geo)
+    }
+
+    #[test]
+    fn second_derivative_and_magnitude_measure_what_parthenon_does() {
+        let geo = block();
+        let second = |u: &[f64]| measure(MeasureKind::SecondDerivative, u, &geo);
+        // A straight line has no curvature; a kink at i = 6 (interior) has: there the mean of
+        // the neighbours 6.5 against 6, |0.5| / (6.5 + 6 + tiny).
+        let line: Vec<f64> = (0..12).map(|i| 1.0 + i as f64).collect();
+        assert_eq!(second(&line), 0.0);
+        let kink: Vec<f64> = (0..12)
+            .map(|i| if i <= 6 { 6.0 } else { i as f64 })
+            .collect();
+        let want = 0.5 / (6.5 + (6.0 + TINY));
+        assert_eq!(second(&kink), want);
+        // Magnitude: interior values only (the ghosts, 0, 1, 10, 11, hold the extremes).
+        let mut u: Vec<f64> = (0..12).map(|i| i as f64 - 5.0).collect();
+        u[0] = 1e9;
+        u[11] = -1e9;
+        assert_eq!(measure(MeasureKind::Max, &u, &geo), 4.0);
+        assert_eq!(measure(MeasureKind::MaxNegated, &u, &geo), 3.0);
+        // less_than, refine_tol -2, derefine_tol 1: refine where the smallest value is below
+        // -2, merge where it is above 1.
+        let c = Criterion {
+            kind: MeasureKind::MaxNegated,
+            refine_at: 2.0,
+            derefine_at: -1.0,
+            ..criterion(0, 2)
+        };
+        assert_eq!(c.flag(3.0, 0), RefinementFlag::Refine);
+        assert_eq!(c.flag(0.0, 0), RefinementFlag::Same);
+        assert_eq!(c.flag(-1.5, 0), RefinementFlag::Derefine);
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Gpu {
             fluxes.allocate_staging()?;
         }
         let measure = match &a.amr {
-            Some(amr) => Some(MeasureArrays::new(dev, &geom, &amr.fields())?),
+            Some(amr) => Some(MeasureArrays::new(dev, &geom, &amr.measures())?),
             None => None,
         };
         let base = if a.integrator.stages() > 1 {
@@ -196,7 +196,7 @@ impl Gpu {
         Ok(())
     }
 
-    /// The first-derivative measure of each refinement criterion on every block,
+    /// The measure of each refinement criterion on every block,
     /// `[block][criterion]`, in one launch; only these values come to the host.
     pub(super) fn refine_measures(&mut self) -> Result<Vec<f64>> {
         let m = self
@@ -205,7 +205,7 @@ impl Gpu {
             .context("no refinement criteria on the device")?;
         let mut out = vec![0.0; m.len()];
         let dev = self.fields.device();
-        dev.first_derivative(&self.geom, self.fields.data(), m, TINY, &mut out)?;
+        dev.refine_measure(&self.geom, self.fields.data(), m, TINY, &mut out)?;
         Ok(out)
     }
 
@@ -263,7 +263,7 @@ int main() {
 "#;
 
     /// Reads a geometry, the criteria's variables and the fields; runs the refinement measure
-    /// as blocks of `SH_MEASURE_THREADS` threads (as `Device::first_derivative` launches it),
+    /// as blocks of `SH_MEASURE_THREADS` threads (as `Device::refine_measure` launches it),
     /// on a grid of 2 blocks (fewer than the pairs, so each block takes several); writes the
     /// measures.
     const MEASURE_DRIVER: &str = r#"
@@ -277,12 +277,12 @@ int main() {
     u64 len = nb * nvar * d[0] * d[1] * d[2];
     double *u = (double *)malloc(len * 8), *v = (double *)malloc(ncrit * 8);
     double *m = (double *)malloc(nb * ncrit * 8);
-    u64 *vars = (u64 *)malloc(ncrit * 8);
+    u64 *crit = (u64 *)malloc(ncrit * 8);
     sh_read(v, ncrit);
-    for (u64 c = 0; c < ncrit; ++c) vars[c] = v[c];
+    for (u64 c = 0; c < ncrit; ++c) crit[c] = v[c];
     sh_read(u, len);
     for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) sh_run_block([&] {
-        sh_adv_first_derivative(u, vars, m, nb * ncrit, ncrit, nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], ndim, h[13]);
+        sh_adv_refine_measure(u, crit, m, nb * ncrit, ncrit, nvar, d[0], d[1], d[2], g[0], g[1], g[2], n[0], n[1], n[2], ndim, h[13]);
     });
     sh_write(m, nb * ncrit);
     return 0;
@@ -291,9 +291,9 @@ int main() {
 
     /// The refinement measure kernel, run on the host by the emulator with its block reduction
     /// over 256 threads, gives the host criterion's value bit for bit: 1-D to 3-D blocks of
-    /// two levels (fewer and more cells than threads), three criteria on
-    /// two variables (one twice), random non-dyadic values with zeros (where `TINY` keeps the
-    /// ratio finite), a steep ghost the edge cells see, and a NaN (which both maxima ignore).
+    /// two levels (fewer and more cells than threads), five criteria of every kind on two
+    /// variables, random non-dyadic values with zeros (where `TINY` keeps the ratios finite),
+    /// a steep ghost the edge cells see, and a NaN (which both maxima ignore).
     /// Skipped, saying so, where no `c++` is installed.
     #[test]
     fn refinement_measure_kernel_matches_the_host_bit_for_bit() {
@@ -302,7 +302,17 @@ int main() {
             return;
         };
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let vars = [1usize, 0, 1];
+        use starhalo_exec::cuda::MeasureKind::{
+            FirstDerivative, Max, MaxNegated, SecondDerivative,
+        };
+        let criteria = [
+            (1, FirstDerivative),
+            (0, FirstDerivative),
+            (1, SecondDerivative),
+            (0, Max),
+            (1, MaxNegated),
+        ];
+        let ncrit = criteria.len();
         let meshes = [
             two_level_mesh(1),
             two_level_mesh(2),
@@ -335,29 +345,36 @@ int main() {
             input.extend(geos[0].dims.map(|x| x as f64));
             input.extend(geos[0].g.map(|x| x as f64));
             input.extend(geos[0].n.map(|x| x as f64));
-            input.extend([ndim as f64, vars.len() as f64, TINY]);
-            input.extend(vars.map(|v| v as f64));
+            input.extend([ndim as f64, ncrit as f64, TINY]);
+            let g = AdvectGeom {
+                nblocks: nb,
+                nvar,
+                dims: geos[0].dims,
+                ghosts: geos[0].g,
+                n: geos[0].n,
+                ndim,
+            };
+            let codes = starhalo_exec::cuda::criteria_codes(&g, &criteria).unwrap();
+            input.extend(codes.iter().map(|&c| c as f64));
             input.extend(&u);
             let got = from_bytes(&emu.run(&to_bytes(&input)).unwrap());
-            assert_eq!(got.len(), nb * vars.len(), "{ndim}-D");
+            assert_eq!(got.len(), nb * ncrit, "{ndim}-D");
             for (b, geo) in geos.iter().enumerate() {
-                for (c, &v) in vars.iter().enumerate() {
+                for (c, &(v, kind)) in criteria.iter().enumerate() {
                     let at = (b * nvar + v) * npts;
-                    let want = super::super::amr::first_derivative(&u[at..at + npts], geo);
-                    let dev = got[b * vars.len() + c];
+                    let want = super::super::amr::measure(kind, &u[at..at + npts], geo);
+                    let dev = got[b * ncrit + c];
                     assert_eq!(
                         dev.to_bits(),
                         want.to_bits(),
-                        "{ndim}-D block {b} variable {v}: {dev} against {want}"
+                        "{ndim}-D block {b} variable {v} {kind:?}: {dev} against {want}"
                     );
                 }
             }
             // The ghost is what makes block 1 steep (the host's measure says so too).
-            assert!(
-                got[vars.len() + 1] > 10.0,
-                "{ndim}-D: {}",
-                got[vars.len() + 1]
-            );
+            assert!(got[ncrit + 1] > 10.0, "{ndim}-D: {}", got[ncrit + 1]);
+            // Block 1's variable 0 is 0.5 inside: its largest value.
+            assert_eq!(got[ncrit + 3], 0.5, "{ndim}-D");
             assert!(got.iter().all(|m| m.is_finite()), "{ndim}-D: {got:?}");
         }
     }

@@ -75,27 +75,42 @@ extern "C" __global__ void sh_adv_update(double *u, const double *u0, const doub
     }
 }
 
-// Threads per block of sh_adv_first_derivative: a power of two, the size of its reduction.
+// Threads per block of sh_adv_refine_measure: a power of two, the size of its reduction.
 #define SH_MEASURE_THREADS 256
 
-// Parthenon's first-derivative refinement measure of each (block, criterion) pair: the largest
-// |u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny) over the interior cells c and active directions
-// d of the criterion's variable vars[criterion], into measure[block * ncrit + criterion]. One
-// thread block of SH_MEASURE_THREADS threads per pair. fmax is exact and, like the host's max,
-// ignores NaN, so any order of the reduction gives the host's value.
-extern "C" __global__ void sh_adv_first_derivative(const double *u, const u64 *vars, double *measure, u64 npairs, u64 ncrit, u64 nvar, u64 d0, u64 d1, u64 d2, u64 g0, u64 g1, u64 g2, u64 n0, u64 n1, u64 n2, u64 ndim, double tiny) {
+// The refinement measure of each (block, criterion) pair, Parthenon's criteria over the
+// interior cells c of the criterion's variable (the low 32 bits of crit[criterion]) by the
+// method in its high bits: 0, the largest |u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny) over
+// the active directions d (derivative_order_1); 1, the largest |a - u(c)| / (|a| + |u(c)| +
+// tiny) with a = (u(c + e_d) + u(c - e_d)) / 2 (derivative_order_2); 2, the largest u(c); 3,
+// the largest -u(c) (magnitude). Into measure[block * ncrit + criterion]. One thread block of
+// SH_MEASURE_THREADS threads per pair. fmax is exact and, like the host's max, ignores NaN, so
+// any order of the reduction gives the host's value.
+extern "C" __global__ void sh_adv_refine_measure(const double *u, const u64 *crit, double *measure, u64 npairs, u64 ncrit, u64 nvar, u64 d0, u64 d1, u64 d2, u64 g0, u64 g1, u64 g2, u64 n0, u64 n1, u64 n2, u64 ndim, double tiny) {
     __shared__ double part[SH_MEASURE_THREADS];
     u64 ncells = n0 * n1 * n2, npts = d0 * d1 * d2;
     u64 stride[3] = {1, d0, d0 * d1};
     for (u64 pair = blockIdx.x; pair < npairs; pair += gridDim.x) {
-        const double *a = u + ((pair / ncrit) * nvar + vars[pair % ncrit]) * npts;
-        double m = 0.0;
+        u64 c0 = crit[pair % ncrit], method = c0 >> 32;
+        const double *a = u + ((pair / ncrit) * nvar + (c0 & 0xffffffffull)) * npts;
+        // The maxima of values start at -infinity (IEEE division; no header defines it here).
+        double m = method >= 2 ? -1.0 / 0.0 : 0.0;
         for (u64 p = threadIdx.x; p < ncells; p += blockDim.x) {
             u64 i, j;
             u64 k = sh_divmod(sh_divmod(p, n0, &i), n1, &j);
             u64 c = ((k + g2) * d1 + j + g1) * d0 + i + g0;
-            double scale = 2.0 * fabs(a[c]) + tiny;
-            for (u64 d = 0; d < ndim; ++d) m = fmax(m, fabs(a[c + stride[d]] - a[c - stride[d]]) / scale);
+            if (method == 0) {
+                double scale = 2.0 * fabs(a[c]) + tiny;
+                for (u64 d = 0; d < ndim; ++d) m = fmax(m, fabs(a[c + stride[d]] - a[c - stride[d]]) / scale);
+            } else if (method == 1) {
+                double aqt = fabs(a[c]) + tiny;
+                for (u64 d = 0; d < ndim; ++d) {
+                    double avg = 0.5 * (a[c + stride[d]] + a[c - stride[d]]);
+                    m = fmax(m, fabs(avg - a[c]) / (fabs(avg) + aqt));
+                }
+            } else {
+                m = fmax(m, method == 2 ? a[c] : -a[c]);
+            }
         }
         part[threadIdx.x] = m;
         __syncthreads();
