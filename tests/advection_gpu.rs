@@ -91,8 +91,9 @@ fn cuda_matches_the_host_or_exits_1_saying_why() {
         "parthenon/mesh/refinement=adaptive",
         "parthenon/mesh/numlevel=3",
         "parthenon/mesh/derefine_count=1",
-        "advection/refine_tol=0.02",
-        "advection/derefine_tol=0.01",
+        "parthenon/refinement0/field=advected",
+        "parthenon/refinement0/refine_tol=0.02",
+        "parthenon/refinement0/derefine_tol=0.01",
         "parthenon/time/integrator=rk2",
         "parthenon/time/nlim=24",
     ];

@@ -95,6 +95,47 @@ fn parthenons_advection_deck_writes_its_derived_fields() {
             "{name}: the pool is allocated everywhere"
         );
     }
+    // The example's own refinement test: after the initial refinement the family of each
+    // finest block (level 2) holds the sphere's edge (radius 0.25 around the box centre),
+    // give or take the ghosts a block also tests.
+    let f = hdf5::File::open(dir.join("advection.out0.00000.phdf")).unwrap();
+    let levels: Vec<i64> = f.dataset("Levels").unwrap().read_raw().unwrap();
+    let (x, y) = (read(&f, "Locations/x"), read(&f, "Locations/y"));
+    let (nx, ny) = (x.len() / levels.len(), y.len() / levels.len());
+    let mut finest = 0;
+    for (b, &level) in levels.iter().enumerate() {
+        // The block's family (its parent's box): refinement splits a block into all of it.
+        let (lo, hi) = (
+            [x[b * nx], y[b * ny]],
+            [x[(b + 1) * nx - 1], y[(b + 1) * ny - 1]],
+        );
+        let w = 2.0 * (hi[0] - lo[0]);
+        let lo = lo.map(|l| -0.5 + ((l + 0.5) / w).floor() * w);
+        let hi = lo.map(|l| l + w);
+        // Nearest and farthest points of the family from the centre, on the periodic box.
+        let (mut near, mut far) = (f64::INFINITY, 0.0f64);
+        for sx in [-1.0, 0.0, 1.0] {
+            for sy in [-1.0, 0.0, 1.0] {
+                let c = [sx, sy];
+                let d = |p: [f64; 2]| (p[0] - c[0]).hypot(p[1] - c[1]);
+                let clamp = |d: usize| c[d].clamp(lo[d], hi[d]);
+                near = near.min(d([clamp(0), clamp(1)]));
+                let corners = [lo, hi, [lo[0], hi[1]], [hi[0], lo[1]]];
+                let nearest_corner = corners.iter().map(|&p| d(p)).fold(f64::INFINITY, f64::min);
+                if nearest_corner < 0.8 {
+                    far = far.max(corners.iter().map(|&p| d(p)).fold(0.0, f64::max));
+                }
+            }
+        }
+        if level == 2 {
+            finest += 1;
+            assert!(
+                near < 0.25 + 0.04 && far > 0.25 - 0.04,
+                "finest block {b}'s family [{lo:?}, {hi:?}] is {near} to {far} from the centre"
+            );
+        }
+    }
+    assert!(finest > 0);
     // Restart files hold what a continuation needs: the advected field alone.
     let rst = hdf5::File::open(dir.join("advection.out1.final.rhdf")).unwrap();
     assert!(rst.dataset("advected").is_ok());
@@ -113,6 +154,77 @@ fn parthenons_advection_deck_writes_its_derived_fields() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&one);
+}
+
+/// Two sparse advected fields: the derived fields have a component per field, and are
+/// allocated where both fields are (elsewhere they read 0, as an unallocated field does).
+#[test]
+fn derived_fields_of_two_sparse_fields() {
+    let dir = run(
+        "sparse",
+        &[
+            "Advection/num_vars=2",
+            "advection/sparse=true",
+            "parthenon/output0/variables=advected,advected_1,one_minus_advected,one_minus_sqrt_one_minus_advected_sq",
+        ],
+    );
+    let f = hdf5::File::open(dir.join("advection.out0.final.phdf")).unwrap();
+    let (q0, q1) = (read(&f, "advected"), read(&f, "advected_1"));
+    let (one, pool) = (read(&f, DERIVED[0]), read(&f, DERIVED[3]));
+    let info = f.dataset("SparseInfo").unwrap();
+    let names: Vec<String> = info
+        .attr("SparseFields")
+        .unwrap()
+        .read_raw::<hdf5::types::VarLenUnicode>()
+        .unwrap()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        ["advected", "advected_1", DERIVED[0], DERIVED[2], DERIVED[3]]
+    );
+    let flags: Vec<bool> = info.read_raw().unwrap();
+    let nb = flags.len() / names.len();
+    let n = q0.len() / nb;
+    assert_eq!(one.len(), 2 * q0.len(), "a component per field");
+    let mut both = 0;
+    for b in 0..nb {
+        let fl = &flags[b * names.len()..][..names.len()];
+        assert!(
+            fl[2..].iter().all(|&x| x == (fl[0] && fl[1])),
+            "block {b}: {fl:?}"
+        );
+        for (c, q) in [&q0, &q1].into_iter().enumerate() {
+            for i in 0..n {
+                let (x, o, p) = (
+                    q[b * n + i],
+                    one[(2 * b + c) * n + i],
+                    pool[(2 * b + c) * n + i],
+                );
+                let (want_o, want_p) = match fl[2] {
+                    true => (1.0 - x, 1.0 - (1.0 - ((1.0 - x) * (1.0 - x)).sqrt())),
+                    false => (0.0, 0.0),
+                };
+                assert_eq!(
+                    o.to_bits(),
+                    want_o.to_bits(),
+                    "block {b} field {c} cell {i}"
+                );
+                assert_eq!(
+                    p.to_bits(),
+                    want_p.to_bits(),
+                    "block {b} field {c} cell {i}"
+                );
+            }
+        }
+        both += usize::from(fl[0] && fl[1]);
+    }
+    assert!(
+        both > 0 && both < nb,
+        "{both} of {nb} blocks hold both fields"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -137,6 +137,39 @@ fn poisson_writes_its_fields_and_history() {
     let _ = std::fs::remove_dir_all(&one);
 }
 
+/// Writing outputs after every V-cycle leaves the solve as it is: the result file, residuals
+/// included, is the same with every output off; and an output scheduled by `dt` draws a
+/// warning (the time stays 0).
+#[test]
+fn outputs_leave_the_solve_unchanged() {
+    let deck = deck();
+    let result = |name: &str, extra: &[&str]| {
+        let dir = scratch(name);
+        let mut args = vec![deck.as_str(), "-d", dir.to_str().unwrap()];
+        args.extend(extra);
+        let out = common::starhalo_run(2, LIMIT_S, &args);
+        common::assert_ok(name, &out);
+        let dat = std::fs::read_to_string(dir.join("poisson-poisson.dat")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (dat, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (with, err) = result(
+        "every",
+        &[
+            "parthenon/output0/dn=1",
+            "parthenon/output1/file_type=hst",
+            "parthenon/output1/dt=0.5",
+        ],
+    );
+    let (without, _) = result("off", &["parthenon/output0/dn=-1"]);
+    assert_eq!(with, without);
+    assert!(with.contains("solver cg"), "{with}");
+    assert!(
+        err.contains("parthenon/output1/dt (at the command line): poisson's time stays 0"),
+        "{err}"
+    );
+}
+
 #[test]
 fn poisson_writes_no_restart_files() {
     let dir = scratch("rst");

@@ -79,8 +79,9 @@ fn main() {
         "parthenon/mesh/refinement=adaptive",
         "parthenon/mesh/derefine_count=2",
         "advection/width=0.05",
-        "advection/refine_tol=0.05",
-        "advection/derefine_tol=0.01",
+        "parthenon/refinement0/field=advected",
+        "parthenon/refinement0/refine_tol=0.05",
+        "parthenon/refinement0/derefine_tol=0.01",
     ];
     for (ranks, extra, tag) in [
         (1, &[][..], "dense"),

@@ -626,9 +626,18 @@ mod selftest {
             for &(v, kind) in criteria {
                 let a = &u[(b * g.nvar + v) * npts..][..npts];
                 let mut m = match kind {
-                    MeasureKind::Max | MeasureKind::MaxNegated => f64::NEG_INFINITY,
-                    _ => 0.0f64,
+                    MeasureKind::FirstDerivative | MeasureKind::SecondDerivative => 0.0f64,
+                    _ => f64::NEG_INFINITY,
                 };
+                if let MeasureKind::BlockMax | MeasureKind::BlockMaxNegated = kind {
+                    let sign = if kind == MeasureKind::BlockMax {
+                        1.0
+                    } else {
+                        -1.0
+                    };
+                    out.push(a.iter().fold(m, |m, &x| m.max(sign * x)) + 0.0);
+                    continue;
+                }
                 for k in 0..g.n[2] {
                     for j in 0..g.n[1] {
                         for i in 0..g.n[0] {
@@ -647,12 +656,15 @@ mod selftest {
                                     }
                                     MeasureKind::Max => a[c],
                                     MeasureKind::MaxNegated => -a[c],
+                                    MeasureKind::BlockMax | MeasureKind::BlockMaxNegated => {
+                                        unreachable!("measured above")
+                                    }
                                 });
                             }
                         }
                     }
                 }
-                out.push(m);
+                out.push(m + 0.0);
             }
         }
         out
@@ -672,7 +684,9 @@ mod selftest {
                 ndim,
             }
         };
-        use MeasureKind::{FirstDerivative, Max, MaxNegated, SecondDerivative};
+        use MeasureKind::{
+            BlockMax, BlockMaxNegated, FirstDerivative, Max, MaxNegated, SecondDerivative,
+        };
         let cases = [
             (
                 "2-D 4x4",
@@ -682,7 +696,13 @@ mod selftest {
             (
                 "3-D 8x8x8",
                 geom(5, 3, [8, 8, 8]),
-                vec![(0, FirstDerivative), (1, MaxNegated), (1, SecondDerivative)],
+                vec![
+                    (0, FirstDerivative),
+                    (1, MaxNegated),
+                    (1, SecondDerivative),
+                    (0, BlockMax),
+                    (0, BlockMaxNegated),
+                ],
             ),
             (
                 "1-D, 70000 blocks",

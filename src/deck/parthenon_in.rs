@@ -55,6 +55,13 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
                     &format!("a block header comes at line {line}"),
                 ));
             }
+            // Parthenon would take `name = value` here for a key of its own, and lose it.
+            if content.contains('=') {
+                return Err(unfinished(
+                    c,
+                    &format!("line {line} reads as a key of its own: '{content}'"),
+                ));
+            }
             let (piece, goes_on) = split_continuation(content).map_err(|m| syntax(line, m))?;
             c.value.push_str(piece);
             if !goes_on {

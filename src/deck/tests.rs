@@ -541,6 +541,11 @@ fn in_values_continue_over_lines_ending_in_ampersand() {
         ),
         ("<a>\nx = 1, &\n<par_end>\n", 2, "<par_end> comes at line 3"),
         ("<a>\nx = 1, &\n 2 & 3\n", 3, "'3' follows a continuation"),
+        (
+            "<a>\nx = 1, &\ny = 2\n",
+            2,
+            "the value of 'x' goes on ('&') but line 3 reads as a key of its own: 'y = 2'",
+        ),
     ] {
         match Deck::from_str_auto(text, "t.in") {
             Err(e @ DeckError::Syntax { line: l, .. }) if l == line => {

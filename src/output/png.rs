@@ -22,7 +22,7 @@ pub const DEFAULT_WIDTH: u32 = 512;
 
 /// The variable and component named by `name` (a variable, meaning its component 0, or a
 /// component name such as `vel_1`).
-fn find_component(vars: &[OutVar], name: &str) -> Option<(OutVar, usize)> {
+pub fn find_component(vars: &[OutVar], name: &str) -> Option<(OutVar, usize)> {
     for v in vars {
         if v.name == name {
             return Some((v.clone(), 0));

@@ -263,11 +263,11 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
         Ok(x)
     };
-    let amp = finite("amp", deck.get_f64_or(BLOCK, "amp", 0.1)?, false)?;
+    let amp = || -> Result<f64> { finite("amp", deck.get_f64_or(BLOCK, "amp", 0.1)?, false) };
     let profile = match deck.get_str_or(BLOCK, "profile", "wave")?.as_str() {
-        "wave" => Profile::Wave { amp },
+        "wave" => Profile::Wave { amp: amp()? },
         "smooth_gaussian" => Profile::SmoothGaussian {
-            amp,
+            amp: amp()?,
             width: finite("width", deck.get_f64_or(BLOCK, "width", 0.1)?, true)?,
         },
         "hard_sphere" => Profile::HardSphere {
@@ -400,8 +400,18 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .map_err(|e| bad_input!("{e}"))?;
     }
     let (nranks, rank) = (ctx.world.size() as usize, ctx.world.rank() as usize);
-    // The fields, the step's start (rk2) and the face fluxes: about four copies, measured.
-    let budget = ctx.memory.budget(&config, num_vars, 4);
+    let out_fields = match deck.get_bool_or(BLOCK, "fill_derived", true)? {
+        true => derived::with_derived(&fields, num_vars, sparse).map_err(|e| bad_input!("{e}"))?,
+        false => fields.clone(),
+    };
+    // The fields, the step's start (rk2) and the face fluxes: about four copies, measured;
+    // an output of derived fields copies them with the derived ones, five times their size.
+    let derived_copies =
+        match (outputs.iter()).any(|o| derived::written_by(o, &out_fields, num_vars)) {
+            true => 5,
+            false => 0,
+        };
+    let budget = ctx.memory.budget(&config, num_vars, 4 + derived_copies);
     config.max_blocks = budget.max_blocks();
     let (mesh, data, resume) = match &ctx.restart {
         Some(path) => {
@@ -423,10 +433,6 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             let data = BlockData::new(&mesh, &fields, rank).map_err(crate::exit::storage_error)?;
             (mesh, data, None)
         }
-    };
-    let out_fields = match deck.get_bool_or(BLOCK, "fill_derived", true)? {
-        true => derived::with_derived(&fields, num_vars).map_err(|e| bad_input!("{e}"))?,
-        false => fields.clone(),
     };
     for o in &outputs {
         crate::output::check_block(o, &mesh, &out_fields)
@@ -953,27 +959,9 @@ impl Advection {
         let derived = due
             .iter()
             .any(|&(i, _)| derived::written_by(&self.outputs[i], &self.out_fields, nq))
-            .then(|| {
-                let default = self
-                    .fields
-                    .iter()
-                    .next()
-                    .map_or(0.0, |v| v.metadata.default_value());
-                let dims = (snap.gids.len(), nq);
-                derived::extend(
-                    snap.layout,
-                    snap.data,
-                    snap.stride,
-                    dims,
-                    &allocated,
-                    default,
-                )
-            });
-        let nf = self.out_fields.iter().count();
-        let derived_allocated: Vec<bool> = match derived {
-            Some(_) => (0..snap.gids.len() * nf)
-                .map(|i| i % nf >= nq || allocated[i / nf * nv + i % nf])
-                .collect(),
+            .then(|| derived::extend(snap.layout, snap.data, snap.stride, (snap.gids.len(), nq)));
+        let derived_allocated = match derived {
+            Some(_) => derived::allocation(&allocated, nq),
             None => Vec::new(),
         };
         for (i, number) in due {

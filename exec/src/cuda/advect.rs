@@ -28,6 +28,11 @@ pub enum MeasureKind {
     Max = 2,
     /// `magnitude`, `less_than`: the largest negated value (minus the smallest).
     MaxNegated = 3,
+    /// The largest value of the whole block, ghosts included (with the next, the advection
+    /// example's own test).
+    BlockMax = 4,
+    /// The largest negated value of the whole block, ghosts included.
+    BlockMaxNegated = 5,
 }
 
 /// Slope limiters of the piecewise-linear reconstruction, with the codes of the kernels.
@@ -165,7 +170,7 @@ impl Device {
     }
 
     /// The refinement measure ([`MeasureKind`]) of every block for each criterion of `m`, over
-    /// the interior cells and active directions of its variable, into `out` as
+    /// the interior cells (or the whole block) of its variable, into `out` as
     /// `[block][criterion]`. One launch, then one copy of those values to the host (a
     /// synchronisation).
     pub fn refine_measure(

@@ -1,20 +1,22 @@
-//! Adaptive refinement of the advection run: a block asks to be refined where the first field
-//! is steep and to be merged where it is flat, every `advection/refine_interval` cycles; the
-//! mesh is then remeshed and rebalanced, the data moved with [`redistribute`], and the ghost
-//! exchange and flux correction rebuilt for the new mesh.
+//! Adaptive refinement of the advection run: every `advection/refine_interval` cycles each
+//! block asks to be refined, kept or merged; the mesh is then remeshed and rebalanced, the
+//! data moved with [`redistribute`], and the ghost exchange and flux correction rebuilt for
+//! the new mesh. A merge is granted once the whole family has asked
+//! `parthenon/mesh/derefine_count` times in a row.
 //!
-//! The criterion is Parthenon's first-derivative measure: the largest, over the block's
-//! interior cells and the active directions, of `|q(i+1) - q(i-1)| / (2 |q(i)| + tiny)`.
-//! Above `advection/refine_tol` (default 0.3) the block refines; below
-//! `advection/derefine_tol` (default 0.03) it asks to merge (granted once its whole family
-//! has asked `parthenon/mesh/derefine_count` times in a row).
+//! The advection block's own test is that of Parthenon's advection example, on each field
+//! over the whole block, ghosts included: refine where the largest value exceeds
+//! `advection/refine_tol` (default 0.3) while the smallest is below `advection/derefine_tol`
+//! (default 0.03), so at a front between the two; merge where the largest is below
+//! `derefine_tol`.
 //!
 //! `parthenon/refinementN` blocks (Parthenon's criteria: `method`, `field`, `refine_tol`
-//! default 0.5, `derefine_tol` default 0.05, `max_level`) replace that criterion by theirs; a
+//! default 0.5, `derefine_tol` default 0.05, `max_level`) replace that test by theirs; a
 //! block refines if any criterion asks it to and merges only if all do. The methods, each
 //! over the interior cells of `field` ([`MeasureKind`]):
 //!
-//! - `derivative_order_1` (the default), the measure above;
+//! - `derivative_order_1` (the default): the largest `|q(i+1) - q(i-1)| / (2 |q(i)| + tiny)`
+//!   over the active directions;
 //! - `derivative_order_2`: the largest `|a - q(i)| / (|a| + |q(i)| + tiny)` with `a` the mean
 //!   of `q(i-1)` and `q(i+1)`, over the active directions;
 //! - `magnitude`: with `comparator: greater_than` (the default) the block refines where its
@@ -44,27 +46,64 @@ pub(super) const TINY: f64 = 1e-20;
 struct Criterion {
     /// The field (its slot in the storage).
     field: usize,
-    kind: MeasureKind,
-    /// The measure above which a block refines, and below which it asks to merge (for
-    /// [`MeasureKind::MaxNegated`], the tolerances negated).
-    refine_at: f64,
-    derefine_at: f64,
+    test: Test,
     /// Blocks at this level or finer are not refined for this criterion.
     max_level: u32,
 }
 
+/// How a criterion decides from its measures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Test {
+    /// A `parthenon/refinementN` method: its measure above `refine_at` refines, below
+    /// `derefine_at` asks to merge (for [`MeasureKind::MaxNegated`], the tolerances negated).
+    Threshold {
+        kind: MeasureKind,
+        refine_at: f64,
+        derefine_at: f64,
+    },
+    /// The advection package's own test (Parthenon's example), over the whole block, ghosts
+    /// included: refine where the largest value exceeds `refine_tol` while the smallest is
+    /// below `derefine_tol`; merge where the largest is below `derefine_tol`.
+    Bounds { refine_tol: f64, derefine_tol: f64 },
+}
+
 impl Criterion {
-    fn flag(&self, measure: f64, level: u32) -> RefinementFlag {
-        if measure > self.refine_at {
-            if level < self.max_level {
-                RefinementFlag::Refine
-            } else {
-                RefinementFlag::Same
-            }
-        } else if measure < self.derefine_at {
-            RefinementFlag::Derefine
-        } else {
-            RefinementFlag::Same
+    /// What it measures, in order: one value, or two (the largest, minus the smallest).
+    fn kinds(&self) -> &'static [MeasureKind] {
+        match self.test {
+            Test::Threshold { kind, .. } => match kind {
+                MeasureKind::FirstDerivative => &[MeasureKind::FirstDerivative],
+                MeasureKind::SecondDerivative => &[MeasureKind::SecondDerivative],
+                MeasureKind::Max => &[MeasureKind::Max],
+                MeasureKind::MaxNegated => &[MeasureKind::MaxNegated],
+                MeasureKind::BlockMax => &[MeasureKind::BlockMax],
+                MeasureKind::BlockMaxNegated => &[MeasureKind::BlockMaxNegated],
+            },
+            Test::Bounds { .. } => &[MeasureKind::BlockMax, MeasureKind::BlockMaxNegated],
+        }
+    }
+
+    /// The flag of a block at `level` from this criterion's measures (as [`Self::kinds`]).
+    fn flag(&self, m: &[f64], level: u32) -> RefinementFlag {
+        let (refine, derefine) = match self.test {
+            Test::Threshold {
+                refine_at,
+                derefine_at,
+                ..
+            } => (m[0] > refine_at, m[0] < derefine_at),
+            Test::Bounds {
+                refine_tol,
+                derefine_tol,
+            } => (
+                m[0] > refine_tol && -m[1] < derefine_tol,
+                m[0] < derefine_tol,
+            ),
+        };
+        match (refine, derefine) {
+            (true, _) if level < self.max_level => RefinementFlag::Refine,
+            (true, _) => RefinementFlag::Same,
+            (false, true) => RefinementFlag::Derefine,
+            (false, false) => RefinementFlag::Same,
         }
     }
 }
@@ -101,51 +140,52 @@ impl Amr {
         num_vars: usize,
     ) -> Result<Option<Self>> {
         let finest = config.numlevel.saturating_sub(1);
-        // The tolerances of `block`, as thresholds of `kind`'s measure; `refine_tol` must lie
-        // on the refining side of `derefine_tol`.
-        let thresholds =
-            |block: &str, kind: MeasureKind, refine: f64, derefine: f64| -> Result<(f64, f64)> {
-                let (r, d) = match kind {
-                    MeasureKind::FirstDerivative | MeasureKind::SecondDerivative => {
-                        let tol = |key: &str, default| deck.get_nonneg_f64_or(block, key, default);
-                        (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?)
-                    }
-                    MeasureKind::Max | MeasureKind::MaxNegated => {
-                        let tol = |key: &str, default| -> Result<f64> {
-                            match deck.get_f64_or(block, key, default)? {
-                                x if x.is_finite() => Ok(x),
-                                _ => {
-                                    Err(deck.invalid(block, key, "must be a finite number").into())
-                                }
-                            }
-                        };
-                        (tol("refine_tol", refine)?, tol("derefine_tol", derefine)?)
-                    }
-                };
-                let (sign, side) = match kind {
-                    MeasureKind::MaxNegated => (-1.0, "above"),
-                    _ => (1.0, "below"),
-                };
-                if sign * d >= sign * r {
-                    return Err(deck
-                        .invalid(
-                            block,
-                            "derefine_tol",
-                            format!("must be {side} refine_tol ({r})"),
-                        )
-                        .into());
-                }
-                Ok((sign * r, sign * d))
+        let tol = |block: &str, key: &str, default: f64, nonneg: bool| -> Result<f64> {
+            match deck.get_f64_or(block, key, default)? {
+                x if x.is_finite() && (x >= 0.0 || !nonneg) => Ok(x),
+                _ if nonneg => Err(deck
+                    .invalid(block, key, "must be a finite number >= 0")
+                    .into()),
+                _ => Err(deck.invalid(block, key, "must be a finite number").into()),
+            }
+        };
+        // `derefine_tol` must lie on the merging side of `refine_tol` (Parthenon does not
+        // check; where they overlap its merge request wins, which refines nothing there).
+        let ordered = |block: &str, (r, d): (f64, f64), side: &str| -> Result<()> {
+            if (side == "above" && d > r) || (side == "below" && d < r) {
+                return Ok(());
+            }
+            let given = |key| match deck.has(block, key) {
+                true => String::new(),
+                false => " (its default; give both)".to_string(),
             };
-        let kind = MeasureKind::FirstDerivative;
-        let (refine_at, derefine_at) = thresholds(BLOCK, kind, 0.3, 0.03)?;
-        let mut criteria = vec![Criterion {
-            field: 0,
-            kind,
-            refine_at,
-            derefine_at,
-            max_level: finest,
-        }];
+            Err(deck
+                .invalid(
+                    block,
+                    "derefine_tol",
+                    format!(
+                        "{d}{} must be {side} refine_tol, {r}{}",
+                        given("derefine_tol"),
+                        given("refine_tol")
+                    ),
+                )
+                .into())
+        };
+        let (r, d) = (
+            tol(BLOCK, "refine_tol", 0.3, false)?,
+            tol(BLOCK, "derefine_tol", 0.03, false)?,
+        );
+        ordered(BLOCK, (r, d), "below")?;
+        let mut criteria: Vec<Criterion> = (0..num_vars)
+            .map(|field| Criterion {
+                field,
+                test: Test::Bounds {
+                    refine_tol: r,
+                    derefine_tol: d,
+                },
+                max_level: finest,
+            })
+            .collect();
         let mut blocks: Vec<(usize, &str)> = deck
             .blocks()
             .iter()
@@ -220,7 +260,19 @@ impl Amr {
                         format!("no field '{name}' (known: {})", known.join(", ")),
                     )
                 })?;
-            let (refine_at, derefine_at) = thresholds(block, kind, 0.5, 0.05)?;
+            let magnitude = matches!(kind, MeasureKind::Max | MeasureKind::MaxNegated);
+            let r = tol(block, "refine_tol", 0.5, !magnitude)?;
+            let d = tol(block, "derefine_tol", 0.05, !magnitude)?;
+            let sign = match kind {
+                MeasureKind::MaxNegated => -1.0,
+                _ => 1.0,
+            };
+            ordered(block, (r, d), if sign < 0.0 { "above" } else { "below" })?;
+            let test = Test::Threshold {
+                kind,
+                refine_at: sign * r,
+                derefine_at: sign * d,
+            };
             let max_level = deck.get_i64_or(block, "max_level", i64::from(finest))?;
             if !(0..=i64::from(finest)).contains(&max_level) {
                 return Err(deck
@@ -233,9 +285,7 @@ impl Amr {
             }
             criteria.push(Criterion {
                 field,
-                kind,
-                refine_at,
-                derefine_at,
+                test,
                 max_level: max_level as u32,
             });
         }
@@ -263,17 +313,22 @@ impl Amr {
         }))
     }
 
-    /// The field (storage slot) and measure of each criterion, in order.
+    /// The field (storage slot) and measure of every value the criteria take, in order.
     pub(super) fn measures(&self) -> Vec<(usize, MeasureKind)> {
-        self.criteria.iter().map(|c| (c.field, c.kind)).collect()
+        (self.criteria.iter())
+            .flat_map(|c| c.kinds().iter().map(|&k| (c.field, k)))
+            .collect()
     }
 
-    /// The flag of a block at `level` whose criteria measured `measures` (one each, in
-    /// order): refine if any criterion says so, merge only if all do.
+    /// The flag of a block at `level` whose criteria measured `measures` (as
+    /// [`Self::measures`]): refine if any criterion says so, merge only if all do.
     fn flag(&self, level: u32, measures: &[f64]) -> RefinementFlag {
         let mut all_derefine = true;
-        for (c, &m) in self.criteria.iter().zip(measures) {
-            match c.flag(m, level) {
+        let mut at = 0;
+        for c in &self.criteria {
+            let n = c.kinds().len();
+            at += n;
+            match c.flag(&measures[at - n..at], level) {
                 RefinementFlag::Refine => return RefinementFlag::Refine,
                 RefinementFlag::Same => all_derefine = false,
                 RefinementFlag::Derefine => {}
@@ -290,6 +345,11 @@ impl Amr {
 /// The measure `kind` of one block array (ghosts filled). The device computes the same, bit
 /// for bit (`Device::refine_measure`).
 pub(super) fn measure(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
+    // + 0.0: a zero is +0 whichever zero the maximum kept (the device's order differs).
+    measure_any_zero(kind, u, geo) + 0.0
+}
+
+fn measure_any_zero(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
     let strides = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
     let cells = geo.interior().map(|p| geo.at(p));
     match kind {
@@ -306,6 +366,8 @@ pub(super) fn measure(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
         }),
         MeasureKind::Max => cells.fold(f64::NEG_INFINITY, |m, c| m.max(u[c])),
         MeasureKind::MaxNegated => cells.fold(f64::NEG_INFINITY, |m, c| m.max(-u[c])),
+        MeasureKind::BlockMax => u.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x)),
+        MeasureKind::BlockMaxNegated => u.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(-x)),
     }
 }
 
@@ -330,13 +392,12 @@ impl Advection {
     /// host's fields.
     fn host_measures(&self, amr: &Amr) -> Vec<f64> {
         let data = self.data.borrow();
-        let mut out = Vec::with_capacity(data.gids().len() * amr.criteria.len());
+        let measures = amr.measures();
+        let mut out = Vec::with_capacity(data.gids().len() * measures.len());
         for (b, &gid) in data.gids().iter().enumerate() {
             let geo = Geo::new(&self.mesh, gid);
             out.extend(
-                amr.criteria
-                    .iter()
-                    .map(|c| measure(c.kind, data.fine(b, c.field), &geo)),
+                (measures.iter()).map(|&(field, kind)| measure(kind, data.fine(b, field), &geo)),
             );
         }
         out
@@ -353,7 +414,7 @@ impl Advection {
         refine_only: bool,
     ) -> Vec<RefinementFlag> {
         let data = self.data.borrow();
-        let nc = amr.criteria.len();
+        let nc = amr.measures().len();
         let local: Vec<i8> = data
             .gids()
             .iter()
@@ -406,7 +467,7 @@ impl Advection {
             .remesh(flags, None)
             .map_err(|e| match self.budget.outgrown(&e) {
                 Some(why) => anyhow!(
-                    "{why}; raise advection/refine_tol, lower parthenon/mesh/numlevel or use more ranks"
+                    "{why}; raise the refinement tolerances (advection/refine_tol, parthenon/refinementN/refine_tol), lower parthenon/mesh/numlevel or use more ranks"
                 ),
                 None => e.into(),
             })
@@ -556,11 +617,89 @@ mod tests {
     fn criterion(field: usize, max_level: u32) -> Criterion {
         Criterion {
             field,
-            kind: MeasureKind::FirstDerivative,
-            refine_at: 0.1,
-            derefine_at: 0.01,
+            test: Test::Threshold {
+                kind: MeasureKind::FirstDerivative,
+                refine_at: 0.1,
+                derefine_at: 0.01,
+            },
             max_level,
         }
+    }
+
+    /// The criteria `yaml` (an adaptive 2-level mesh's deck with two fields) makes.
+    fn criteria_of(yaml: &str) -> Result<Vec<Criterion>> {
+        let deck = Deck::from_str_auto(yaml, "t.yaml").unwrap();
+        let mut config = MeshConfig::new([16, 16, 1], [8, 8, 1]);
+        config.refinement = RefinementKind::Adaptive;
+        config.numlevel = 2;
+        Ok(Amr::from_deck(&deck, &config, 2)?
+            .expect("adaptive")
+            .criteria)
+    }
+
+    #[test]
+    fn the_advection_block_tests_each_field_as_parthenons_example_does() {
+        let c = criteria_of("advection: {refine_tol: 0.4, derefine_tol: 0.1}").unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[1].field, 1);
+        let t = Test::Bounds {
+            refine_tol: 0.4,
+            derefine_tol: 0.1,
+        };
+        assert_eq!(c[0].test, t);
+        // Measures: the largest value, minus the smallest.
+        let flag = |max: f64, min: f64| c[0].flag(&[max, -min], 0);
+        assert_eq!(flag(1.0, 0.0), RefinementFlag::Refine); // a front inside
+        assert_eq!(flag(1.0, 0.5), RefinementFlag::Same); // inside the sphere
+        assert_eq!(flag(0.05, 0.0), RefinementFlag::Derefine); // far from it
+        assert_eq!(flag(0.3, 0.0), RefinementFlag::Same);
+        assert_eq!(c[0].flag(&[1.0, 0.0], 1), RefinementFlag::Same); // at the finest level
+        assert_eq!(
+            c[0].kinds(),
+            [MeasureKind::BlockMax, MeasureKind::BlockMaxNegated]
+        );
+    }
+
+    #[test]
+    fn refinement_blocks_replace_it_with_parthenons_methods() {
+        let c = criteria_of(
+            "parthenon/refinement0: {field: advected_1, method: magnitude, comparator: less_than, refine_tol: -0.2, derefine_tol: 0.5}\n\
+             parthenon/refinement1: {field: advected, method: derivative_order_2}\n",
+        )
+        .unwrap();
+        let t = |kind, refine_at, derefine_at| Test::Threshold {
+            kind,
+            refine_at,
+            derefine_at,
+        };
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            (c[0].field, c[0].test),
+            (1, t(MeasureKind::MaxNegated, 0.2, -0.5))
+        );
+        assert_eq!(
+            (c[1].field, c[1].test),
+            (0, t(MeasureKind::SecondDerivative, 0.5, 0.05))
+        );
+        // less_than refines where the smallest value is below refine_tol: 0.2 is -(-0.2).
+        assert_eq!(c[0].flag(&[0.3], 0), RefinementFlag::Refine);
+        assert_eq!(c[0].flag(&[-0.6], 0), RefinementFlag::Derefine);
+        // With Parthenon's defaults (0.5, 0.05) less_than has its tolerances the wrong way
+        // round: refused, saying they are defaults.
+        let e = criteria_of(
+            "parthenon/refinement0: {field: advected, method: magnitude, comparator: less_than}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("0.05 (its default; give both) must be above refine_tol, 0.5 (its default; give both)"),
+            "{e}"
+        );
+        let e = criteria_of("advection: {refine_tol: 0.1, derefine_tol: 0.2}").unwrap_err();
+        assert!(
+            e.to_string().contains("0.2 must be below refine_tol, 0.1"),
+            "{e}"
+        );
     }
 
     fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
@@ -589,14 +728,16 @@ mod tests {
         // less_than, refine_tol -2, derefine_tol 1: refine where the smallest value is below
         // -2, merge where it is above 1.
         let c = Criterion {
-            kind: MeasureKind::MaxNegated,
-            refine_at: 2.0,
-            derefine_at: -1.0,
+            test: Test::Threshold {
+                kind: MeasureKind::MaxNegated,
+                refine_at: 2.0,
+                derefine_at: -1.0,
+            },
             ..criterion(0, 2)
         };
-        assert_eq!(c.flag(3.0, 0), RefinementFlag::Refine);
-        assert_eq!(c.flag(0.0, 0), RefinementFlag::Same);
-        assert_eq!(c.flag(-1.5, 0), RefinementFlag::Derefine);
+        assert_eq!(c.flag(&[3.0], 0), RefinementFlag::Refine);
+        assert_eq!(c.flag(&[0.0], 0), RefinementFlag::Same);
+        assert_eq!(c.flag(&[-1.5], 0), RefinementFlag::Derefine);
     }
 
     #[test]

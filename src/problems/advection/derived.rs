@@ -6,13 +6,16 @@
 //! - `one_minus_sqrt_one_minus_advected_sq_12`: `1 - sqrt((1 - q)^2)`;
 //! - `one_minus_sqrt_one_minus_advected_sq_37`: `1` minus the previous one.
 //!
-//! The last two are sparse ids 12 and 37 of one pool, as in Parthenon (allocated on every
-//! block), so an output that names the pool writes both. They are computed only for an hdf5
+//! The last two are sparse ids 12 and 37 of one pool, as in Parthenon, so an output that
+//! names the pool writes both. With sparse advected fields all four are sparse, allocated
+//! where every advected field is (elsewhere an output shows them as it shows an unallocated
+//! field); with dense ones, allocated everywhere. They are computed only for an hdf5
 //! or png output that names them, never stored between steps. An output without a
 //! `variables` list writes the advected fields alone (Parthenon's would add these, which
 //! would make every such file five times larger), as do restart files and histories.
 
-use crate::output::select::select;
+use crate::output::png::find_component;
+use crate::output::select::{cell_vars, select};
 use crate::output::{FileType, OutputBlock};
 use starhalo_boundary::FieldLayout;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
@@ -26,17 +29,39 @@ pub(super) const NAMES: [&str; 4] = [
     "one_minus_sqrt_one_minus_advected_sq_37",
 ];
 
-/// `fields` (the `num_vars` advected fields) with the derived fields after them.
-pub(super) fn with_derived(fields: &Fields, num_vars: usize) -> Result<Fields, MeshError> {
+/// `fields` (the `num_vars` advected fields, `sparse` or not) with the derived fields after
+/// them.
+pub(super) fn with_derived(
+    fields: &Fields,
+    num_vars: usize,
+    sparse: Option<SparseThresholds>,
+) -> Result<Fields, MeshError> {
     let mut out = fields.clone();
     for (i, name) in NAMES.iter().enumerate() {
-        let mut md = Metadata::new(Centering::Cell).components(num_vars);
-        if i >= 2 {
-            md = md.sparse(SparseThresholds::default());
-        }
-        out.add(name, md)?;
+        let md = Metadata::new(Centering::Cell).components(num_vars);
+        out.add(
+            name,
+            match (sparse, i >= 2) {
+                (Some(t), _) => md.sparse(t),
+                (None, true) => md.sparse(SparseThresholds::default()),
+                (None, false) => md,
+            },
+        )?;
     }
     Ok(out)
+}
+
+/// The allocation flags of the derived output: `allocated` (`nblocks * num_vars`, the
+/// advected fields') and, for the derived fields, whether every advected field is allocated
+/// on the block.
+pub(super) fn allocation(allocated: &[bool], num_vars: usize) -> Vec<bool> {
+    let nf = num_vars + NAMES.len();
+    (allocated.chunks(num_vars))
+        .flat_map(|a| {
+            let all = a.iter().all(|&x| x);
+            (0..nf).map(move |v| if v < num_vars { a[v] } else { all })
+        })
+        .collect()
 }
 
 /// Whether output `o` writes a derived field of `out_fields`, whose first `num_vars`
@@ -47,39 +72,33 @@ pub(super) fn written_by(o: &OutputBlock, out_fields: &Fields, num_vars: usize) 
             select(out_fields, Some(names), "")
                 .is_ok_and(|vars| vars.iter().any(|v| v.index >= num_vars))
         }),
-        FileType::Png => o
-            .png_variable
-            .as_deref()
-            .is_some_and(|name| NAMES.iter().any(|d| name.starts_with(d))),
+        FileType::Png => o.png_variable.as_deref().is_some_and(|name| {
+            find_component(&cell_vars(out_fields), name).is_some_and(|(v, _)| v.index >= num_vars)
+        }),
         FileType::Restart | FileType::History => false,
     }
 }
 
 /// The blocks of `data` (`nblocks` of them, `stride` apart, the `num_vars` advected fields
-/// first in `layout`) with the derived fields appended: their layout and values. A field
-/// not allocated on a block (`allocated[b * num_vars + v]` false) reads as `default` there.
+/// first in `layout`) with the derived fields appended: their layout and values (where an
+/// advected field is not allocated they are computed from what its storage holds, and the
+/// writers show what [`allocation`] says instead).
 pub(super) fn extend(
     layout: FieldLayout,
     data: &[f64],
     stride: usize,
     (nblocks, num_vars): (usize, usize),
-    allocated: &[bool],
-    default: f64,
 ) -> (FieldLayout, Vec<f64>) {
     let ext = FieldLayout {
         nvar: layout.nvar + NAMES.len() * num_vars,
         ..layout
     };
     let n = layout.var_len();
-    let unallocated = vec![default; n];
     let mut out = Vec::with_capacity(nblocks * ext.block_len());
     for b in 0..nblocks {
         let block = &data[b * stride..][..layout.block_len()];
         out.extend_from_slice(block);
-        let q = |v: usize| match allocated[b * num_vars + v] {
-            true => &block[v * n..][..n],
-            false => &unallocated[..],
-        };
+        let q = |v: usize| &block[v * n..][..n];
         for v in 0..num_vars {
             out.extend(q(v).iter().map(|&q| 1.0 - q));
         }
@@ -115,7 +134,7 @@ mod tests {
             0.0, 0.5, 2.0, 1.0, 3.0, -1.0, 9.0, 9.0, //
             0.25, 1.0, 4.0, 0.0, 0.0, 0.0, 9.0, 9.0,
         ];
-        let (ext, out) = extend(layout, &data, 8, (2, 2), &[true; 4], 0.0);
+        let (ext, out) = extend(layout, &data, 8, (2, 2));
         assert_eq!(ext.nvar, 10);
         assert_eq!(out.len(), 2 * 30);
         let var = |b: usize, v: usize| &out[b * 30 + v * 3..][..3];
@@ -130,12 +149,11 @@ mod tests {
         assert_eq!(var(1, 0), [0.25, 1.0, 4.0]);
         assert_eq!(var(1, 6), [0.25, 1.0, -2.0]);
         assert_eq!(var(1, 9), [1.0, 1.0, 1.0]);
-        // Field 1 unallocated on block 0 reads as the default, 0.5.
-        let (_, out) = extend(layout, &data, 8, (2, 2), &[true, false, true, true], 0.5);
-        let var = |b: usize, v: usize| &out[b * 30 + v * 3..][..3];
-        assert_eq!(var(0, 3), [0.5; 3]);
-        assert_eq!(var(0, 2), [1.0, 0.5, -1.0]);
-        assert_eq!(var(1, 3), [1.0, 1.0, 1.0]);
+        // Field 1 unallocated on block 0: so are the derived fields there.
+        let flags = allocation(&[true, false, true, true], 2);
+        assert_eq!(flags.len(), 2 * 6);
+        assert_eq!(flags[..6], [true, false, false, false, false, false]);
+        assert_eq!(flags[6..], [true; 6]);
     }
 
     #[test]
@@ -144,7 +162,7 @@ mod tests {
         fields
             .add("advected", Metadata::new(Centering::Cell).fill_ghost())
             .unwrap();
-        let all = with_derived(&fields, 1).unwrap();
+        let all = with_derived(&fields, 1, None).unwrap();
         let hdf5 = |vars: Option<&[&str]>| OutputBlock {
             variables: vars.map(|v| v.iter().map(|s| s.to_string()).collect()),
             ..OutputBlock::new(0, FileType::Hdf5)

@@ -291,7 +291,7 @@ int main() {
 
     /// The refinement measure kernel, run on the host by the emulator with its block reduction
     /// over 256 threads, gives the host criterion's value bit for bit: 1-D to 3-D blocks of
-    /// two levels (fewer and more cells than threads), five criteria of every kind on two
+    /// two levels (fewer and more cells than threads), seven criteria of every kind on two
     /// variables, random non-dyadic values with zeros (where `TINY` keeps the ratios finite),
     /// a steep ghost the edge cells see, and a NaN (which both maxima ignore).
     /// Skipped, saying so, where no `c++` is installed.
@@ -302,15 +302,15 @@ int main() {
             return;
         };
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        use starhalo_exec::cuda::MeasureKind::{
-            FirstDerivative, Max, MaxNegated, SecondDerivative,
-        };
+        use starhalo_exec::cuda::MeasureKind::*;
         let criteria = [
             (1, FirstDerivative),
             (0, FirstDerivative),
             (1, SecondDerivative),
             (0, Max),
             (1, MaxNegated),
+            (0, BlockMax),
+            (1, BlockMaxNegated),
         ];
         let ncrit = criteria.len();
         let meshes = [
@@ -330,6 +330,7 @@ int main() {
             let mut u: Vec<f64> = (0..nb * nvar * npts)
                 .map(|_| match rng.gen_range(0..8) {
                     0 => 0.0,
+                    1 => -0.0,
                     _ => rng.gen_range(-1.0..1.0),
                 })
                 .collect();
@@ -373,8 +374,10 @@ int main() {
             }
             // The ghost is what makes block 1 steep (the host's measure says so too).
             assert!(got[ncrit + 1] > 10.0, "{ndim}-D: {}", got[ncrit + 1]);
-            // Block 1's variable 0 is 0.5 inside: its largest value.
+            // Block 1's variable 0 is 0.5 inside: its largest value there; with the ghosts,
+            // the steep ghost's 40.
             assert_eq!(got[ncrit + 3], 0.5, "{ndim}-D");
+            assert_eq!(got[ncrit + 5], 40.0, "{ndim}-D");
             assert!(got.iter().all(|m| m.is_finite()), "{ndim}-D: {got:?}");
         }
     }

@@ -40,6 +40,12 @@ pub(super) fn from_deck(deck: &Deck, mesh: &Mesh) -> Result<Vec<OutputBlock>> {
         }
         crate::output::check_block(o, mesh, &fields)
             .map_err(|e| crate::run::output_blocks::deck_error(deck, e))?;
+        if let (Some(_), Some(at)) = (o.dt, deck.origin(&o.block, "dt")) {
+            tracing::warn!(
+                "{}/dt (at {at}): poisson's time stays 0, so this output writes before the first V-cycle and at the end; dn counts V-cycles",
+                o.block
+            );
+        }
     }
     Ok(outputs)
 }

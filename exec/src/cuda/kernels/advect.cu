@@ -83,9 +83,10 @@ extern "C" __global__ void sh_adv_update(double *u, const double *u0, const doub
 // method in its high bits: 0, the largest |u(c + e_d) - u(c - e_d)| / (2 |u(c)| + tiny) over
 // the active directions d (derivative_order_1); 1, the largest |a - u(c)| / (|a| + |u(c)| +
 // tiny) with a = (u(c + e_d) + u(c - e_d)) / 2 (derivative_order_2); 2, the largest u(c); 3,
-// the largest -u(c) (magnitude). Into measure[block * ncrit + criterion]. One thread block of
+// the largest -u(c) (magnitude); 4 and 5, the same over the whole block, ghosts included (the
+// advection example's own test). Into measure[block * ncrit + criterion]. One thread block of
 // SH_MEASURE_THREADS threads per pair. fmax is exact and, like the host's max, ignores NaN, so
-// any order of the reduction gives the host's value.
+// any order of the reduction gives the host's value (up to the sign of a zero, made +0).
 extern "C" __global__ void sh_adv_refine_measure(const double *u, const u64 *crit, double *measure, u64 npairs, u64 ncrit, u64 nvar, u64 d0, u64 d1, u64 d2, u64 g0, u64 g1, u64 g2, u64 n0, u64 n1, u64 n2, u64 ndim, double tiny) {
     __shared__ double part[SH_MEASURE_THREADS];
     u64 ncells = n0 * n1 * n2, npts = d0 * d1 * d2;
@@ -93,9 +94,10 @@ extern "C" __global__ void sh_adv_refine_measure(const double *u, const u64 *cri
     for (u64 pair = blockIdx.x; pair < npairs; pair += gridDim.x) {
         u64 c0 = crit[pair % ncrit], method = c0 >> 32;
         const double *a = u + ((pair / ncrit) * nvar + (c0 & 0xffffffffull)) * npts;
-        // The maxima of values start at -infinity (IEEE division; no header defines it here).
-        double m = method >= 2 ? -1.0 / 0.0 : 0.0;
-        for (u64 p = threadIdx.x; p < ncells; p += blockDim.x) {
+        double m = method >= 2 ? __longlong_as_double(0xfff0000000000000ll) : 0.0; // -infinity
+        if (method >= 4) {
+            for (u64 p = threadIdx.x; p < npts; p += blockDim.x) m = fmax(m, method == 4 ? a[p] : -a[p]);
+        } else for (u64 p = threadIdx.x; p < ncells; p += blockDim.x) {
             u64 i, j;
             u64 k = sh_divmod(sh_divmod(p, n0, &i), n1, &j);
             u64 c = ((k + g2) * d1 + j + g1) * d0 + i + g0;
@@ -118,7 +120,8 @@ extern "C" __global__ void sh_adv_refine_measure(const double *u, const u64 *cri
             if (threadIdx.x < h) part[threadIdx.x] = fmax(part[threadIdx.x], part[threadIdx.x + h]);
             __syncthreads();
         }
-        if (threadIdx.x == 0) measure[pair] = part[0];
+        // + 0.0 makes a zero +0 whichever zero the reduction kept, as the host does.
+        if (threadIdx.x == 0) measure[pair] = part[0] + 0.0;
         // part is written again for the next pair only once thread 0 has read it.
         __syncthreads();
     }
