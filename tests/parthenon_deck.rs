@@ -53,6 +53,18 @@ fn read(file: &hdf5::File, name: &str) -> Vec<f64> {
         .unwrap()
 }
 
+/// The `SparseInfo` dataset (allocation flags) and the sparse variables it names.
+fn sparse_info(file: &hdf5::File) -> (hdf5::Dataset, Vec<String>) {
+    let info = file.dataset("SparseInfo").unwrap();
+    let names = (info.attr("SparseFields"))
+        .and_then(|a| a.read_raw::<hdf5::types::VarLenUnicode>())
+        .unwrap()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    (info, names)
+}
+
 #[test]
 fn parthenons_advection_deck_writes_its_derived_fields() {
     let dir = run("derived", &[]);
@@ -79,15 +91,7 @@ fn parthenons_advection_deck_writes_its_derived_fields() {
                 assert_eq!(g.to_bits(), f_of(x).to_bits(), "{name} {d}[{i}] of q = {x}");
             }
         }
-        let info = f.dataset("SparseInfo").unwrap();
-        let sparse: Vec<String> = info
-            .attr("SparseFields")
-            .unwrap()
-            .read_raw::<hdf5::types::VarLenUnicode>()
-            .unwrap()
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let (info, sparse) = sparse_info(&f);
         assert_eq!(sparse, DERIVED[2..], "{name}");
         let allocated: Vec<bool> = info.read_raw().unwrap();
         assert!(
@@ -171,15 +175,7 @@ fn derived_fields_of_two_sparse_fields() {
     let f = hdf5::File::open(dir.join("advection.out0.final.phdf")).unwrap();
     let (q0, q1) = (read(&f, "advected"), read(&f, "advected_1"));
     let (one, pool) = (read(&f, DERIVED[0]), read(&f, DERIVED[3]));
-    let info = f.dataset("SparseInfo").unwrap();
-    let names: Vec<String> = info
-        .attr("SparseFields")
-        .unwrap()
-        .read_raw::<hdf5::types::VarLenUnicode>()
-        .unwrap()
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let (info, names) = sparse_info(&f);
     assert_eq!(
         names,
         ["advected", "advected_1", DERIVED[0], DERIVED[2], DERIVED[3]]

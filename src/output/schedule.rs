@@ -4,7 +4,36 @@
 //! reaches its next output time, which then advances past the current time in steps of `dt`;
 //! a `dn` output writes every `dn` cycles. The driver adds the final output of a run.
 
-use super::config::{FileNumber, OutputBlock};
+use super::config::{FileNumber, FileType, OutputBlock};
+
+/// The outputs of `blocks` (each with its schedule in `sched`) that write at this `time`
+/// and `cycle`, with their file numbers, each schedule advanced: every enabled one when
+/// `last` (the final outputs of the last step; a history writes one line for it, on its
+/// schedule or not, unless the step has one already), else those due.
+pub fn due_outputs(
+    blocks: &[OutputBlock],
+    sched: &mut [Schedule],
+    (time, cycle): (f64, u64),
+    last: bool,
+) -> Vec<(usize, FileNumber)> {
+    let mut due = Vec::new();
+    for (i, (o, s)) in blocks.iter().zip(sched).enumerate() {
+        let number = if !o.enabled() {
+            continue;
+        } else if last {
+            if o.file_type == FileType::History && s.last_cycle == Some(cycle) {
+                continue;
+            }
+            s.wrote_final(o, cycle)
+        } else if s.due(o, time, cycle) {
+            s.wrote(o, time, cycle)
+        } else {
+            continue;
+        };
+        due.push((i, number));
+    }
+    due
+}
 
 /// The state of one output block across a run (restored from a restart by the driver).
 #[derive(Debug, Clone, Copy, PartialEq)]

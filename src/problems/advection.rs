@@ -54,7 +54,7 @@ mod gpu;
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
-use crate::output::{hst, write_output, FileType, OutputBlock, Schedule, Snapshot};
+use crate::output::{hst, schedule, write_output, FileType, OutputBlock, Schedule, Snapshot};
 use crate::run::collective::{agree, max_f64};
 use crate::run::memory::Budget;
 use crate::run::resume::{self, Resume};
@@ -907,24 +907,7 @@ impl Advection {
     ) -> Result<()> {
         // Every schedule advances before anything is written, so that a restart file holds
         // the schedules as they stand after this step.
-        let mut due = Vec::new();
-        for (i, (o, s)) in self.outputs.iter().zip(sched.iter_mut()).enumerate() {
-            let number = if !o.enabled() {
-                continue;
-            } else if last {
-                // The final outputs of the last step; the history ends with a line for it,
-                // on its schedule or not, unless the step has one already.
-                if o.file_type == FileType::History && s.last_cycle == Some(cycle) {
-                    continue;
-                }
-                s.wrote_final(o, cycle)
-            } else if s.due(o, time, cycle) {
-                s.wrote(o, time, cycle)
-            } else {
-                continue;
-            };
-            due.push((i, number));
-        }
+        let due = schedule::due_outputs(&self.outputs, sched, (time, cycle), last);
         if due.is_empty() {
             // Nothing to write (the same on every rank): no copy of the fields.
             return Ok(());

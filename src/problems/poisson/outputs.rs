@@ -13,7 +13,7 @@
 use super::solver::Solver;
 use super::Poisson;
 use crate::deck::Deck;
-use crate::output::{write_output, FileType, OutputBlock, Schedule, Snapshot};
+use crate::output::{schedule, write_output, FileType, OutputBlock, Schedule, Snapshot};
 use crate::run::stats::CommTimer;
 use crate::run::RunContext;
 use anyhow::{Context as _, Result};
@@ -88,22 +88,7 @@ impl<'a> Outputs<'a> {
         cycle: u64,
         last: bool,
     ) -> Result<()> {
-        let mut due = Vec::new();
-        for (i, (o, sc)) in self.blocks.iter().zip(&mut self.sched).enumerate() {
-            let number = if !o.enabled() {
-                continue;
-            } else if last {
-                if o.file_type == FileType::History && sc.last_cycle == Some(cycle) {
-                    continue;
-                }
-                sc.wrote_final(o, cycle)
-            } else if sc.due(o, 0.0, cycle) {
-                sc.wrote(o, 0.0, cycle)
-            } else {
-                continue;
-            };
-            due.push((i, number));
-        }
+        let due = schedule::due_outputs(self.blocks, &mut self.sched, (0.0, cycle), last);
         if due.is_empty() {
             return Ok(());
         }
