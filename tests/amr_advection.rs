@@ -202,8 +202,14 @@ fn check_physics(r: &Run) {
 fn check_bad_keys() {
     let deck = deck();
     for (o, says) in [
-        ("advection/derefine_tol=0.5", "derefine_tol"),
-        ("advection/refine_tol=-1", "refine_tol"),
+        (
+            "advection/derefine_tol=0.5",
+            "advection/derefine_tol at the command line: 0.5 must be below refine_tol, 0.3 (its default)",
+        ),
+        (
+            "advection/refine_tol=-1",
+            "advection/refine_tol at the command line: -1 must be above derefine_tol, 0.03 (its default)",
+        ),
         ("advection/refine_interval=0", "refine_interval"),
         ("parthenon/mesh/numlevel=1", "numlevel"),
         ("parthenon/refinement0/field=foo", "no field 'foo'"),

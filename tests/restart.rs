@@ -17,7 +17,8 @@
 //! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
 //!   restart), and that file continued with dense fields ends with the same values;
 //! - and on 3 ranks with adaptive refinement, where the mesh still changes after the
-//!   restart point;
+//!   restart point, by the steepness of a Gaussian (`parthenon/refinement0`), and on 2 by
+//!   the advection block's own test on a hard sphere;
 //! - a missing file, a `.phdf` file, a truncated file, a file edited through HDF5 (another
 //!   problem's name, another time, a changed value) and a deck whose mesh differs from the
 //!   file's exit 2 on every rank with a message naming the cause.
@@ -83,11 +84,19 @@ fn main() {
         "parthenon/refinement0/refine_tol=0.05",
         "parthenon/refinement0/derefine_tol=0.01",
     ];
+    // The advection block's own test (Parthenon's example) on a hard sphere.
+    let sphere: &[&str] = &[
+        "parthenon/mesh/refinement=adaptive",
+        "parthenon/mesh/derefine_count=2",
+        "advection/profile=hard_sphere",
+        "advection/radius=0.2",
+    ];
     for (ranks, extra, tag) in [
         (1, &[][..], "dense"),
         (2, &[][..], "dense"),
         (2, sparse, "sparse"),
         (3, amr, "amr"),
+        (2, sphere, "sphere"),
     ] {
         let t0 = std::time::Instant::now();
         let name = if tag == "dense" {
@@ -139,7 +148,7 @@ fn main() {
         }
         if tag == "dense" {
             finals.push(full.join("adv.out1.final.rhdf"));
-        } else if tag == "amr" {
+        } else if tag == "amr" || tag == "sphere" {
             let blocks = |f: &str| attr::<i64>(&full.join(f), "NumMeshBlocks");
             let (at_restart, at_end) =
                 (blocks("adv.out1.00001.rhdf"), blocks("adv.out1.final.rhdf"));

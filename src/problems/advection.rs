@@ -22,8 +22,9 @@
 //! ([`ExactSum`]), so results are bit-for-bit identical for any block size and number of ranks.
 //!
 //! On a multilevel mesh the boundary crate's flux correction keeps the update conservative.
-//! With `parthenon/mesh/refinement: adaptive` the mesh follows the first field's gradient (see
-//! [`amr`]): refinement, merging, rebalancing and the data movement keep the total too.
+//! With `parthenon/mesh/refinement: adaptive` the mesh follows the fields' fronts, or the
+//! criteria of `parthenon/refinementN` blocks (see [`amr`]): refinement, merging, rebalancing
+//! and the data movement keep the total too.
 //!
 //! Restarts: `file_type: rst` outputs write everything a continuation needs (fields with
 //! ghosts and sparse allocation, forest, derefinement counts, cycle, time, dt and every
@@ -401,7 +402,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }
     let (nranks, rank) = (ctx.world.size() as usize, ctx.world.rank() as usize);
     let out_fields = match deck.get_bool_or(BLOCK, "fill_derived", true)? {
-        true => derived::with_derived(&fields, num_vars, sparse).map_err(|e| bad_input!("{e}"))?,
+        true => derived::with_derived(&fields, num_vars).map_err(|e| bad_input!("{e}"))?,
         false => fields.clone(),
     };
     // The fields, the step's start (rk2) and the face fluxes: about four copies, measured;
@@ -942,7 +943,16 @@ impl Advection {
         let derived = due
             .iter()
             .any(|&(i, _)| derived::written_by(&self.outputs[i], &self.out_fields, nq))
-            .then(|| derived::extend(snap.layout, snap.data, snap.stride, (snap.gids.len(), nq)));
+            .then(|| {
+                let default = self
+                    .fields
+                    .iter()
+                    .next()
+                    .map(|v| v.metadata.default_value());
+                let unallocated = (&allocated[..], default.unwrap_or(0.0));
+                let dims = (snap.gids.len(), nq);
+                derived::extend(snap.layout, snap.data, snap.stride, dims, unallocated)
+            });
         let derived_allocated = match derived {
             Some(_) => derived::allocation(&allocated, nq),
             None => Vec::new(),

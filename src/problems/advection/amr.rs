@@ -4,8 +4,9 @@
 //! the new mesh. A merge is granted once the whole family has asked
 //! `parthenon/mesh/derefine_count` times in a row.
 //!
-//! The advection block's own test is that of Parthenon's advection example, on each field
-//! over the whole block, ghosts included: refine where the largest value exceeds
+//! The advection block's own test is that of Parthenon's advection example (its current
+//! code, which tests each field; a 3-D block there is tested slab by slab), on each field over
+//! the whole block, ghosts included: refine where the largest value exceeds
 //! `advection/refine_tol` (default 0.3) while the smallest is below `advection/derefine_tol`
 //! (default 0.03), so at a front between the two; merge where the largest is below
 //! `derefine_tol`.
@@ -149,24 +150,31 @@ impl Amr {
                 _ => Err(deck.invalid(block, key, "must be a finite number").into()),
             }
         };
-        // `derefine_tol` must lie on the merging side of `refine_tol` (Parthenon does not
-        // check; where they overlap its merge request wins, which refines nothing there).
+        // `derefine_tol` must not lie on the refining side of `refine_tol`: Parthenon does
+        // not check, and where they overlap its current code lets the merge request win,
+        // which would refine nothing there. The message names the key the deck gave.
         let ordered = |block: &str, (r, d): (f64, f64), side: &str| -> Result<()> {
-            if (side == "above" && d > r) || (side == "below" && d < r) {
+            if (side == "above" && d >= r) || (side == "below" && d <= r) {
                 return Ok(());
             }
-            let given = |key| match deck.has(block, key) {
-                true => String::new(),
-                false => " (its default; give both)".to_string(),
+            let default = |key| match deck.has(block, key) {
+                true => "",
+                false => " (its default)",
+            };
+            let opposite = if side == "above" { "below" } else { "above" };
+            let refine_alone = deck.has(block, "refine_tol") && !deck.has(block, "derefine_tol");
+            let (key, value, rel, other, other_value) = match refine_alone {
+                true => ("refine_tol", r, opposite, "derefine_tol", d),
+                false => ("derefine_tol", d, side, "refine_tol", r),
             };
             Err(deck
                 .invalid(
                     block,
-                    "derefine_tol",
+                    key,
                     format!(
-                        "{d}{} must be {side} refine_tol, {r}{}",
-                        given("derefine_tol"),
-                        given("refine_tol")
+                        "{value}{} must be {rel} {other}, {other_value}{}",
+                        default(key),
+                        default(other)
                     ),
                 )
                 .into())
@@ -388,7 +396,7 @@ fn flag_of(c: i8) -> RefinementFlag {
 }
 
 impl Advection {
-    /// The measure of every criterion on every local block, `[block][criterion]`, from the
+    /// The measure of every criterion on every local block, `[block][measure]` (as [`Amr::measures`]), from the
     /// host's fields.
     fn host_measures(&self, amr: &Amr) -> Vec<f64> {
         let data = self.data.borrow();
@@ -404,7 +412,7 @@ impl Advection {
     }
 
     /// Every block's flag, in gid order, the same on every rank (collective), from the
-    /// local blocks' `measures` (`[block][criterion]`). `refine_only` turns merge requests
+    /// local blocks' `measures` (`[block][measure]`). `refine_only` turns merge requests
     /// into "same" (the initial refinement only ever adds levels).
     fn gather_flags(
         &self,
@@ -551,7 +559,7 @@ impl Advection {
 
     /// Between steps: check the refinement criterion (every `refine_interval` cycles) and
     /// remesh if any block changes; says whether it did. With the fields on `gpu`, the device
-    /// measures the criteria (one value per block and criterion comes back) and the fields
+    /// measures the criteria (one value per block and measure comes back) and the fields
     /// are downloaded only for a remesh. Collective.
     pub(super) fn adapt(
         &mut self,
@@ -692,7 +700,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("0.05 (its default; give both) must be above refine_tol, 0.5 (its default; give both)"),
+            e.contains("0.05 (its default) must be above refine_tol, 0.5 (its default)"),
             "{e}"
         );
         let e = criteria_of("advection: {refine_tol: 0.1, derefine_tol: 0.2}").unwrap_err();
@@ -700,6 +708,12 @@ mod tests {
             e.to_string().contains("0.2 must be below refine_tol, 0.1"),
             "{e}"
         );
+        let e = criteria_of("advection: {refine_tol: 0.01}").unwrap_err();
+        let want =
+            "advection/refine_tol at t.yaml:1: 0.01 must be above derefine_tol, 0.03 (its default)";
+        assert!(e.to_string().contains(want), "{e}");
+        // Equal tolerances leave no band between refining and merging: accepted.
+        assert!(criteria_of("advection: {refine_tol: 0.1, derefine_tol: 0.1}").is_ok());
     }
 
     fn first_derivative(u: &[f64], geo: &Geo) -> f64 {

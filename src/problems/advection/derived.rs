@@ -7,9 +7,10 @@
 //! - `one_minus_sqrt_one_minus_advected_sq_37`: `1` minus the previous one.
 //!
 //! The last two are sparse ids 12 and 37 of one pool, as in Parthenon, so an output that
-//! names the pool writes both. With sparse advected fields all four are sparse, allocated
-//! where every advected field is (elsewhere an output shows them as it shows an unallocated
-//! field); with dense ones, allocated everywhere. They are computed only for an hdf5
+//! names the pool writes both. All four are allocated on every block, as Parthenon's are:
+//! where a sparse advected field is not allocated they derive from its default value (so
+//! `one_minus_advected` reads 1 there, also when the output writes NaN for the field
+//! itself). They are computed only for an hdf5
 //! or png output that names them, never stored between steps. An output without a
 //! `variables` list writes the advected fields alone (Parthenon's would add these, which
 //! would make every such file five times larger), as do restart files and histories.
@@ -29,22 +30,16 @@ pub(super) const NAMES: [&str; 4] = [
     "one_minus_sqrt_one_minus_advected_sq_37",
 ];
 
-/// `fields` (the `num_vars` advected fields, `sparse` or not) with the derived fields after
-/// them.
-pub(super) fn with_derived(
-    fields: &Fields,
-    num_vars: usize,
-    sparse: Option<SparseThresholds>,
-) -> Result<Fields, MeshError> {
+/// `fields` (the `num_vars` advected fields) with the derived fields after them.
+pub(super) fn with_derived(fields: &Fields, num_vars: usize) -> Result<Fields, MeshError> {
     let mut out = fields.clone();
     for (i, name) in NAMES.iter().enumerate() {
         let md = Metadata::new(Centering::Cell).components(num_vars);
         out.add(
             name,
-            match (sparse, i >= 2) {
-                (Some(t), _) => md.sparse(t),
-                (None, true) => md.sparse(SparseThresholds::default()),
-                (None, false) => md,
+            match i >= 2 {
+                true => md.sparse(SparseThresholds::default()),
+                false => md,
             },
         )?;
     }
@@ -52,15 +47,10 @@ pub(super) fn with_derived(
 }
 
 /// The allocation flags of the derived output: `allocated` (`nblocks * num_vars`, the
-/// advected fields') and, for the derived fields, whether every advected field is allocated
-/// on the block.
+/// advected fields'), then the derived fields, allocated everywhere.
 pub(super) fn allocation(allocated: &[bool], num_vars: usize) -> Vec<bool> {
-    let nf = num_vars + NAMES.len();
     (allocated.chunks(num_vars))
-        .flat_map(|a| {
-            let all = a.iter().all(|&x| x);
-            (0..nf).map(move |v| if v < num_vars { a[v] } else { all })
-        })
+        .flat_map(|a| a.iter().copied().chain([true; NAMES.len()]))
         .collect()
 }
 
@@ -80,25 +70,29 @@ pub(super) fn written_by(o: &OutputBlock, out_fields: &Fields, num_vars: usize) 
 }
 
 /// The blocks of `data` (`nblocks` of them, `stride` apart, the `num_vars` advected fields
-/// first in `layout`) with the derived fields appended: their layout and values (where an
-/// advected field is not allocated they are computed from what its storage holds, and the
-/// writers show what [`allocation`] says instead).
+/// first in `layout`) with the derived fields appended: their layout and values. A field
+/// not allocated on a block (`allocated[b * num_vars + v]` false) reads as `default` there.
 pub(super) fn extend(
     layout: FieldLayout,
     data: &[f64],
     stride: usize,
     (nblocks, num_vars): (usize, usize),
+    (allocated, default): (&[bool], f64),
 ) -> (FieldLayout, Vec<f64>) {
     let ext = FieldLayout {
         nvar: layout.nvar + NAMES.len() * num_vars,
         ..layout
     };
     let n = layout.var_len();
+    let unallocated = vec![default; n];
     let mut out = Vec::with_capacity(nblocks * ext.block_len());
     for b in 0..nblocks {
         let block = &data[b * stride..][..layout.block_len()];
         out.extend_from_slice(block);
-        let q = |v: usize| &block[v * n..][..n];
+        let q = |v: usize| match allocated[b * num_vars + v] {
+            true => &block[v * n..][..n],
+            false => &unallocated[..],
+        };
         for v in 0..num_vars {
             out.extend(q(v).iter().map(|&q| 1.0 - q));
         }
@@ -134,7 +128,7 @@ mod tests {
             0.0, 0.5, 2.0, 1.0, 3.0, -1.0, 9.0, 9.0, //
             0.25, 1.0, 4.0, 0.0, 0.0, 0.0, 9.0, 9.0,
         ];
-        let (ext, out) = extend(layout, &data, 8, (2, 2));
+        let (ext, out) = extend(layout, &data, 8, (2, 2), (&[true; 4], 0.0));
         assert_eq!(ext.nvar, 10);
         assert_eq!(out.len(), 2 * 30);
         let var = |b: usize, v: usize| &out[b * 30 + v * 3..][..3];
@@ -149,10 +143,17 @@ mod tests {
         assert_eq!(var(1, 0), [0.25, 1.0, 4.0]);
         assert_eq!(var(1, 6), [0.25, 1.0, -2.0]);
         assert_eq!(var(1, 9), [1.0, 1.0, 1.0]);
-        // Field 1 unallocated on block 0: so are the derived fields there.
-        let flags = allocation(&[true, false, true, true], 2);
+        // Field 1 unallocated on block 0 reads as the default there, 0.5; the derived fields
+        // stay allocated.
+        let unallocated = [true, false, true, true];
+        let (_, out) = extend(layout, &data, 8, (2, 2), (&unallocated, 0.5));
+        let var = |b: usize, v: usize| &out[b * 30 + v * 3..][..3];
+        assert_eq!(var(0, 3), [0.5; 3]);
+        assert_eq!(var(0, 2), [1.0, 0.5, -1.0]);
+        assert_eq!(var(1, 3), [1.0, 1.0, 1.0]);
+        let flags = allocation(&unallocated, 2);
         assert_eq!(flags.len(), 2 * 6);
-        assert_eq!(flags[..6], [true, false, false, false, false, false]);
+        assert_eq!(flags[..6], [true, false, true, true, true, true]);
         assert_eq!(flags[6..], [true; 6]);
     }
 
@@ -162,7 +163,7 @@ mod tests {
         fields
             .add("advected", Metadata::new(Centering::Cell).fill_ghost())
             .unwrap();
-        let all = with_derived(&fields, 1, None).unwrap();
+        let all = with_derived(&fields, 1).unwrap();
         let hdf5 = |vars: Option<&[&str]>| OutputBlock {
             variables: vars.map(|v| v.iter().map(|s| s.to_string()).collect()),
             ..OutputBlock::new(0, FileType::Hdf5)

@@ -12,7 +12,7 @@
 //! restricts every fine face into the correction's messages, one sets every coarse face from
 //! what arrived; its messages stage through the host or, GPU-aware, live in device memory
 //! like the exchange's. Adaptive refinement measures its criteria on the device (one launch,
-//! one value per block and criterion to the host, every `refine_interval` cycles); only a
+//! one value per block and measure to the host, every `refine_interval` cycles); only a
 //! remesh (done on the host) downloads the fields, and the device fields are then built again
 //! from the new blocks.
 //!
@@ -197,7 +197,7 @@ impl Gpu {
     }
 
     /// The measure of each refinement criterion on every block,
-    /// `[block][criterion]`, in one launch; only these values come to the host.
+    /// `[block][measure]`, in one launch; only these values come to the host.
     pub(super) fn refine_measures(&mut self) -> Result<Vec<f64>> {
         let m = self
             .measure
