@@ -250,6 +250,18 @@ impl Deck {
         }
     }
 
+    /// Keys of `block` that the deck gives but that do not apply to `what` (a file type, a
+    /// profile: left by an override, say): each draws a warning naming where it was given
+    /// and counts as read, so it is ignored rather than unknown.
+    pub fn ignore<'k>(&self, block: &str, keys: impl IntoIterator<Item = &'k str>, what: &str) {
+        for k in keys {
+            if let Some(at) = self.origin(block, k) {
+                tracing::warn!("{block}/{k} (at {at}) does not apply to {what}; ignored");
+                self.mark_read(block, &[k]);
+            }
+        }
+    }
+
     /// The mesh configuration (`parthenon/mesh`, `parthenon/meshblock`,
     /// `parthenon/static_refinementN`), read by `MeshConfig::from_map`; a key it rejects is
     /// reported at its file and line like the getters' errors. Marks the keys it reads.

@@ -317,12 +317,12 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         Profile::HardSphere { .. } => ("hard_sphere", &["radius"]),
         Profile::Linear(_) => ("linear", &["linear_coeffs"]),
     };
-    for k in ["amp", "width", "radius", "linear_coeffs"] {
-        if let (false, Some(at)) = (used.contains(&k), deck.origin(BLOCK, k)) {
-            tracing::warn!("{BLOCK}/{k} (at {at}) does not apply to profile {name}; ignored");
-            deck.mark_read(BLOCK, &[k]);
-        }
-    }
+    let others = ["amp", "width", "radius", "linear_coeffs"].into_iter();
+    deck.ignore(
+        BLOCK,
+        others.filter(|k| !used.contains(k)),
+        &format!("profile {name}"),
+    );
     let limiter = match deck.get_str_or(BLOCK, "limiter", "mc")?.as_str() {
         "none" => Limiter::None,
         "minmod" => Limiter::Minmod,

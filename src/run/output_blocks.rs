@@ -24,15 +24,12 @@ pub fn blocks_of(deck: &Deck) -> anyhow::Result<Vec<OutputBlock>> {
         })?;
         deck.mark_read(&b.name, &OutputBlock::keys().collect::<Vec<_>>());
         let o = OutputBlock::from_map(&map, &b.name, n).map_err(|e| deck_error(deck, e))?;
-        for k in OutputBlock::keys().filter(|k| !o.file_type.applies(k)) {
-            if let Some(at) = deck.origin(&b.name, k) {
-                let t = o.file_type.name();
-                tracing::warn!(
-                    "{}/{k} (at {at}) does not apply to file_type {t}; ignored",
-                    b.name
-                );
-            }
-        }
+        let others = OutputBlock::keys().filter(|k| !o.file_type.applies(k));
+        deck.ignore(
+            &b.name,
+            others,
+            &format!("file_type {}", o.file_type.name()),
+        );
         outputs.push(o);
     }
     outputs.sort_by(|a, b| a.block.cmp(&b.block));
