@@ -11,10 +11,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
 const LIMIT_S: u64 = 120;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("starhalo-adv-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("adv", name)
 }
 
 fn run(ranks: usize, dir: &Path, deck: &str, overrides: &[String]) -> Output {

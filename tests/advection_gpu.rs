@@ -44,10 +44,7 @@ advection:
 ";
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("starhalo_gpu_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("gpu", name)
 }
 
 fn run(ranks: usize, deck: &Path, out: &Path, extra: &[&str]) -> std::process::Output {

@@ -30,10 +30,7 @@ fn deck() -> String {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("starhalo-pin-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("pin", name)
 }
 
 fn run(name: &str, overrides: &[&str]) -> PathBuf {

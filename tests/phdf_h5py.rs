@@ -14,10 +14,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_starhalo");
 const PYTHON: &str = "/usr/bin/python3";
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("starhalo-h5py-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("h5py", name)
 }
 
 fn checker() -> PathBuf {

@@ -22,10 +22,7 @@ fn python() -> PathBuf {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("starhalo-yt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("yt", name)
 }
 
 fn check_yt(file: &Path, args: &[&str]) -> Output {

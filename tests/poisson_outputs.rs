@@ -22,10 +22,7 @@ fn deck() -> String {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("starhalo-poisson-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("poisson", name)
 }
 
 fn read(f: &hdf5::File, name: &str) -> Vec<f64> {

@@ -11,6 +11,15 @@ use std::process::{Command, Output};
 /// Set in the environment of a test binary relaunched under `mpiexec`.
 pub const CHILD_ENV: &str = "STARHALO_TEST_CHILD";
 
+/// An empty scratch directory `starhalo-{kind}-{pid}-{name}` under the system's temporary
+/// directory (whatever an earlier run of this process left there removed).
+pub fn scratch(kind: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("starhalo-{kind}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Runs `mpiexec -n ranks exe args...` killed after `limit_s` seconds.
 pub fn mpirun(
     ranks: usize,
