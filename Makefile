@@ -23,7 +23,8 @@ build: setup
 run: build
 	mpiexec -n 2 target/release/starhalo run inputs/advection.yaml -d out
 
-# The suite needs yt too (scripts/setup --test installs it into target/yt-venv).
+# The suite needs yt and ParaView too (scripts/setup --test installs yt into target/yt-venv,
+# and Debian's python3-paraview).
 test:
 	@scripts/setup --test
 	$(CARGO) build --examples

@@ -1,9 +1,16 @@
-//! yt's Parthenon reader opens the `.phdf` files the driver writes and sees what the solver
-//! had (`scripts/check_yt.py`): the mesh (dimensions, domain, time, blocks, levels, cells
-//! tiling the domain), every cell's value of a linear profile at the centre yt places it
-//! (so no axis is swapped or reversed), and volume integrals equal to the history file's, on
-//! a 2-rank 3-D mesh of three levels and a 2-D periodic one with sparse fields. Copies with a block reversed
-//! along x, or checked against a profile with two axes swapped, fail.
+//! Viewers open the `.phdf` files the driver writes and see what the solver had, on a 2-rank
+//! 3-D mesh of three levels and a 2-D periodic one with sparse fields:
+//!
+//! - yt's Parthenon reader (`scripts/check_yt.py`): the mesh (dimensions, domain, time,
+//!   blocks, levels, cells tiling the domain), every cell's value of a linear profile at the
+//!   centre yt places it (so no axis is swapped or reversed), and volume integrals equal to
+//!   the history file's. Copies with a block reversed along x, or checked against a profile
+//!   with two axes swapped, fail.
+//! - ParaView's XDMF reader on the `.xdmf` index (`scripts/check_paraview.py`): a grid per
+//!   block at the file's coordinates, every value the file's, a linear profile at ParaView's
+//!   cell centres, with and without ghost zones, in single precision and with NaN where
+//!   sparse fields are unallocated. Indexes pointing a block at its neighbour's data or
+//!   coordinates fail.
 
 mod common;
 
@@ -25,18 +32,41 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch("yt", name)
 }
 
-fn check_yt(file: &Path, args: &[&str]) -> Output {
-    let py = python();
-    Command::new(&py)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check_yt.py"))
+/// ParaView's interpreter: `STARHALO_PVPYTHON`, else `pvpython` (Debian's python3-paraview,
+/// which scripts/setup --test installs).
+fn pvpython() -> PathBuf {
+    std::env::var_os("STARHALO_PVPYTHON").map_or_else(|| PathBuf::from("pvpython"), PathBuf::from)
+}
+
+/// The two viewers' checks.
+#[derive(Clone, Copy)]
+enum Viewer {
+    Yt,
+    ParaView,
+}
+
+fn check(viewer: Viewer, file: &Path, args: &[&str]) -> Output {
+    let (py, script) = match viewer {
+        Viewer::Yt => (python(), "scripts/check_yt.py"),
+        Viewer::ParaView => (pvpython(), "scripts/check_paraview.py"),
+    };
+    Command::new("timeout")
+        .args(["-k", "5", "300"])
+        .arg(&py)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
         .arg(file)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("cannot start {} ({e}): run scripts/setup", py.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {} ({e}): run scripts/setup --test",
+                py.display()
+            )
+        })
 }
 
-fn assert_passes(file: &Path, args: &[&str]) {
-    let out = check_yt(file, args);
+fn assert_passes(viewer: Viewer, file: &Path, args: &[&str]) {
+    let out = check(viewer, file, args);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains(": ok"),
@@ -46,8 +76,8 @@ fn assert_passes(file: &Path, args: &[&str]) {
     );
 }
 
-fn assert_fails(file: &Path, args: &[&str], needle: &str) {
-    let out = check_yt(file, args);
+fn assert_fails(viewer: Viewer, file: &Path, args: &[&str], needle: &str) {
+    let out = check(viewer, file, args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}: {err}", file.display());
     assert!(
@@ -79,23 +109,33 @@ parthenon/static_refinement0: {x1min: -1.0, x1max: -0.6, x2min: 0.0, x2max: 0.1,
 parthenon/time: {nlim: 2, ncycle_out: 0}
 parthenon/output0: {file_type: hdf5, dn: 1}
 parthenon/output1: {file_type: hst, dn: 1}
+parthenon/output2: {file_type: hdf5, dn: 2, ghost_zones: true, single_precision_output: true}
 advection: {num_vars: 2, vx: 1.0, vy: 0.5, vz: 0.25, profile: linear,
   linear_coeffs: [1.5, 2.0, -30.0, 500.0]}
 ";
 
 #[test]
-fn yt_reads_a_three_level_3d_mesh_as_written() {
+fn viewers_read_a_three_level_3d_mesh_as_written() {
     let dir = scratch("3d");
     run(&dir, DECK_3D);
     let hst = dir.join("adv.out1.hst");
     let hst = hst.to_str().unwrap();
     let first = dir.join("adv.out0.00000.phdf");
-    assert_passes(&first, &["--hst", hst, "--linear", "1.5,2,-30,500"]);
+    assert_passes(
+        Viewer::Yt,
+        &first,
+        &["--hst", hst, "--linear", "1.5,2,-30,500"],
+    );
     // Advected (outflow faces change the integral), against the history's later lines.
-    assert_passes(&dir.join("adv.out0.00002.phdf"), &["--hst", hst]);
+    assert_passes(
+        Viewer::Yt,
+        &dir.join("adv.out0.00002.phdf"),
+        &["--hst", hst],
+    );
 
     // y and z slopes swapped: the values are not where that profile puts them.
     assert_fails(
+        Viewer::Yt,
         &first,
         &["--linear", "1.5,2,500,-30"],
         "off the linear profile",
@@ -114,7 +154,12 @@ fn yt_reads_a_three_level_3d_mesh_as_written() {
         .output()
         .unwrap();
     assert!(edit.status.success(), "{edit:?}");
-    assert_fails(&flipped, &["--linear", "1.5,2,-30,500"], "advected: off");
+    assert_fails(
+        Viewer::Yt,
+        &flipped,
+        &["--linear", "1.5,2,-30,500"],
+        "advected: off",
+    );
     // A history whose integral differs in the last digits.
     let text = std::fs::read_to_string(hst).unwrap();
     let line = text.lines().find(|l| !l.starts_with('#')).unwrap();
@@ -127,13 +172,52 @@ fn yt_reads_a_three_level_3d_mesh_as_written() {
     );
     let wrong = dir.join("wrong.hst");
     std::fs::write(&wrong, edited).unwrap();
-    assert_fails(&first, &["--hst", wrong.to_str().unwrap()], "history");
+    assert_fails(
+        Viewer::Yt,
+        &first,
+        &["--hst", wrong.to_str().unwrap()],
+        "history",
+    );
+
+    let index = dir.join("adv.out0.00000.phdf.xdmf");
+    let linear = ["--linear", "1.5,2,-30,500"];
+    assert_passes(Viewer::ParaView, &index, &linear);
+    assert_fails(
+        Viewer::ParaView,
+        &index,
+        &["--linear", "1.5,2,500,-30"],
+        "off the linear profile",
+    );
+    // Ghost zones (where outflow faces break the profile) in single precision.
+    for f in ["adv.out2.00000.phdf.xdmf", "adv.out2.final.phdf.xdmf"] {
+        assert_passes(Viewer::ParaView, &dir.join(f), &[]);
+    }
+    // Indexes that point block 3 at block 4's values, or at its x coordinates.
+    let xdmf = std::fs::read_to_string(&index).unwrap();
+    for (i, (from, to, says)) in [
+        (
+            "XML\">3 0 0 0 0 1",
+            "XML\">4 0 0 0 0 1",
+            "block 3: advected differs",
+        ),
+        ("XML\">3 0 1 1 1 ", "XML\">4 0 1 1 1 ", "block 3: axis x"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert!(xdmf.contains(from), "{from}");
+        let phdf = dir.join(format!("edit{i}.phdf"));
+        std::fs::copy(dir.join("adv.out0.00000.phdf"), &phdf).unwrap();
+        let edited = dir.join(format!("edit{i}.phdf.xdmf"));
+        std::fs::write(&edited, xdmf.replacen(from, to, 1)).unwrap();
+        assert_fails(Viewer::ParaView, &edited, &linear, says);
+    }
 }
 
 /// 2-D and sparse: the sphere's fields are allocated on some blocks only, and the others
-/// hold no values in the file.
+/// hold no values in the file (yt), or NaN (ParaView, from `sparse_seed_nans`).
 #[test]
-fn yt_reads_a_2d_sparse_run() {
+fn viewers_read_a_2d_sparse_run() {
     let dir = scratch("2d");
     run(
         &dir,
@@ -146,13 +230,14 @@ parthenon/time: {nlim: 4, ncycle_out: 0}
 parthenon/sparse: {alloc_threshold: 0.01}
 parthenon/output0: {file_type: hdf5, dn: 2}
 parthenon/output1: {file_type: hst, dn: 2}
+parthenon/output2: {file_type: hdf5, dn: 2, sparse_seed_nans: true}
 advection: {num_vars: 2, vx: 1.0, vy: 0.5, profile: hard_sphere, radius: 0.2, sparse: true}
 ",
     );
     let hst = dir.join("adv.out1.hst");
     let last = dir.join("adv.out0.final.phdf");
     for f in [dir.join("adv.out0.00002.phdf"), last.clone()] {
-        assert_passes(&f, &["--hst", hst.to_str().unwrap()]);
+        assert_passes(Viewer::Yt, &f, &["--hst", hst.to_str().unwrap()]);
     }
     let alloc = Command::new(python())
         .args([
@@ -169,4 +254,7 @@ advection: {num_vars: 2, vx: 1.0, vy: 0.5, profile: hard_sphere, radius: 0.2, sp
         "[False, True]",
         "some blocks allocated, some not: {alloc:?}"
     );
+    for f in ["adv.out0.final.phdf.xdmf", "adv.out2.final.phdf.xdmf"] {
+        assert_passes(Viewer::ParaView, &dir.join(f), &[]);
+    }
 }
