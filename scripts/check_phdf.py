@@ -2,11 +2,19 @@
 """Checks .phdf/.rhdf files against the layout Parthenon's readers need, with h5py.
 
 Usage: check_phdf.py FILE...   (exit 0 when every file passes, 1 with the problems listed)
+       check_phdf.py --same A B  (exit 0 when A and B hold the same mesh and data as
+                                  Parthenon's phdf_diff.py compares files, 1 with the
+                                  differences listed)
 
 What it checks (the Parthenon output format, version 4): the /Input, /Info, /Params,
 /Blocks, coordinate and variable datasets with their types and shapes; scalar versus 1-D
 attributes; variable-length strings; the block count agreeing everywhere; the sparse
-datasets when sparse fields exist.
+datasets when sparse fields exist; the level column of the blocks' table against /Levels
+(phdf.py reads levels there), cell centres midway between faces, and each block's first face
+at its /Blocks/xmin. A .phdf file holds no /Info attribute or /Blocks dataset beyond
+Parthenon's (phdf_diff.py compares all it finds, so one that differs from run to run, such
+as a checksum over the wall time, would make any two runs differ); restart files add their
+checksums.
 """
 import sys
 
@@ -17,6 +25,10 @@ INFO_INT = ["OutputFormatVersion", "NCycle", "NumDims", "NumMeshBlocks", "MaxLev
             "IncludesGhost", "NGhost", "NBNew", "NBDel", "RootLevel", "Refine", "Multilevel"]
 INFO_REAL = ["Time", "dt", "WallTime"]
 ALWAYS_1D = ["NumComponents", "ComponentNames", "OutputDatasetNames"]
+INFO_OTHER = ["Coordinates", "BlocksPerPE", "MeshBlockSize", "RootGridDomain", "RootGridSize",
+              "BoundaryConditions", "NumComponents", "ComponentNames", "OutputDatasetNames"]
+BLOCKS = ["xmin", "loc.lx123", "loc.level-gid-lid-cnghost-gflag", "derefinement_count"]
+RESTART_ONLY = {"Info": ["HeaderChecksum"], "Blocks": ["checksums"]}
 
 
 def check(path):
@@ -102,6 +114,25 @@ def check(path):
              "LogicalLocations differ from loc.lx123")
         x = f["Locations/x"][:]
         need(bool(np.all(np.diff(x, axis=1) > 0)), "face coordinates do not increase")
+        table = f["Blocks/loc.level-gid-lid-cnghost-gflag"][:]
+        need(np.array_equal(table[:, 0], levels + int(info["RootLevel"])),
+             "the blocks' level column is not Levels + RootLevel")
+        ng = int(info["NGhost"]) if int(info["IncludesGhost"]) else 0
+        xmin = f["Blocks/xmin"][:]
+        for d, axis in enumerate("xyz"[:int(info["NumDims"])]):
+            faces = f["Locations/" + axis][:]
+            need(np.allclose(f["VolumeLocations/" + axis][:], 0.5 * (faces[:, 1:] + faces[:, :-1]),
+                             rtol=1e-14, atol=0),
+                 f"VolumeLocations/{axis} are not midway between Locations/{axis}")
+            need(np.allclose(faces[:, ng], xmin[:, d], rtol=1e-14, atol=0),
+                 f"Locations/{axis} do not start at Blocks/xmin")
+        known = {"Info": INFO_INT + INFO_REAL + INFO_OTHER, "Blocks": BLOCKS}
+        if not path.endswith(".phdf"):
+            known = {k: v + RESTART_ONLY[k] for k, v in known.items()}
+        extra = sorted(set(info) - set(known["Info"]))
+        need(not extra, f"/Info attributes {extra} beyond Parthenon's")
+        extra = sorted(set(f["Blocks"]) - set(known["Blocks"]))
+        need(not extra, f"/Blocks datasets {extra} beyond Parthenon's")
 
         for name, nc in zip(names, info["NumComponents"]):
             if not need(name in f, f"variable dataset /{name} missing"):
@@ -129,10 +160,57 @@ def check(path):
     return bad
 
 
+# What phdf_diff.py leaves out: attributes that differ between runs of one problem by design,
+# and the blocks' table, which holds ranks' local ids.
+DIFF_SKIPS_INFO = ["Time", "BlocksPerPE", "WallTime", "OutputFormatVersion"]
+DIFF_SKIPS_BLOCKS = ["loc.level-gid-lid-cnghost-gflag"]
+
+
+def same(a, b):
+    """The differences phdf_diff.py would find between files a and b, with no tolerance: every
+    /Info attribute but DIFF_SKIPS_INFO, every /Params attribute, every /Blocks dataset but
+    DIFF_SKIPS_BLOCKS, and every other top-level dataset (coordinates, levels, variables)."""
+    diff = []
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        for group, skip in (("Info", DIFF_SKIPS_INFO), ("Params", [])):
+            ka = sorted(set(fa[group].attrs) - set(skip))
+            kb = sorted(set(fb[group].attrs) - set(skip))
+            if ka != kb:
+                diff.append(f"/{group} attributes {ka} against {kb}")
+                continue
+            for k in ka:
+                if not np.array_equal(np.asarray(fa[group].attrs[k]),
+                                      np.asarray(fb[group].attrs[k])):
+                    diff.append(f"/{group}/{k} differs")
+
+        def datasets(f):
+            names = []
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            return sorted(n for n in names if n.split("/")[-1] not in DIFF_SKIPS_BLOCKS)
+
+        na, nb = datasets(fa), datasets(fb)
+        if na != nb:
+            diff.append(f"datasets {na} against {nb}")
+        for n in sorted(set(na) & set(nb)):
+            if not np.array_equal(fa[n][...], fb[n][...], equal_nan=fa[n].dtype.kind == "f"):
+                diff.append(f"/{n} differs")
+    return diff
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
+    if sys.argv[1] == "--same":
+        if len(sys.argv) != 4:
+            print(__doc__.strip().splitlines()[3], file=sys.stderr)
+            return 2
+        diff = same(sys.argv[2], sys.argv[3])
+        for d in diff:
+            print(f"{sys.argv[2]} vs {sys.argv[3]}: {d}")
+        if not diff:
+            print(f"{sys.argv[2]} vs {sys.argv[3]}: same")
+        return 1 if diff else 0
     failed = 0
     for path in sys.argv[1:]:
         try:

@@ -97,7 +97,7 @@ fn parthenons_advection_deck_writes_its_derived_fields() {
         );
     }
     // The example's own refinement test: after the initial refinement the family of each
-    // finest block (level 2) holds the sphere's edge (radius 0.25 around the box centre),
+    // finest block (level 2) holds the sphere's edge (radius 0.15, Parthenon's, around the box centre),
     // give or take the ghosts a block also tests.
     let f = hdf5::File::open(dir.join("advection.out0.00000.phdf")).unwrap();
     let levels: Vec<i64> = f.dataset("Levels").unwrap().read_raw().unwrap();
@@ -131,7 +131,7 @@ fn parthenons_advection_deck_writes_its_derived_fields() {
         if level == 2 {
             finest += 1;
             assert!(
-                near < 0.25 + 0.04 && far > 0.25 - 0.04,
+                near < 0.15 + 0.04 && far > 0.15 - 0.04,
                 "finest block {b}'s family [{lo:?}, {hi:?}] is {near} to {far} from the centre"
             );
         }

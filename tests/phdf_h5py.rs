@@ -2,7 +2,10 @@
 //! of the layout Parthenon's readers need (`scripts/check_phdf.py`), on a 2-rank run of a
 //! multilevel 3-D advection mesh with and without ghost zones; and the checker rejects a
 //! file with a dataset removed or an attribute of the wrong type, so its "ok" means
-//! something.
+//! something. The same run on 1 rank writes files that Parthenon's `phdf_diff.py` would find
+//! the same (every `Info` attribute but the time, wall time and blocks per rank, every
+//! dataset: `check_phdf.py --same`), which a file holding a checksum over the wall time, say,
+//! would not.
 
 mod common;
 
@@ -22,9 +25,18 @@ fn checker() -> PathBuf {
 }
 
 fn check(files: &[PathBuf]) -> Output {
+    check_args(
+        &files
+            .iter()
+            .map(|f| f.to_str().unwrap())
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn check_args(args: &[&str]) -> Output {
     Command::new(PYTHON)
         .arg(checker())
-        .args(files)
+        .args(args)
         .output()
         .expect("cannot start /usr/bin/python3 (scripts/setup installs python3-h5py)")
 }
@@ -59,14 +71,17 @@ advection: {num_vars: 2, profile: smooth_gaussian, vx: 1.0, vy: 0.5, vz: 0.25}
 ",
     )
     .unwrap();
-    let out = common::mpirun(
-        2,
-        120,
-        Path::new(EXE),
-        &["run", deck.to_str().unwrap(), "-d", dir.to_str().unwrap()],
-        &[],
-    );
-    common::assert_ok("advection run", &out);
+    let run = |ranks: usize, dir: &Path| {
+        let out = common::mpirun(
+            ranks,
+            120,
+            Path::new(EXE),
+            &["run", deck.to_str().unwrap(), "-d", dir.to_str().unwrap()],
+            &[],
+        );
+        common::assert_ok(&format!("advection run on {ranks} ranks"), &out);
+    };
+    run(2, &dir);
     let files = files_with(&dir, ".phdf");
     assert!(files.len() >= 4, "too few outputs: {files:?}");
     let res = check(&files);
@@ -79,6 +94,29 @@ advection: {num_vars: 2, profile: smooth_gaussian, vx: 1.0, vy: 0.5, vz: 0.25}
     assert_eq!(
         text.lines().filter(|l| l.ends_with(": ok")).count(),
         files.len()
+    );
+
+    // 1 rank against 2: the same files as Parthenon's diff tool compares them.
+    let one = dir.join("one-rank");
+    std::fs::create_dir_all(&one).unwrap();
+    run(1, &one);
+    for f in &files {
+        let other = one.join(f.file_name().unwrap());
+        let res = check_args(&["--same", f.to_str().unwrap(), other.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&res.stdout);
+        assert!(res.status.success() && text.ends_with(": same\n"), "{text}");
+    }
+    // Two outputs of one run differ, and the comparison says where.
+    let (first, last) = (
+        files[0].to_str().unwrap(),
+        files[files.len() - 1].to_str().unwrap(),
+    );
+    let res = check_args(&["--same", first, last]);
+    let text = String::from_utf8_lossy(&res.stdout);
+    assert_eq!(res.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("/Info/NCycle differs") && text.contains("/advected differs"),
+        "{text}"
     );
 
     // Break copies of the first file two ways: the checker must name each fault.

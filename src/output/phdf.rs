@@ -46,6 +46,7 @@ pub fn write_phdf<C: Communicator>(
                 } else {
                     0.0
                 },
+                checksums: false,
             };
             write_file(path, snap, &g, &vars, &ext, storage)?;
             let xpath = xdmf_path(path);
@@ -85,6 +86,11 @@ pub struct Storage {
     /// What a block where a sparse variable is unallocated holds: 0, as Parthenon writes by
     /// default, or NaN (`sparse_seed_nans`).
     pub unallocated: f64,
+    /// Checksums of the blocks' values and of the header (`Blocks/checksums`,
+    /// `Info/HeaderChecksum`), which a restart verifies: restart files only, since
+    /// Parthenon's `phdf_diff.py` compares every `Info` attribute and `Blocks` dataset it
+    /// finds, and a checksum that covers the wall time would make any two runs differ.
+    pub checksums: bool,
 }
 
 /// Writes the gathered blocks `g` to `path` (through a temporary file renamed at the end, so
@@ -274,7 +280,9 @@ fn write_contents(
         }
         attr_str(&ds, "TopologicalLocation", "Cell")?;
     }
-    dataset(&blocks, "checksums", &[nb, vars.len()], &sums)?;
+    if storage.checksums {
+        dataset(&blocks, "checksums", &[nb, vars.len()], &sums)?;
+    }
 
     let sparse: Vec<&OutVar> = vars.iter().filter(|v| v.sparse).collect();
     if !sparse.is_empty() {
@@ -289,7 +297,10 @@ fn write_contents(
         dataset(file, "SparseDeallocCount", &[nb, ns], &vec![0i32; nb * ns])?;
     }
     // Last: the checksum of every attribute written above (datasets carry their own).
-    attr_scalar(&info, HEADER_CHECKSUM, &header_checksum(file)?)
+    match storage.checksums {
+        true => attr_scalar(&info, HEADER_CHECKSUM, &header_checksum(file)?),
+        false => Ok(()),
+    }
 }
 
 /// Bytes per chunk the datasets aim at: large enough that the chunk index stays small, small

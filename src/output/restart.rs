@@ -44,6 +44,7 @@ pub fn write_restart<C: Communicator>(
                 single: false,
                 deflate,
                 unallocated: 0.0,
+                checksums: true,
             };
             write_file(path, snap, &g, &vars, &ext, storage)
         },

@@ -11,11 +11,14 @@
 //! longer than `parthenon/time/recv_bdry_buf_timeout_sec` stops the run naming the channels
 //! still pending.
 //!
-//! Profiles: `wave` (`1 + amp sin(2 pi s)`, `s = sum (x_d - xmin_d) / L_d` over the active
-//! directions with non-zero velocity: periodic on the box and travelling along the velocity
-//! when its components are equal), `smooth_gaussian` (`1 + amp exp(-r^2 / (2 width^2))`
-//! around the box centre), `hard_sphere` (1 inside `radius` of the centre, 0 outside) and
-//! `linear` (`a0 + ax x + ay y + az z` from `linear_coeffs`).
+//! Profiles and defaults are Parthenon's example's (velocity `(1, 1, 1)`, `cfl` 0.45, `amp`
+//! 1e-6): `wave` (`1 + amp sin(k x') |v|`, `x'` the position along a wavevector at angles
+//! `ang_2` from the x1-x2 plane and `ang_3` from x1 within it, by default the box's diagonal
+//! with one wavelength along each active direction, so periodic; `ang_2_vert`/`ang_3_vert`
+//! turn it along x3/x2), `smooth_gaussian` (`1 + amp exp(-100 r^2)`, or `exp(-r^2 / (2
+//! width^2))` given `width`), `hard_sphere` (1 within `radius`, default 0.15, 0 outside), both
+//! around the box centre, and starhalo's `linear` (`a0 + ax x + ay y + az z` from
+//! `linear_coeffs`).
 //!
 //! Every cell's arithmetic depends only on its global position (cell centres and spacings
 //! come from global indices), the time step is a minimum and the L1 error is an exact sum
@@ -73,7 +76,7 @@ use starhalo_exec::cuda::Device;
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
 use starhalo_exec::{MemSpace, SpaceError};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::{BoundaryCondition, Mesh};
+use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
 use starhalo_sf::device::GpuMpi;
 use starhalo_sf::ExactSum;
 use std::cell::{Cell, RefCell};
@@ -96,13 +99,36 @@ pub const INFO: ProblemInfo = ProblemInfo {
     setup,
 };
 
-/// The initial profile.
+/// The initial profile. Wave, Gaussian and sphere are Parthenon's advection example's, with
+/// its defaults; the Gaussian and the sphere sit at the box centre (the origin of the boxes
+/// Parthenon's decks use), nearest image along periodic directions.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Profile {
-    Wave { amp: f64 },
-    SmoothGaussian { amp: f64, width: f64 },
-    HardSphere { radius: f64 },
+    /// `1 + amp sin(k_par x') vel`, `x'` the position along the wavevector, which points
+    /// along `ang_2` (from the x1-x2 plane) and `ang_3` (from x1 within it).
+    Wave(Wave),
+    /// `1 + amp exp(-steep r^2)`: Parthenon's `steep` is 100, `width` sets `1 / (2 width^2)`.
+    SmoothGaussian {
+        amp: f64,
+        steep: f64,
+    },
+    HardSphere {
+        radius: f64,
+    },
     Linear([f64; 4]),
+}
+
+/// The wave's constants, derived as Parthenon's advection example derives them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Wave {
+    amp: f64,
+    /// The speed `|(vx, vy, vz)|` as given (inactive directions included).
+    vel: f64,
+    k_par: f64,
+    cos_a2: f64,
+    sin_a2: f64,
+    cos_a3: f64,
+    sin_a3: f64,
 }
 
 /// Slope limiter of the piecewise-linear reconstruction.
@@ -234,11 +260,13 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     }
     let mut v = [0.0; 3];
     for (d, key) in ["vx", "vy", "vz"].iter().enumerate() {
-        let default = if d == 0 { 1.0 } else { 0.0 };
-        v[d] = deck.get_f64_or(BLOCK, key, default)?;
+        v[d] = deck.get_f64_or(BLOCK, key, 1.0)?;
         if !v[d].is_finite() {
             return Err(deck.invalid(BLOCK, key, "must be a finite number").into());
         }
+    }
+    let vel = v.iter().map(|c| c * c).sum::<f64>().sqrt();
+    for d in 0..3 {
         if d >= ndim {
             // Inactive directions do not move anything.
             v[d] = 0.0;
@@ -264,15 +292,21 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
         Ok(x)
     };
-    let amp = || -> Result<f64> { finite("amp", deck.get_f64_or(BLOCK, "amp", 0.1)?, false) };
+    let amp = || -> Result<f64> { finite("amp", deck.get_f64_or(BLOCK, "amp", 1e-6)?, false) };
     let profile = match deck.get_str_or(BLOCK, "profile", "wave")?.as_str() {
-        "wave" => Profile::Wave { amp: amp()? },
+        "wave" => Profile::Wave(wave(deck, &config, amp()?, vel)?),
         "smooth_gaussian" => Profile::SmoothGaussian {
             amp: amp()?,
-            width: finite("width", deck.get_f64_or(BLOCK, "width", 0.1)?, true)?,
+            steep: match deck.has(BLOCK, "width") {
+                true => {
+                    let w = finite("width", deck.get_f64(BLOCK, "width")?, true)?;
+                    1.0 / (2.0 * w * w)
+                }
+                false => 100.0,
+            },
         },
         "hard_sphere" => Profile::HardSphere {
-            radius: finite("radius", deck.get_f64_or(BLOCK, "radius", 0.25)?, true)?,
+            radius: finite("radius", deck.get_f64_or(BLOCK, "radius", 0.15)?, true)?,
         },
         "linear" => {
             let items = deck.get_list_or(BLOCK, "linear_coeffs", vec!["1.0".into()])?;
@@ -312,12 +346,16 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     };
     // A key of another profile (left by an override of `profile`, say) is ignored.
     let (name, used): (&str, &[&str]) = match profile {
-        Profile::Wave { .. } => ("wave", &["amp"]),
+        Profile::Wave(_) => (
+            "wave",
+            &["amp", "ang_2", "ang_3", "ang_2_vert", "ang_3_vert"],
+        ),
         Profile::SmoothGaussian { .. } => ("smooth_gaussian", &["amp", "width"]),
         Profile::HardSphere { .. } => ("hard_sphere", &["radius"]),
         Profile::Linear(_) => ("linear", &["linear_coeffs"]),
     };
-    let others = ["amp", "width", "radius", "linear_coeffs"].into_iter();
+    let others = ["amp", "width", "radius", "linear_coeffs"];
+    let others = others.into_iter().chain(WAVE_KEYS);
     deck.ignore(
         BLOCK,
         others.filter(|k| !used.contains(k)),
@@ -337,7 +375,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
                 .into())
         }
     };
-    let cfl = deck.get_f64_or(BLOCK, "cfl", 0.3)?;
+    let cfl = deck.get_f64_or(BLOCK, "cfl", 0.45)?;
     if !(cfl > 0.0 && cfl <= 1.0) {
         return Err(deck.invalid(BLOCK, "cfl", "must be in (0, 1]").into());
     }
@@ -464,6 +502,85 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         gpu_mpi,
         device: None,
     }))
+}
+
+/// The wave's own keys.
+const WAVE_KEYS: [&str; 4] = ["ang_2", "ang_3", "ang_2_vert", "ang_3_vert"];
+
+/// The wave of Parthenon's advection example. Without `ang_2`/`ang_3` its wavevector runs
+/// along the box's diagonal, with one wavelength along each active direction, so that it is
+/// periodic; `ang_N_vert` turns it along x3 (`ang_2`) or x2 (`ang_3`).
+fn wave(deck: &Deck, config: &MeshConfig, amp: f64, vel: f64) -> Result<Wave> {
+    use std::f64::consts::FRAC_PI_2;
+    let size: [f64; 3] = std::array::from_fn(|d| config.xmax[d] - config.xmin[d]);
+    let ndim = config.ndim();
+    let angle = |key: &str| -> Result<Option<f64>> {
+        match deck.has(BLOCK, key) {
+            true => match deck.get_f64(BLOCK, key)? {
+                a if a.is_finite() => Ok(Some(a)),
+                _ => Err(deck.invalid(BLOCK, key, "must be a finite number").into()),
+            },
+            false => Ok(None),
+        }
+    };
+    let vert2 = deck.get_bool_or(BLOCK, "ang_2_vert", false)?;
+    let vert3 = deck.get_bool_or(BLOCK, "ang_3_vert", false)?;
+    let mut ang_3 = angle("ang_3")?.unwrap_or_else(|| (size[0] / size[1]).atan());
+    let (mut sin_a3, mut cos_a3) = ang_3.sin_cos();
+    if vert3 {
+        (sin_a3, cos_a3, ang_3) = (1.0, 0.0, FRAC_PI_2);
+    }
+    let mut ang_2 = angle("ang_2")?
+        .unwrap_or_else(|| (0.5 * (size[0] * cos_a3 + size[1] * sin_a3) / size[2]).atan());
+    let (mut sin_a2, mut cos_a2) = ang_2.sin_cos();
+    if vert2 {
+        (sin_a2, cos_a2, ang_2) = (1.0, 0.0, FRAC_PI_2);
+    }
+    // The wavelength: the shortest of the wavevector's spans across the box.
+    let span = [
+        size[0] * cos_a2 * cos_a3,
+        size[1] * cos_a2 * sin_a3,
+        size[2] * sin_a2,
+    ];
+    let mut lambda = span[0];
+    if ndim > 1 && ang_3 != 0.0 {
+        lambda = lambda.min(span[1]);
+    }
+    if ndim > 2 && ang_2 != 0.0 {
+        lambda = lambda.min(span[2]);
+    }
+    if vert3 {
+        lambda = span[1];
+    }
+    if vert2 {
+        lambda = span[2];
+    }
+    let k_par = 2.0 * std::f64::consts::PI / lambda;
+    if !(k_par.is_finite() && lambda > 0.0) {
+        let key = if deck.has(BLOCK, "ang_2") {
+            "ang_2"
+        } else {
+            "ang_3"
+        };
+        return Err(deck
+            .invalid(
+                BLOCK,
+                key,
+                format!(
+                    "the wavevector's shortest span across the box is {lambda:e}, not positive"
+                ),
+            )
+            .into());
+    }
+    Ok(Wave {
+        amp,
+        vel,
+        k_par,
+        cos_a2,
+        sin_a2,
+        cos_a3,
+        sin_a3,
+    })
 }
 
 /// The advected fields' sparse thresholds: `advection/sparse` asks for sparse fields, and
@@ -682,16 +799,16 @@ impl Advection {
                 .sum::<f64>()
         };
         match self.profile {
-            Profile::Wave { amp } => {
-                let s: f64 = (0..ndim)
-                    .filter(|&d| self.v[d] != 0.0)
-                    .map(|d| (x[d] - c.xmin[d]) / (c.xmax[d] - c.xmin[d]))
-                    .sum();
-                1.0 + amp * (2.0 * std::f64::consts::PI * s).sin()
+            Profile::Wave(w) => {
+                // An inactive direction's one cell is centred in the box, as Parthenon's.
+                let x: [f64; 3] = std::array::from_fn(|d| match d < ndim {
+                    true => x[d],
+                    false => center(d),
+                });
+                let along = w.cos_a2 * (x[0] * w.cos_a3 + x[1] * w.sin_a3) + x[2] * w.sin_a2;
+                1.0 + w.amp * (w.k_par * along).sin() * w.vel
             }
-            Profile::SmoothGaussian { amp, width } => {
-                1.0 + amp * (-r2() / (2.0 * width * width)).exp()
-            }
+            Profile::SmoothGaussian { amp, steep } => 1.0 + amp * (-steep * r2()).exp(),
             Profile::HardSphere { radius } => {
                 if r2() < radius * radius {
                     1.0
@@ -1224,5 +1341,64 @@ impl Problem for Advection {
             comm: comm.total(),
             stop,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wave of `advection` keys `adv` on a box `size` with `nx` cells a side.
+    fn wave_of(size: [f64; 3], nx: [usize; 3], adv: &str) -> Wave {
+        let text = format!(
+            "parthenon/mesh: {{nx1: {}, nx2: {}, nx3: {}, x1min: 0, x1max: {}, x2min: 0, \
+             x2max: {}, x3min: 0, x3max: {}}}\nadvection: {{{adv}}}\n",
+            nx[0], nx[1], nx[2], size[0], size[1], size[2]
+        );
+        let deck = Deck::from_str_auto(&text, "t.yaml").unwrap();
+        let config = deck.mesh_config().unwrap();
+        wave(&deck, &config, 1.0, 1.0).unwrap()
+    }
+
+    /// `k x'` at `x`, the wave's phase.
+    fn phase(w: &Wave, x: [f64; 3]) -> f64 {
+        w.k_par * (w.cos_a2 * (x[0] * w.cos_a3 + x[1] * w.sin_a3) + x[2] * w.sin_a2)
+    }
+
+    #[test]
+    fn the_default_wave_runs_along_the_diagonal_one_wavelength_per_direction() {
+        use std::f64::consts::PI;
+        let x = [0.3, -0.7, 0.45];
+        // 3-D, unequal sides: 2 pi (x / Lx + y / Ly + z / Lz).
+        let size = [2.0, 1.0, 4.0];
+        let w = wave_of(size, [8, 8, 8], "");
+        let want = 2.0 * PI * (0..3).map(|d| x[d] / size[d]).sum::<f64>();
+        assert!(
+            (phase(&w, x) - want).abs() < 1e-12,
+            "{} {want}",
+            phase(&w, x)
+        );
+        // 2-D: the third direction's extent tilts the wavevector but x3 is one cell.
+        let w = wave_of([2.0, 1.0, 1.0], [8, 8, 1], "");
+        for d in 0..2 {
+            let mut y = x;
+            y[d] += [2.0, 1.0][d];
+            let shift = phase(&w, y) - phase(&w, x);
+            assert!((shift - 2.0 * PI).abs() < 1e-12, "direction {d}: {shift}");
+        }
+    }
+
+    #[test]
+    fn wave_angles_and_vertical_switches_turn_the_wavevector() {
+        use std::f64::consts::PI;
+        let x = [0.3, -0.7, 0.45];
+        // Along x1: one wavelength across x1.
+        let w = wave_of([2.0, 1.0, 4.0], [8, 8, 8], "ang_2: 0, ang_3: 0");
+        assert!((phase(&w, x) - 2.0 * PI * x[0] / 2.0).abs() < 1e-12);
+        // Along x2, and along x3.
+        let w = wave_of([2.0, 1.0, 4.0], [8, 8, 8], "ang_2: 0, ang_3_vert: true");
+        assert!((phase(&w, x) - 2.0 * PI * x[1]).abs() < 1e-12);
+        let w = wave_of([2.0, 1.0, 4.0], [8, 8, 8], "ang_2_vert: true");
+        assert!((phase(&w, x) - 2.0 * PI * x[2] / 4.0).abs() < 1e-12);
     }
 }
