@@ -214,7 +214,7 @@ fn read_blocks(file: &hdf5::File, name: &str, gids: Range<usize>) -> Result<Vec<
     Ok(values.into_iter().collect())
 }
 
-/// Reads a restart (or `.phdf`) file's description: everything but the variables' values,
+/// Reads a restart file's description: everything but the variables' values,
 /// which [`RestartData::block_data`] reads per block. Every rank may call it at once: the
 /// file is opened read-only.
 pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
@@ -225,14 +225,17 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let h = |e: hdf5::Error| bad(e.to_string());
     let file = hdf5::File::open(path).map_err(h)?;
     let info = file.group("Info").map_err(h)?;
+    // Only restart files carry the checksums (`.phdf` outputs leave them out).
+    if !info.attr_names().map_err(h)?.iter().any(|n| n == HEADER_CHECKSUM) {
+        return Err(bad(format!(
+            "not a restart file of starhalo run (no Info/{HEADER_CHECKSUM}; restart files come \
+             from file_type: rst outputs of this version)"
+        )));
+    }
     let stored_sum = info
         .attr(HEADER_CHECKSUM)
         .and_then(|a| a.read_scalar::<u32>())
-        .map_err(|e| {
-            bad(format!(
-                "Info/{HEADER_CHECKSUM}: {e} (not written by this version)"
-            ))
-        })?;
+        .map_err(|e| bad(format!("Info/{HEADER_CHECKSUM}: {e}")))?;
     if header_checksum(&file).map_err(h)? != stored_sum {
         return Err(bad(
             "the attributes do not match their checksum (Info/HeaderChecksum): the file is \
