@@ -435,6 +435,13 @@ fn bad_restarts(base: &Path, deck: &str) {
         &[],
         "do not match their checksum (Blocks/checksums)",
     );
+    // Both checksums removed, as a .phdf has none: refused, not read unchecked.
+    let stripped = edit("stripped.rhdf", &|f| {
+        let info = f.group("Info").expect("Info");
+        info.delete_attr("HeaderChecksum").expect("delete");
+        f.unlink("Blocks/checksums").expect("unlink");
+    });
+    expect_bad(deck, &dir, &stripped, &[], "no Info/HeaderChecksum");
 
     // Decks whose mesh is not the file's.
     expect_bad(

@@ -91,8 +91,9 @@ pub struct RestartData {
     /// stay in the file until [`block_data`](Self::block_data) reads some blocks).
     pub variables: BTreeMap<String, usize>,
     /// Variables by name: the CRC-32 of each block's values ([`super::phdf::row_checksum`]),
-    /// which [`block_data`](Self::block_data) checks.
-    pub checksums: BTreeMap<String, Vec<u32>>,
+    /// which [`block_data`](Self::block_data) checks; `None` in a file without checksums (a
+    /// `.phdf` output, whose header is then not checked either: a restart refuses it).
+    pub checksums: Option<BTreeMap<String, Vec<u32>>>,
     /// Sparse variables by name: allocation flag of each block.
     pub sparse: BTreeMap<String, Vec<bool>>,
     /// The `/Params` attributes (what the writing run passed in [`Snapshot::params`]), by
@@ -157,22 +158,20 @@ impl RestartData {
             } else {
                 read_blocks(&file, &v.name, lo..hi).map_err(bad)?
             };
-            let Some(sums) = self
-                .checksums
-                .get(&v.name)
-                .filter(|s| s.len() == self.nblocks())
-            else {
-                return Err(bad(format!("no checksums of `{}`", v.name)));
-            };
-            let row = v.ncomp * stored_len;
-            if let Some(&gid) = gids.iter().find(|&&gid| {
-                row_checksum(values[(gid - lo) * row..][..row].iter().copied()) != sums[gid]
-            }) {
-                return Err(bad(format!(
-                    "`{}` of block {gid}: the values do not match their checksum \
-                     (Blocks/checksums): the file is corrupted",
-                    v.name
-                )));
+            if let Some(all) = &self.checksums {
+                let Some(sums) = all.get(&v.name).filter(|s| s.len() == self.nblocks()) else {
+                    return Err(bad(format!("no checksums of `{}`", v.name)));
+                };
+                let row = v.ncomp * stored_len;
+                if let Some(&gid) = gids.iter().find(|&&gid| {
+                    row_checksum(values[(gid - lo) * row..][..row].iter().copied()) != sums[gid]
+                }) {
+                    return Err(bad(format!(
+                        "`{}` of block {gid}: the values do not match their checksum \
+                         (Blocks/checksums): the file is corrupted",
+                        v.name
+                    )));
+                }
             }
             let flags = self.sparse.get(&v.name);
             for (b, &gid) in gids.iter().enumerate() {
@@ -214,7 +213,7 @@ fn read_blocks(file: &hdf5::File, name: &str, gids: Range<usize>) -> Result<Vec<
     Ok(values.into_iter().collect())
 }
 
-/// Reads a restart file's description: everything but the variables' values,
+/// Reads a restart (or `.phdf`) file's description: everything but the variables' values,
 /// which [`RestartData::block_data`] reads per block. Every rank may call it at once: the
 /// file is opened read-only.
 pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
@@ -225,23 +224,25 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let h = |e: hdf5::Error| bad(e.to_string());
     let file = hdf5::File::open(path).map_err(h)?;
     let info = file.group("Info").map_err(h)?;
-    // Only restart files carry the checksums (`.phdf` outputs leave them out).
-    if !info.attr_names().map_err(h)?.iter().any(|n| n == HEADER_CHECKSUM) {
-        return Err(bad(format!(
-            "not a restart file of starhalo run (no Info/{HEADER_CHECKSUM}; restart files come \
-             from file_type: rst outputs of this version)"
-        )));
-    }
-    let stored_sum = info
-        .attr(HEADER_CHECKSUM)
-        .and_then(|a| a.read_scalar::<u32>())
-        .map_err(|e| bad(format!("Info/{HEADER_CHECKSUM}: {e}")))?;
-    if header_checksum(&file).map_err(h)? != stored_sum {
-        return Err(bad(
-            "the attributes do not match their checksum (Info/HeaderChecksum): the file is \
-             corrupted"
-                .into(),
-        ));
+    // Only restart files carry checksums (`.phdf` outputs leave them out); the header's
+    // covers `Blocks/checksums`, so neither goes missing alone unnoticed.
+    let checked = info
+        .attr_names()
+        .map_err(h)?
+        .iter()
+        .any(|n| n == HEADER_CHECKSUM);
+    if checked {
+        let stored_sum = info
+            .attr(HEADER_CHECKSUM)
+            .and_then(|a| a.read_scalar::<u32>())
+            .map_err(|e| bad(format!("Info/{HEADER_CHECKSUM}: {e}")))?;
+        if header_checksum(&file).map_err(h)? != stored_sum {
+            return Err(bad(
+                "the attributes do not match their checksum (Info/HeaderChecksum): the file \
+                 is corrupted"
+                    .into(),
+            ));
+        }
     }
     let scalar_i64 = |name: &str| -> Result<i64, OutputError> {
         info.attr(name)
@@ -358,15 +359,20 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
             "OutputDatasetNames and NumComponents differ in length".into()
         ));
     }
-    let sums: Vec<u32> = raw(&read("Blocks/checksums", &[nb, names.len()])?, path)?;
+    let sums: Option<Vec<u32>> = match checked {
+        true => Some(raw(&read("Blocks/checksums", &[nb, names.len()])?, path)?),
+        false => None,
+    };
     let mut variables = BTreeMap::new();
-    let mut checksums = BTreeMap::new();
+    let mut checksums = sums.as_ref().map(|_| BTreeMap::new());
     for (i, (name, &nc)) in names.iter().zip(&ncomps).enumerate() {
         let nc = nc as usize;
         read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
         variables.insert(name.as_str().to_string(), nc);
-        let column = (0..nb).map(|b| sums[b * names.len() + i]).collect();
-        checksums.insert(name.as_str().to_string(), column);
+        if let (Some(sums), Some(checksums)) = (&sums, &mut checksums) {
+            let column = (0..nb).map(|b| sums[b * names.len() + i]).collect();
+            checksums.insert(name.as_str().to_string(), column);
+        }
     }
     let mut sparse = BTreeMap::new();
     if let Ok(ds) = file.dataset("SparseInfo") {

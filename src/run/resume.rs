@@ -101,6 +101,12 @@ pub fn load(
             ))
         }
     }
+    if r.checksums.is_none() {
+        return Err(bad_input!(
+            "-r {shown}: not a restart file of starhalo run (no Info/HeaderChecksum; restart \
+             files come from file_type: rst outputs of this version)"
+        ));
+    }
     check_mesh(&r, &config).map_err(|why| {
         bad_input!("-r {shown}: the file's mesh does not match the deck's parthenon/mesh: {why}")
     })?;
