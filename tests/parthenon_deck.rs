@@ -100,6 +100,17 @@ fn parthenons_advection_deck_writes_its_derived_fields() {
     // finest block (level 2) holds the sphere's edge (radius 0.15, Parthenon's, around the box centre),
     // give or take the ghosts a block also tests.
     let f = hdf5::File::open(dir.join("advection.out0.00000.phdf")).unwrap();
+    // The package's parameters, as Parthenon's example names them in /Params.
+    let params = f.group("Params").unwrap();
+    let real = |k: &str| -> f64 { params.attr(k).unwrap().read_scalar().unwrap() };
+    assert_eq!(real("advection_package/cfl"), 0.45);
+    assert_eq!(real("advection_package/vel"), 3f64.sqrt());
+    let profile: hdf5::types::VarLenUnicode = params
+        .attr("advection_package/profile")
+        .unwrap()
+        .read_scalar()
+        .unwrap();
+    assert_eq!(profile.as_str(), "hard_sphere");
     let levels: Vec<i64> = f.dataset("Levels").unwrap().read_raw().unwrap();
     let (x, y) = (read(&f, "Locations/x"), read(&f, "Locations/y"));
     let (nx, ny) = (x.len() / levels.len(), y.len() / levels.len());

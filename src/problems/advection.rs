@@ -58,7 +58,9 @@ mod gpu;
 use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
-use crate::output::{hst, schedule, write_output, FileType, OutputBlock, Schedule, Snapshot};
+use crate::output::{
+    hst, schedule, write_output, FileType, OutputBlock, ParamValue, Schedule, Snapshot,
+};
 use crate::run::collective::{agree, max_f64};
 use crate::run::memory::Budget;
 use crate::run::resume::{self, Resume};
@@ -215,6 +217,57 @@ struct Advection {
     device: Option<Arc<Device>>,
     /// The memory that bounds the number of blocks (`mesh.config().max_blocks`).
     budget: Budget,
+    /// The problem's parameters as every hdf5 and restart output's `/Params` holds them
+    /// (see [`package_params`]).
+    package: Vec<(String, ParamValue)>,
+}
+
+/// `/Params` names start with the package's name, Parthenon's example's.
+const PACKAGE: &str = "advection_package";
+
+/// The parameters Parthenon's advection package stores and its outputs write (`/Params`,
+/// `advection_package/<key>`), those that the run has: the deck's velocity as given (inactive
+/// directions included), its speed, and the wave's constants.
+fn package_params(
+    given_v: [f64; 3],
+    cfl: f64,
+    num_vars: usize,
+    fill_derived: bool,
+    profile: &Profile,
+) -> Vec<(String, ParamValue)> {
+    use ParamValue::{Bool, Int, Real, Str};
+    let vel = given_v.iter().map(|c| c * c).sum::<f64>().sqrt();
+    let name = match profile {
+        Profile::Wave(_) => "wave",
+        Profile::SmoothGaussian { .. } => "smooth_gaussian",
+        Profile::HardSphere { .. } => "hard_sphere",
+        Profile::Linear(_) => "linear",
+    };
+    let mut p = vec![
+        ("cfl", Real(cfl)),
+        ("vx", Real(given_v[0])),
+        ("vy", Real(given_v[1])),
+        ("vz", Real(given_v[2])),
+        ("vel", Real(vel)),
+        ("profile", Str(name.to_string())),
+        ("num_vars", Int(num_vars as i64)),
+        ("fill_derived", Bool(fill_derived)),
+    ];
+    match *profile {
+        Profile::Wave(w) => p.extend([
+            ("amp", Real(w.amp)),
+            ("k_par", Real(w.k_par)),
+            ("cos_a2", Real(w.cos_a2)),
+            ("cos_a3", Real(w.cos_a3)),
+            ("sin_a2", Real(w.sin_a2)),
+            ("sin_a3", Real(w.sin_a3)),
+        ]),
+        Profile::SmoothGaussian { amp, .. } => p.push(("amp", Real(amp))),
+        Profile::HardSphere { .. } | Profile::Linear(_) => {}
+    }
+    p.into_iter()
+        .map(|(k, v)| (format!("{PACKAGE}/{k}"), v))
+        .collect()
 }
 
 /// The name of field copy `n`.
@@ -265,6 +318,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             return Err(deck.invalid(BLOCK, key, "must be a finite number").into());
         }
     }
+    let given_v = v;
     let vel = v.iter().map(|c| c * c).sum::<f64>().sqrt();
     for d in 0..3 {
         if d >= ndim {
@@ -439,7 +493,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .map_err(|e| bad_input!("{e}"))?;
     }
     let (nranks, rank) = (ctx.world.size() as usize, ctx.world.rank() as usize);
-    let out_fields = match deck.get_bool_or(BLOCK, "fill_derived", true)? {
+    let fill_derived = deck.get_bool_or(BLOCK, "fill_derived", true)?;
+    let out_fields = match fill_derived {
         true => derived::with_derived(&fields, num_vars).map_err(|e| bad_input!("{e}"))?,
         false => fields.clone(),
     };
@@ -478,6 +533,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .map_err(|e| crate::run::output_blocks::deck_error(deck, e))?;
     }
     Ok(Box::new(Advection {
+        package: package_params(given_v, cfl, num_vars, fill_derived, &profile),
         budget,
         mesh,
         fields,
@@ -1052,9 +1108,10 @@ impl Advection {
             dt,
             wall_time: ctx.deadline.elapsed().as_secs_f64(),
             deck: &self.deck_text,
-            params: &[],
+            params: &self.package,
         };
-        let params = resume::params(INFO.name, &self.outputs, sched);
+        let mut params = resume::params(INFO.name, &self.outputs, sched);
+        params.extend(self.package.iter().cloned());
         // The derived fields, computed once for the outputs that write them.
         let nq = self.num_vars;
         let derived = due
