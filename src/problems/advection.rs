@@ -120,6 +120,28 @@ enum Profile {
     Linear([f64; 4]),
 }
 
+impl Profile {
+    /// Its `advection/profile` name.
+    fn name(&self) -> &'static str {
+        match self {
+            Profile::Wave(_) => "wave",
+            Profile::SmoothGaussian { .. } => "smooth_gaussian",
+            Profile::HardSphere { .. } => "hard_sphere",
+            Profile::Linear(_) => "linear",
+        }
+    }
+
+    /// The keys of the `advection` block it reads.
+    fn keys(&self) -> &'static [&'static str] {
+        match self {
+            Profile::Wave(_) => &["amp", "ang_2", "ang_3", "ang_2_vert", "ang_3_vert"],
+            Profile::SmoothGaussian { .. } => &["amp", "width"],
+            Profile::HardSphere { .. } => &["radius"],
+            Profile::Linear(_) => &["linear_coeffs"],
+        }
+    }
+}
+
 /// The wave's constants, derived as Parthenon's advection example derives them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Wave {
@@ -237,19 +259,13 @@ fn package_params(
 ) -> Vec<(String, ParamValue)> {
     use ParamValue::{Bool, Int, Real, Str};
     let vel = given_v.iter().map(|c| c * c).sum::<f64>().sqrt();
-    let name = match profile {
-        Profile::Wave(_) => "wave",
-        Profile::SmoothGaussian { .. } => "smooth_gaussian",
-        Profile::HardSphere { .. } => "hard_sphere",
-        Profile::Linear(_) => "linear",
-    };
     let mut p = vec![
         ("cfl", Real(cfl)),
         ("vx", Real(given_v[0])),
         ("vy", Real(given_v[1])),
         ("vz", Real(given_v[2])),
         ("vel", Real(vel)),
-        ("profile", Str(name.to_string())),
+        ("profile", Str(profile.name().to_string())),
         ("num_vars", Int(num_vars as i64)),
         ("fill_derived", Bool(fill_derived)),
     ];
@@ -399,21 +415,12 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     };
     // A key of another profile (left by an override of `profile`, say) is ignored.
-    let (name, used): (&str, &[&str]) = match profile {
-        Profile::Wave(_) => (
-            "wave",
-            &["amp", "ang_2", "ang_3", "ang_2_vert", "ang_3_vert"],
-        ),
-        Profile::SmoothGaussian { .. } => ("smooth_gaussian", &["amp", "width"]),
-        Profile::HardSphere { .. } => ("hard_sphere", &["radius"]),
-        Profile::Linear(_) => ("linear", &["linear_coeffs"]),
-    };
     let others = ["amp", "width", "radius", "linear_coeffs"];
     let others = others.into_iter().chain(WAVE_KEYS);
     deck.ignore(
         BLOCK,
-        others.filter(|k| !used.contains(k)),
-        &format!("profile {name}"),
+        others.filter(|k| !profile.keys().contains(k)),
+        &format!("profile {}", profile.name()),
     );
     let limiter = match deck.get_str_or(BLOCK, "limiter", "mc")?.as_str() {
         "none" => Limiter::None,
