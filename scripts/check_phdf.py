@@ -13,8 +13,8 @@ datasets when sparse fields exist; the level column of the blocks' table against
 (phdf.py reads levels there), cell centres midway between faces, and each block's first face
 at its /Blocks/xmin. A .phdf file holds no /Info attribute or /Blocks dataset beyond
 Parthenon's (phdf_diff.py compares all it finds, so one that differs from run to run, such
-as a checksum over the wall time, would make any two runs differ); restart files add their
-checksums.
+as a checksum over the wall time, would make any two runs differ); neither does a restart
+file, whose seal lives in the HDF5 user block.
 """
 import sys
 
@@ -28,7 +28,6 @@ ALWAYS_1D = ["NumComponents", "ComponentNames", "OutputDatasetNames"]
 INFO_OTHER = ["Coordinates", "BlocksPerPE", "MeshBlockSize", "RootGridDomain", "RootGridSize",
               "BoundaryConditions", "NumComponents", "ComponentNames", "OutputDatasetNames"]
 BLOCKS = ["xmin", "loc.lx123", "loc.level-gid-lid-cnghost-gflag", "derefinement_count"]
-RESTART_ONLY = {"Info": ["HeaderChecksum"], "Blocks": ["checksums"]}
 
 
 def check(path):
@@ -127,8 +126,9 @@ def check(path):
             need(np.allclose(faces[:, ng], xmin[:, d], rtol=1e-14, atol=0),
                  f"Locations/{axis} do not start at Blocks/xmin")
         known = {"Info": INFO_INT + INFO_REAL + INFO_OTHER, "Blocks": BLOCKS}
-        if not path.endswith(".phdf"):
-            known = {k: v + RESTART_ONLY[k] for k, v in known.items()}
+        sealed = 512 if path.endswith(".rhdf") else 0
+        need(f.userblock_size == sealed,
+             f"a user block of {f.userblock_size} bytes; expected {sealed}")
         extra = sorted(set(info) - set(known["Info"]))
         need(not extra, f"/Info attributes {extra} beyond Parthenon's")
         extra = sorted(set(f["Blocks"]) - set(known["Blocks"]))

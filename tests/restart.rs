@@ -19,9 +19,11 @@
 //! - and on 3 ranks with adaptive refinement, where the mesh still changes after the
 //!   restart point, by the steepness of a Gaussian (`parthenon/refinement0`), and on 2 by
 //!   the advection block's own test on a hard sphere;
-//! - a missing file, a `.phdf` file, a truncated file, a file edited through HDF5 (another
-//!   problem's name, another time, a changed value) and a deck whose mesh differs from the
-//!   file's exit 2 on every rank with a message naming the cause.
+//! - a missing file, a `.phdf` file, a truncated file, one damaged byte (in the values, in
+//!   HDF5's own metadata), a file edited through HDF5 (another problem's name, another time,
+//!   a changed value), such edits sealed again (another problem, a cycle beyond int32, an
+//!   output time that is not a number) and a deck whose mesh differs from the file's exit 2 on
+//!   every rank with a message naming the cause.
 
 mod common;
 
@@ -349,6 +351,20 @@ fn expect_bad(deck: &str, dir: &Path, file: &Path, extra: &[&str], what: &str) {
     );
 }
 
+/// Seals `path` again after an edit: the CRC-32 of every byte after the 512-byte user block,
+/// as the restart writer seals it.
+fn seal(path: &Path) {
+    let mut bytes = std::fs::read(path).expect("file to seal");
+    let text = format!(
+        "starhalo restart file\ncrc32 {:08x}\nbytes {}\n",
+        crc32fast::hash(&bytes[512..]),
+        bytes.len()
+    );
+    bytes[..512].fill(0);
+    bytes[..text.len()].copy_from_slice(text.as_bytes());
+    std::fs::write(path, bytes).expect("sealed file");
+}
+
 fn bad_restarts(base: &Path, deck: &str) {
     let full = base.join("full2");
     let rst = full.join("adv.out1.00001.rhdf");
@@ -375,32 +391,49 @@ fn bad_restarts(base: &Path, deck: &str) {
         &[],
         "not a restart file of starhalo run",
     );
-    let truncated = base.join("truncated.rhdf");
+    // Damaged bytes are found by the seal before libhdf5 reads the file: a truncated file,
+    // one flipped bit in a variable's values, one in the HDF5 metadata (the global heap of
+    // the names, where libhdf5 itself would loop forever or crash).
+    let sealed = "does not match its seal";
     let bytes = std::fs::read(&rst).expect("restart file");
-    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated copy");
-    expect_bad(deck, &dir, &truncated, &[], "not a usable restart file");
-
-    // One bit flipped inside the stored values of a variable: the chunk's checksum catches it.
-    let flipped = base.join("flipped.rhdf");
-    let mut bytes = std::fs::read(&rst).expect("restart file");
+    let damaged = |name: &str, bytes: &[u8]| {
+        let path = base.join(name);
+        std::fs::write(&path, bytes).expect("damaged copy");
+        expect_bad(deck, &dir, &path, &[], sealed);
+    };
+    damaged("truncated.rhdf", &bytes[..bytes.len() / 2]);
     let chunk = hdf5::File::open(&rst)
         .and_then(|f| f.dataset("advected"))
         .map(|ds| ds.chunk_info(0).expect("advected is chunked"))
         .expect("chunk of advected");
-    bytes[(chunk.addr + chunk.size / 2) as usize] ^= 0x10;
-    std::fs::write(&flipped, &bytes).expect("flipped copy");
-    expect_bad(deck, &dir, &flipped, &[], "not a usable restart file");
+    let mut flipped = bytes.clone();
+    flipped[(chunk.addr + chunk.size / 2) as usize] ^= 0x10;
+    damaged("flipped.rhdf", &flipped);
+    let heap = bytes
+        .windows(4)
+        .position(|w| w == b"GCOL")
+        .expect("a global heap");
+    let name = heap
+        + bytes[heap..]
+            .windows(10)
+            .position(|w| w == b"advected_1")
+            .expect("a name in the global heap");
+    let mut heap_bytes = bytes.clone();
+    heap_bytes[name - 8] ^= 0xff; // the name's length
+    damaged("heap.rhdf", &heap_bytes);
 
-    // Values changed through HDF5 itself, so that every chunk's Fletcher-32 holds: an
-    // attribute (the problem that wrote it, the time) fails the header's checksum, a value of
-    // a block the block's own.
-    let edit = |name: &str, change: &dyn Fn(&hdf5::File)| -> std::path::PathBuf {
+    // Changed through HDF5 itself, so that the file is a valid HDF5 file: the seal no longer
+    // holds. Changed and sealed again, the reader's own checks find what is wrong.
+    let edit = |name: &str, reseal: bool, change: &dyn Fn(&hdf5::File)| -> std::path::PathBuf {
         let copy = base.join(name);
         std::fs::copy(&rst, &copy).expect("copy");
         change(&hdf5::File::open_rw(&copy).expect("open copy"));
+        if reseal {
+            seal(&copy);
+        }
         copy
     };
-    let other = edit("other.rhdf", &|f| {
+    let set_problem = |f: &hdf5::File| {
         let params = f.group("Params").expect("Params");
         params.delete_attr("driver/problem").expect("delete");
         let name: hdf5::types::VarLenUnicode = "heat2d".parse().unwrap();
@@ -410,38 +443,53 @@ fn bad_restarts(base: &Path, deck: &str) {
             .create("driver/problem")
             .and_then(|a| a.write_scalar(&name))
             .expect("rewrite");
-    });
-    let header = "the attributes do not match their checksum (Info/HeaderChecksum)";
-    expect_bad(deck, &dir, &other, &[], header);
-    let later = edit("later.rhdf", &|f| {
+    };
+    let later = |f: &hdf5::File| {
         let time = f
             .group("Info")
             .and_then(|g| g.attr("Time"))
             .expect("Info/Time");
         time.write_scalar(&0.25f64).expect("rewrite");
-    });
-    expect_bad(deck, &dir, &later, &[], header);
-    let value = edit("value.rhdf", &|f| {
+    };
+    let value = |f: &hdf5::File| {
         let ds = f.dataset("advected").expect("advected");
         let mut v: Vec<f64> = ds.read_raw().expect("values");
         let last = v.len() - 1;
         v[last] += 1.0;
         ds.write_raw(&v).expect("rewrite");
+    };
+    for (name, change) in [
+        ("other.rhdf", &set_problem as &dyn Fn(&hdf5::File)),
+        ("later.rhdf", &later),
+        ("value.rhdf", &value),
+    ] {
+        expect_bad(deck, &dir, &edit(name, false, change), &[], sealed);
+    }
+    let other = edit("other_sealed.rhdf", true, &set_problem);
+    expect_bad(deck, &dir, &other, &[], "written by problem 'heat2d'");
+    let cycle = edit("cycle.rhdf", true, &|f| {
+        let info = f.group("Info").expect("Info");
+        info.delete_attr("NCycle").expect("delete");
+        info.new_attr::<i64>()
+            .shape(())
+            .create("NCycle")
+            .and_then(|a| a.write_scalar(&i64::MAX))
+            .expect("rewrite");
+    });
+    expect_bad(deck, &dir, &cycle, &[], "Info/NCycle = 9223372036854775807");
+    let never = edit("never.rhdf", true, &|f| {
+        f.group("Params")
+            .and_then(|g| g.attr("parthenon/output0/next_time"))
+            .and_then(|a| a.write_scalar(&f64::NAN))
+            .expect("rewrite");
     });
     expect_bad(
         deck,
         &dir,
-        &value,
+        &never,
         &[],
-        "do not match their checksum (Blocks/checksums)",
+        "parthenon/output0/next_time = NaN: not a finite time",
     );
-    // Both checksums removed, as a .phdf has none: refused, not read unchecked.
-    let stripped = edit("stripped.rhdf", &|f| {
-        let info = f.group("Info").expect("Info");
-        info.delete_attr("HeaderChecksum").expect("delete");
-        f.unlink("Blocks/checksums").expect("unlink");
-    });
-    expect_bad(deck, &dir, &stripped, &[], "no Info/HeaderChecksum");
 
     // Decks whose mesh is not the file's.
     expect_bad(

@@ -244,9 +244,22 @@ fn pattern(a: &StrategiesArgs, rank: usize, n: usize) -> Graph {
     Graph::new(a.roots, None, iremote)
 }
 
+/// The most roots per rank (and leaves per peer): 2^26 doubles with their sums and counts is
+/// about 1.5 GiB a rank, beyond which the options are a typo rather than a benchmark.
+const MAX_ROOTS: usize = 1 << 26;
+
 fn check_args(a: &StrategiesArgs, nranks: usize) -> Result<()> {
-    if a.roots == 0 {
-        return Err(bad_input!("--roots must be at least 1"));
+    if a.roots == 0 || a.roots > MAX_ROOTS {
+        return Err(bad_input!(
+            "--roots {} is out of range: 1 to {MAX_ROOTS} roots per rank",
+            a.roots
+        ));
+    }
+    if a.per_peer > MAX_ROOTS {
+        return Err(bad_input!(
+            "--per-peer {} is above the most leaves this benchmark builds per peer, {MAX_ROOTS}",
+            a.per_peer
+        ));
     }
     if a.ranks_per_node == Some(0) {
         return Err(bad_input!("--ranks-per-node must be at least 1"));

@@ -463,10 +463,19 @@ fn print(a: &ShmemBenchArgs, r: &Report) -> Result<()> {
     Ok(())
 }
 
+/// The largest heat plate side: 16384² doubles is 2 GiB over all ranks.
+const MAX_HEAT_N: usize = 1 << 14;
+
 fn check_args(a: &ShmemBenchArgs, nranks: usize) -> Result<()> {
     if nranks < 2 {
         return Err(bad_input!(
             "bench shmem needs at least 2 ranks (got {nranks})"
+        ));
+    }
+    if a.heat_n > MAX_HEAT_N {
+        return Err(bad_input!(
+            "--heat-n {} is above {MAX_HEAT_N}: the plate holds heat-n squared doubles",
+            a.heat_n
         ));
     }
     if a.heat_n < 3 || a.heat_n < nranks {

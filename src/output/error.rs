@@ -38,6 +38,13 @@ pub enum OutputError {
         /// twice).
         cause: std::io::Error,
     },
+    /// Something other than a regular file (a directory, a fifo) where a file is to be read:
+    /// bad input, not a failure to read.
+    #[error("{path}: not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
     /// A restart file lacks something the reader needs or holds something inconsistent.
     #[error("{path}: not a usable restart file: {reason}")]
     BadRestart {

@@ -49,33 +49,76 @@ pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), Output
     };
     // A fifo would block the read, a directory fails it: neither is a history.
     if !std::fs::metadata(source).map_err(io(source))?.is_file() {
-        return Err(io(source)(std::io::Error::other("not a regular file")));
+        return Err(OutputError::NotAFile {
+            path: source.to_path_buf(),
+        });
     }
     let bytes = std::fs::read(source).map_err(io(source))?;
-    let mut foreign = Vec::new();
-    let mut kept = Vec::with_capacity(bytes.len() + 1);
-    for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
-        let text = std::str::from_utf8(line).ok().map(str::trim);
-        let line_cycle = text.and_then(history_cycle);
-        if line_cycle.is_some_and(|c| c > cycle) {
-            continue;
-        }
-        if line_cycle.is_none() && !text.is_some_and(|t| t.is_empty() || t.starts_with('#')) {
-            foreign.push(n + 1);
-        }
-        kept.extend_from_slice(line);
-        if !line.ends_with(b"\n") {
-            kept.push(b'\n');
-        }
-    }
+    let Continued {
+        kept,
+        foreign,
+        lines,
+    } = continued(&bytes, cycle);
     if let Some(first) = foreign.first() {
         tracing::warn!(
-            "{}:{first}: not a history line ({} such in all); kept as written in the continued history",
+            "{}:{first}: not a whole history line ({} such in all); kept as written in the continued history",
             source.display(),
             foreign.len(),
         );
     }
+    if lines == 0 {
+        tracing::warn!(
+            "{}: no history lines up to cycle {cycle} to continue",
+            source.display()
+        );
+    }
     super::write_atomically(to, |w| w.write_all(&kept)).map_err(io(to))
+}
+
+/// What a continued history keeps of an old one.
+#[derive(Debug, PartialEq)]
+struct Continued {
+    /// The bytes kept: every line but history lines past the restart cycle, each ended.
+    kept: Vec<u8>,
+    /// Line numbers (from 1) of kept lines that are neither blank, comments nor whole
+    /// history lines.
+    foreign: Vec<usize>,
+    /// History lines kept.
+    lines: usize,
+}
+
+/// The lines of the history `bytes` a run restarted at `cycle` continues.
+fn continued(bytes: &[u8], cycle: u64) -> Continued {
+    let mut out = Continued {
+        kept: Vec::with_capacity(bytes.len() + 1),
+        foreign: Vec::new(),
+        lines: 0,
+    };
+    // Every history line has the columns of the first: one with fewer was cut short.
+    let mut columns = None;
+    for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        let text = std::str::from_utf8(line).ok().map(str::trim);
+        let line_cycle = text.and_then(|t| {
+            let c = history_cycle(t)?;
+            let words = t.split_whitespace().count();
+            (*columns.get_or_insert(words) == words).then_some(c)
+        });
+        if line_cycle.is_some_and(|c| c > cycle) {
+            continue;
+        }
+        out.lines += usize::from(line_cycle.is_some());
+        // The writer ends every line: one without its newline is where the file was cut.
+        let cut = !line.ends_with(b"\n");
+        let blank_or_comment = text.is_some_and(|t| t.is_empty() || t.starts_with('#'));
+        if cut || line_cycle.is_none() && !blank_or_comment {
+            out.foreign.push(n + 1);
+        }
+        out.kept.extend_from_slice(line);
+        if cut {
+            out.kept.push(b'\n');
+        }
+    }
+    out
 }
 
 /// The cycle of a history line: numbers only, the third the cycle.
@@ -182,7 +225,7 @@ mod tests {
         assert!(!none.exists());
         // Anything but a regular file is an error, not a read that blocks (a fifo).
         let e = continue_history(&dir, &to, 2).unwrap_err();
-        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(matches!(e, OutputError::NotAFile { .. }), "{e}");
         assert_eq!(history_cycle("0.3 0.1 3 1"), Some(3));
         assert_eq!(history_cycle("0.3 0.1 3 x"), None, "not all numbers");
         assert_eq!(
@@ -191,6 +234,14 @@ mod tests {
             "the cycle is an integer"
         );
         assert_eq!(history_cycle("0.3 0.1"), None, "truncated");
+        // A line cut short (fewer columns, or no newline at the end) is kept and named.
+        let c = continued(b"# h\n0.0 0.1 0 1.0 2.0\n0.1 0.1 1 1.0\n0.2 0.1 2 1.0 2", 5);
+        assert_eq!(c.foreign, [3, 4]);
+        assert_eq!(c.lines, 2, "the header and line 3 are not history lines");
+        assert!(c.kept.ends_with(b"0.1 0.1 1 1.0\n0.2 0.1 2 1.0 2\n"));
+        // Only a header (or nothing): no history lines.
+        assert_eq!(continued(b"# h\n", 5).lines, 0);
+        assert_eq!(continued(b"", 5).foreign, [0usize; 0]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

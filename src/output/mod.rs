@@ -27,6 +27,7 @@ pub mod png;
 pub mod printf;
 pub mod restart;
 pub mod schedule;
+pub mod seal;
 pub mod select;
 pub mod xdmf;
 

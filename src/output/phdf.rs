@@ -5,6 +5,7 @@
 use super::config::OutputBlock;
 use super::error::OutputError;
 use super::gather::{on_root, Gathered};
+use super::seal::{seal, USER_BLOCK};
 use super::select::{append_var, select, Extent, OutVar};
 use super::{ParamValue, Snapshot};
 use hdf5::types::VarLenUnicode;
@@ -46,7 +47,7 @@ pub fn write_phdf<C: Communicator>(
                 } else {
                     0.0
                 },
-                checksums: false,
+                sealed: false,
             };
             write_file(path, snap, &g, &vars, &ext, storage)?;
             let xpath = xdmf_path(path);
@@ -86,11 +87,10 @@ pub struct Storage {
     /// What a block where a sparse variable is unallocated holds: 0, as Parthenon writes by
     /// default, or NaN (`sparse_seed_nans`).
     pub unallocated: f64,
-    /// Checksums of the blocks' values and of the header (`Blocks/checksums`,
-    /// `Info/HeaderChecksum`), which a restart verifies: restart files only, since
-    /// Parthenon's `phdf_diff.py` compares every `Info` attribute and `Blocks` dataset it
-    /// finds, and a checksum that covers the wall time would make any two runs differ.
-    pub checksums: bool,
+    /// Sealed ([`super::seal`]): restart files only, since Parthenon's `phdf_diff.py`
+    /// compares every `Info` attribute and `Blocks` dataset it finds, so the seal lives
+    /// outside what HDF5 shows (a checksum over the wall time would make any two runs differ).
+    pub sealed: bool,
 }
 
 /// Writes the gathered blocks `g` to `path` (through a temporary file renamed at the end, so
@@ -105,11 +105,21 @@ pub fn write_file(
 ) -> Result<(), OutputError> {
     let tmp = super::tmp_path(path);
     let h = |e: hdf5::Error| OutputError::hdf5(path, e);
-    let written = hdf5::File::create(&tmp)
+    let user_block = if storage.sealed { USER_BLOCK } else { 0 };
+    let written = hdf5::File::with_options()
+        .with_fcpl(|p| p.userblock(user_block))
+        .create(&tmp)
         .map_err(|e| OutputError::hdf5(&tmp, e))
         .and_then(|file| {
             write_contents(&file, snap, g, vars, ext, storage).map_err(h)?;
             file.close().map_err(h)
+        })
+        .and_then(|()| match storage.sealed {
+            true => seal(&tmp).map_err(|cause| OutputError::Io {
+                path: tmp.clone(),
+                cause,
+            }),
+            false => Ok(()),
         })
         .and_then(|()| {
             std::fs::rename(&tmp, path).map_err(|cause| OutputError::Io {
@@ -253,10 +263,7 @@ fn write_contents(
 
     // Variables: (NB, ncomp, n3, n2, n1), always 5-D, written a chunk of blocks at a time so
     // that no copy of a whole variable is made.
-    // Each block's values of each variable also have a CRC-32 (`Blocks/checksums`, `(NB,
-    // nvars)`): Fletcher-32 checks a chunk, but not which blocks the chunk index says it holds.
-    let mut sums = vec![0u32; nb * vars.len()];
-    for (i, v) in vars.iter().enumerate() {
+    for v in vars {
         let shape = [nb, v.ncomp, ext.n[2], ext.n[1], ext.n[0]];
         let fill = |gids, buf: &mut Vec<f64>| {
             append_var(
@@ -270,18 +277,12 @@ fn write_contents(
                 storage.unallocated,
             )
         };
-        let (ds, rows) = if storage.single {
+        let ds = if storage.single {
             dataset_by_rows::<f32>(file, &v.name, shape, storage.deflate, fill)?
         } else {
             dataset_by_rows::<f64>(file, &v.name, shape, storage.deflate, fill)?
         };
-        for (gid, sum) in rows.into_iter().enumerate() {
-            sums[gid * vars.len() + i] = sum;
-        }
         attr_str(&ds, "TopologicalLocation", "Cell")?;
-    }
-    if storage.checksums {
-        dataset(&blocks, "checksums", &[nb, vars.len()], &sums)?;
     }
 
     let sparse: Vec<&OutVar> = vars.iter().filter(|v| v.sparse).collect();
@@ -296,11 +297,7 @@ fn write_contents(
         attr_strs(&ds, "SparseFields", &names, false)?;
         dataset(file, "SparseDeallocCount", &[nb, ns], &vec![0i32; nb * ns])?;
     }
-    // Last: the checksum of every attribute written above (datasets carry their own).
-    match storage.checksums {
-        true => attr_scalar(&info, HEADER_CHECKSUM, &header_checksum(file)?),
-        false => Ok(()),
-    }
+    Ok(())
 }
 
 /// Bytes per chunk the datasets aim at: large enough that the chunk index stays small, small
@@ -322,20 +319,17 @@ pub fn dataset<T: H5Type>(
 /// A 5-D dataset of `shape` (see [`new_dataset`], compressed at `deflate`) written a chunk
 /// of rows of its first index at a time, `fill(rows, buf)` appending the values of `rows` to
 /// `buf`, so that no copy of the whole dataset is made; `T` is the type it is stored as.
-/// Also returns each row's [`row_checksum`].
 pub fn dataset_by_rows<T: H5Type + Stored>(
     at: &hdf5::Group,
     name: &str,
     shape: [usize; 5],
     deflate: u8,
     mut fill: impl FnMut(std::ops::Range<usize>, &mut Vec<f64>),
-) -> hdf5::Result<(hdf5::Dataset, Vec<u32>)> {
+) -> hdf5::Result<hdf5::Dataset> {
     let ds = new_dataset::<T>(at, name, &shape, deflate)?;
     let rows = chunk_shape(&shape, size_of::<T>())
         .map_or(shape[0], |c| c[0])
         .max(1);
-    let row_len: usize = shape[1..].iter().product();
-    let mut sums = Vec::with_capacity(shape[0]);
     let mut buf = Vec::new();
     let mut stored: Vec<T> = Vec::new();
     for first in (0..shape[0]).step_by(rows) {
@@ -344,54 +338,29 @@ pub fn dataset_by_rows<T: H5Type + Stored>(
         fill(part.clone(), &mut buf);
         stored.clear();
         stored.extend(buf.iter().map(|&x| T::from_f64(x)));
-        if row_len > 0 {
-            sums.extend(
-                stored
-                    .chunks(row_len)
-                    .map(|r| row_checksum(r.iter().map(|x| x.to_f64()))),
-            );
-        }
         let dims = (part.len(), shape[1], shape[2], shape[3], shape[4]);
         let view = ndarray::ArrayView::from_shape(dims, &stored)
             .map_err(|e| hdf5::Error::from(format!("{name}: {e}").as_str()))?;
         ds.write_slice(view, (part, .., .., .., ..))?;
     }
-    sums.resize(shape[0], row_checksum(std::iter::empty()));
-    Ok((ds, sums))
-}
-
-/// CRC-32 of a block's values of one variable as a reader gets them (`f64`, little-endian).
-pub fn row_checksum(values: impl Iterator<Item = f64>) -> u32 {
-    let mut crc = crc32fast::Hasher::new();
-    for x in values {
-        crc.update(&x.to_le_bytes());
-    }
-    crc.finalize()
+    Ok(ds)
 }
 
 /// The types values are stored as: `f64` as they are, `f32` rounded (single precision).
 pub trait Stored: Copy {
     /// `x` in this type.
     fn from_f64(x: f64) -> Self;
-    /// The value a reader gets back.
-    fn to_f64(self) -> f64;
 }
 
 impl Stored for f64 {
     fn from_f64(x: f64) -> Self {
         x
     }
-    fn to_f64(self) -> f64 {
-        self
-    }
 }
 
 impl Stored for f32 {
     fn from_f64(x: f64) -> Self {
         x as f32
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self)
     }
 }
 
@@ -451,81 +420,6 @@ fn chunk_shape(shape: &[usize], elem: usize) -> Option<Vec<usize>> {
     }
 }
 
-/// The `Info` attribute that holds [`header_checksum`]: HDF5's Fletcher-32 covers the
-/// datasets only, and a flipped bit in `Info/Time` would otherwise restart a run at the wrong
-/// time without a word.
-pub const HEADER_CHECKSUM: &str = "HeaderChecksum";
-
-/// CRC-32 of what a reader of the file takes whole: every attribute of `/Info` (but the
-/// checksum itself), `/Input` and `/Params` and `SparseFields` of `/SparseInfo`, each as its
-/// name, type and values in name order, and the values of the small per-block datasets
-/// (levels, locations, derefinement counts, sparse flags, the blocks' checksums), whose chunks
-/// Fletcher-32 checks but whose chunk index it does not.
-pub fn header_checksum(file: &hdf5::File) -> hdf5::Result<u32> {
-    use hdf5::types::TypeDescriptor as T;
-    let mut crc = crc32fast::Hasher::new();
-    let mut add = |label: &str, c: &hdf5::Container| -> hdf5::Result<()> {
-        let ty = c.dtype()?.to_descriptor()?;
-        crc.update(format!("{label}:{ty}:{:?}=", c.shape()).as_bytes());
-        match ty {
-            T::Integer(_) => c
-                .read_raw::<i64>()?
-                .iter()
-                .for_each(|x| crc.update(&x.to_le_bytes())),
-            T::Unsigned(_) => c
-                .read_raw::<u64>()?
-                .iter()
-                .for_each(|x| crc.update(&x.to_le_bytes())),
-            T::Float(_) => c
-                .read_raw::<f64>()?
-                .iter()
-                .for_each(|x| crc.update(&x.to_le_bytes())),
-            T::Boolean => c
-                .read_raw::<bool>()?
-                .iter()
-                .for_each(|&b| crc.update(&[u8::from(b)])),
-            T::VarLenUnicode => c.read_raw::<VarLenUnicode>()?.iter().for_each(|s| {
-                crc.update(s.as_bytes());
-                crc.update(&[0]);
-            }),
-            T::VarLenAscii => c
-                .read_raw::<hdf5::types::VarLenAscii>()?
-                .iter()
-                .for_each(|s| {
-                    crc.update(s.as_bytes());
-                    crc.update(&[0]);
-                }),
-            // No writer here makes other types: their type alone is covered.
-            _ => {}
-        }
-        Ok(())
-    };
-    for group in ["Info", "Input", "Params"] {
-        let Ok(g) = file.group(group) else { continue };
-        let mut names = g.attr_names()?;
-        names.sort();
-        for name in names.iter().filter(|n| *n != HEADER_CHECKSUM) {
-            add(&format!("{group}/{name}"), &*g.attr(name)?)?;
-        }
-    }
-    if let Ok(ds) = file.dataset("SparseInfo") {
-        add("SparseInfo/SparseFields", &*ds.attr("SparseFields")?)?;
-    }
-    for name in [
-        "Levels",
-        "LogicalLocations",
-        "Blocks/derefinement_count",
-        "Blocks/checksums",
-        "SparseInfo",
-    ] {
-        if let Ok(ds) = file.dataset(name) {
-            check_layout(&ds)?;
-            add(name, &ds)?;
-        }
-    }
-    Ok(crc.finalize())
-}
-
 /// A scalar attribute.
 pub fn attr_scalar<T: H5Type>(at: &Location, name: &str, v: &T) -> hdf5::Result<()> {
     at.new_attr::<T>().shape(()).create(name)?.write_scalar(v)
@@ -580,27 +474,22 @@ mod tests {
                 buf.extend((0..100).map(|i| value(r, i)));
             }
         };
-        let (ds, sums) = dataset_by_rows::<f64>(&file, "d", shape, 0, fill).unwrap();
+        let ds = dataset_by_rows::<f64>(&file, "d", shape, 0, fill).unwrap();
         assert_eq!(calls, [0..1310, 1310..2620, 2620..3000]);
         let back: Vec<f64> = ds.read_raw().unwrap();
         let want: Vec<f64> = (0..3000)
             .flat_map(|r| (0..100).map(move |i| value(r, i)))
             .collect();
         assert_eq!(back, want);
-        let row = |r: usize| row_checksum((0..100).map(|i| value(r, i)));
-        assert_eq!(sums, (0..3000).map(row).collect::<Vec<_>>());
         let fill = |rows: std::ops::Range<usize>, buf: &mut Vec<f64>| {
             for r in rows {
                 buf.extend((0..100).map(|i| value(r, i)));
             }
         };
-        let (ds, single) = dataset_by_rows::<f32>(&file, "s", shape, 5, fill).unwrap();
+        let ds = dataset_by_rows::<f32>(&file, "s", shape, 5, fill).unwrap();
         let back: Vec<f32> = ds.read_raw().unwrap();
         assert_eq!(back, want.iter().map(|&x| x as f32).collect::<Vec<_>>());
         assert_eq!(ds.shape(), shape);
-        let row = |r: usize| row_checksum((0..100).map(|i| f64::from(value(r, i) as f32)));
-        assert_eq!(single, (0..3000).map(row).collect::<Vec<_>>());
-        assert_ne!(single[0], sums[0]);
         drop(file);
         let _ = std::fs::remove_file(&path);
     }

@@ -8,9 +8,7 @@
 
 use super::error::OutputError;
 use super::gather::on_root;
-use super::phdf::{
-    check_layout, header_checksum, row_checksum, write_file, Storage, HEADER_CHECKSUM,
-};
+use super::phdf::{check_layout, write_file, Storage};
 use super::select::{cell_vars, Extent};
 use super::{ParamValue, Snapshot};
 use hdf5::types::VarLenUnicode;
@@ -44,7 +42,7 @@ pub fn write_restart<C: Communicator>(
                 single: false,
                 deflate,
                 unallocated: 0.0,
-                checksums: true,
+                sealed: true,
             };
             write_file(path, snap, &g, &vars, &ext, storage)
         },
@@ -90,10 +88,6 @@ pub struct RestartData {
     /// Variables by name: their number of components (the values, `(NB, ncomp, n3, n2, n1)`,
     /// stay in the file until [`block_data`](Self::block_data) reads some blocks).
     pub variables: BTreeMap<String, usize>,
-    /// Variables by name: the CRC-32 of each block's values ([`super::phdf::row_checksum`]),
-    /// which [`block_data`](Self::block_data) checks; `None` in a file without checksums (a
-    /// `.phdf` output, whose header is then not checked either: a restart refuses it).
-    pub checksums: Option<BTreeMap<String, Vec<u32>>>,
     /// Sparse variables by name: allocation flag of each block.
     pub sparse: BTreeMap<String, Vec<bool>>,
     /// The `/Params` attributes (what the writing run passed in [`Snapshot::params`]), by
@@ -158,21 +152,6 @@ impl RestartData {
             } else {
                 read_blocks(&file, &v.name, lo..hi).map_err(bad)?
             };
-            if let Some(all) = &self.checksums {
-                let Some(sums) = all.get(&v.name).filter(|s| s.len() == self.nblocks()) else {
-                    return Err(bad(format!("no checksums of `{}`", v.name)));
-                };
-                let row = v.ncomp * stored_len;
-                if let Some(&gid) = gids.iter().find(|&&gid| {
-                    row_checksum(values[(gid - lo) * row..][..row].iter().copied()) != sums[gid]
-                }) {
-                    return Err(bad(format!(
-                        "`{}` of block {gid}: the values do not match their checksum \
-                         (Blocks/checksums): the file is corrupted",
-                        v.name
-                    )));
-                }
-            }
             let flags = self.sparse.get(&v.name);
             for (b, &gid) in gids.iter().enumerate() {
                 if let Some(f) = flags {
@@ -224,26 +203,6 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let h = |e: hdf5::Error| bad(e.to_string());
     let file = hdf5::File::open(path).map_err(h)?;
     let info = file.group("Info").map_err(h)?;
-    // Only restart files carry checksums (`.phdf` outputs leave them out); the header's
-    // covers `Blocks/checksums`, so neither goes missing alone unnoticed.
-    let checked = info
-        .attr_names()
-        .map_err(h)?
-        .iter()
-        .any(|n| n == HEADER_CHECKSUM);
-    if checked {
-        let stored_sum = info
-            .attr(HEADER_CHECKSUM)
-            .and_then(|a| a.read_scalar::<u32>())
-            .map_err(|e| bad(format!("Info/{HEADER_CHECKSUM}: {e}")))?;
-        if header_checksum(&file).map_err(h)? != stored_sum {
-            return Err(bad(
-                "the attributes do not match their checksum (Info/HeaderChecksum): the file \
-                 is corrupted"
-                    .into(),
-            ));
-        }
-    }
     let scalar_i64 = |name: &str| -> Result<i64, OutputError> {
         info.attr(name)
             .and_then(|a| a.read_scalar::<i64>())
@@ -264,7 +223,12 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     }
     let nghost = count("NGhost", scalar_i64("NGhost")?)?;
     let includes_ghost = scalar_i64("IncludesGhost")? != 0;
-    let cycle = u64::try_from(scalar_i64("NCycle")?).map_err(|_| bad("Info/NCycle < 0".into()))?;
+    // Parthenon's files store the cycle as int32.
+    let ncycle = scalar_i64("NCycle")?;
+    let cycle = u64::try_from(ncycle)
+        .ok()
+        .filter(|&c| i32::try_from(c).is_ok())
+        .ok_or_else(|| bad(format!("Info/NCycle = {ncycle}: not a cycle 0 to 2^31-1")))?;
     let mbs: Vec<i64> = info
         .attr("MeshBlockSize")
         .and_then(|a| a.read_raw())
@@ -359,20 +323,11 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
             "OutputDatasetNames and NumComponents differ in length".into()
         ));
     }
-    let sums: Option<Vec<u32>> = match checked {
-        true => Some(raw(&read("Blocks/checksums", &[nb, names.len()])?, path)?),
-        false => None,
-    };
     let mut variables = BTreeMap::new();
-    let mut checksums = sums.as_ref().map(|_| BTreeMap::new());
-    for (i, (name, &nc)) in names.iter().zip(&ncomps).enumerate() {
+    for (name, &nc) in names.iter().zip(&ncomps) {
         let nc = nc as usize;
         read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
         variables.insert(name.as_str().to_string(), nc);
-        if let (Some(sums), Some(checksums)) = (&sums, &mut checksums) {
-            let column = (0..nb).map(|b| sums[b * names.len() + i]).collect();
-            checksums.insert(name.as_str().to_string(), column);
-        }
     }
     let mut sparse = BTreeMap::new();
     if let Ok(ds) = file.dataset("SparseInfo") {
@@ -420,7 +375,6 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         boundary_conditions: bcs.iter().map(|b| b.as_str().to_string()).collect(),
         blocks_per_rank,
         variables,
-        checksums,
         sparse,
         params,
     })

@@ -59,7 +59,7 @@ use super::{Problem, ProblemInfo};
 use crate::deck::Deck;
 use crate::exit::bad_input;
 use crate::output::{
-    hst, schedule, write_output, FileType, OutputBlock, ParamValue, Schedule, Snapshot,
+    hst, schedule, write_output, FileType, OutputBlock, OutputError, ParamValue, Schedule, Snapshot,
 };
 use crate::run::collective::{agree, max_f64};
 use crate::run::memory::Budget;
@@ -1072,6 +1072,10 @@ impl Advection {
         {
             let name = hst::file_name(&ctx.problem_id, &o.id);
             hst::continue_history(&from_dir.join(&name), &ctx.out_dir.join(&name), cycle)
+                .map_err(|e| match e {
+                    e @ OutputError::NotAFile { .. } => bad_input!("{e}"),
+                    e => e.into(),
+                })
                 .with_context(|| format!("{}: continuing the history", o.block))?;
         }
         Ok(())

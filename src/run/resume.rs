@@ -9,7 +9,7 @@
 
 use super::memory::Budget;
 use crate::exit::bad_input;
-use crate::output::{read_restart, OutputBlock, ParamValue, RestartData, Schedule};
+use crate::output::{read_restart, seal, OutputBlock, ParamValue, RestartData, Schedule};
 use anyhow::Result;
 use starhalo_boundary::BlockData;
 use starhalo_mesh::field::Fields;
@@ -86,6 +86,8 @@ pub fn load(
         }
         Ok(_) => {}
     }
+    // Before libhdf5 parses the file: damaged metadata can make it hang or crash.
+    seal::check(path).map_err(|e| bad_input!("-r {shown}: {e}"))?;
     let r = read_restart(path).map_err(|e| bad_input!("-r: {e}"))?;
     match r.params.get(PROBLEM) {
         Some(ParamValue::Str(p)) if p == problem => {}
@@ -100,12 +102,6 @@ pub fn load(
                  restart files come from file_type: rst outputs)"
             ))
         }
-    }
-    if r.checksums.is_none() {
-        return Err(bad_input!(
-            "-r {shown}: not a restart file of starhalo run (no Info/HeaderChecksum; restart \
-             files come from file_type: rst outputs of this version)"
-        ));
     }
     check_mesh(&r, &config).map_err(|why| {
         bad_input!("-r {shown}: the file's mesh does not match the deck's parthenon/mesh: {why}")
@@ -183,6 +179,11 @@ fn schedule(r: &RestartData, o: &OutputBlock) -> Result<Schedule> {
     let (tk, nk) = (next_time_key(o), file_number_key(o));
     match (r.params.get(&tk), r.params.get(&nk)) {
         (None, None) => Ok(Schedule::new(r.time)),
+        // An output time that is not a number would never come (or always).
+        (Some(ParamValue::Real(t)), Some(ParamValue::Int(_))) if !t.is_finite() => Err(bad_input!(
+            "-r {}: /Params/{tk} = {t}: not a finite time",
+            r.path.display()
+        )),
         (Some(ParamValue::Real(t)), Some(ParamValue::Int(n))) => Ok(Schedule {
             next_time: *t,
             next_number: u32::try_from(*n).map_err(|_| bad(&nk))?,

@@ -129,6 +129,7 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
     let mut count = 0;
     // Running sums of the integer entries at each position (integer files only).
     let mut int_sums: HashMap<(usize, usize), i128> = HashMap::new();
+    let mut real_sums: HashMap<(usize, usize), f64> = HashMap::new();
     for (line, l) in data {
         count += 1;
         if count > nnz {
@@ -156,10 +157,26 @@ pub fn parse(text: &str, file: &str, max_rows: usize) -> Result<Triplets, MtxErr
             Field::Pattern => 1.0,
             Field::Real => {
                 let t = value()?;
-                t.parse::<f64>()
+                let v = t
+                    .parse::<f64>()
                     .ok()
                     .filter(|v| v.is_finite())
-                    .ok_or_else(|| err(line, format!("value '{t}' is not a finite number")))?
+                    .ok_or_else(|| err(line, format!("value '{t}' is not a finite number")))?;
+                // Duplicates are summed in file order, as here: a sum that overflows would
+                // put an infinity in the matrix.
+                let sum = real_sums.entry((i, j)).or_insert(0.0);
+                *sum += v;
+                if !sum.is_finite() {
+                    return Err(err(
+                        line,
+                        format!(
+                            "the entries at ({}, {}) sum beyond the largest double here",
+                            i + 1,
+                            j + 1
+                        ),
+                    ));
+                }
+                v
             }
             // Integers beyond 2^53 would be rounded silently when stored as f64, and so
             // would duplicates summing beyond it (they are summed in file order, as here).
@@ -314,6 +331,12 @@ mod tests {
                 "2 2 3\n1 1 9007199254740992\n2 2 1\n1 1 1\n",
                 5,
                 "entries at (1, 1) sum to 9007199254740993 here",
+            ),
+            (
+                "real general",
+                "2 2 3\n1 1 1e308\n2 2 1\n1 1 1e308\n",
+                5,
+                "entries at (1, 1) sum beyond the largest double",
             ),
             (
                 "real symmetric",
