@@ -536,6 +536,9 @@ fn strategies_json_reports_every_route() {
         (&["--peers", "2"][..], "--peers 2"),
         (&["--ranks-per-node", "0"][..], "--ranks-per-node"),
         (&["--roots", "0"][..], "--roots"),
+        // Beyond what any rank could hold: refused before anything is allocated.
+        (&["--roots", "18446744073709551615"][..], "out of range"),
+        (&["--per-peer", "100000000000"][..], "--per-peer 100000000000"),
         (&["--sf-type", "bogus"][..], "bogus"),
     ] {
         let args: Vec<&str> = ["bench", "sf-strategies"]
@@ -618,6 +621,14 @@ fn shmem_bench_json_reports_every_row() {
         &[],
     );
     common::assert_bad_input("bench shmem --heat-n 2", &out, "--heat-n 2");
+    let out = common::mpirun(
+        2,
+        60,
+        Path::new(EXE),
+        &["bench", "shmem", "--heat-n", "1000000"],
+        &[],
+    );
+    common::assert_bad_input("bench shmem --heat-n 1000000", &out, "above 16384");
     let out = common::mpirun(
         2,
         60,
