@@ -88,6 +88,7 @@ struct DataFile {
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = crate::input_file::read_text(path)
         .map_err(|e| bad_input!("cannot read {}: {e}", path.display()))?;
+    crate::input_file::note_read(path, crc32fast::hash(text.as_bytes()));
     serde_json::from_str(&text).map_err(|e| bad_input!("{}: {e}", path.display()))
 }
 

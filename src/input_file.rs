@@ -1,6 +1,27 @@
 //! Reading the files a user names (decks, matrices, graphs, data): regular files only.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The files every rank reads for itself, each with the CRC-32 of its contents, in the order
+/// read: ranks compare them ([`crate::run::collective::same_inputs`]), since ranks given
+/// different contents under one name (node-local copies) would set up different runs and
+/// wait on each other forever.
+static READ_BY_EVERY_RANK: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
+
+/// Notes that this rank read `contents` from `path` (see [`READ_BY_EVERY_RANK`]).
+pub fn note_read(path: &Path, crc: u32) {
+    let mut read = READ_BY_EVERY_RANK.lock().unwrap_or_else(|e| e.into_inner());
+    read.push((path.to_path_buf(), crc));
+}
+
+/// The files noted by [`note_read`] so far.
+pub fn read_so_far() -> Vec<(PathBuf, u32)> {
+    READ_BY_EVERY_RANK
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
 
 /// The text of the regular file at `path`. Anything else (a device such as `/dev/zero`, a
 /// FIFO, a directory) is refused before it is opened: reading one could block or never end.

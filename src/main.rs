@@ -49,6 +49,10 @@ fn main() -> ExitCode {
     };
     let world = universe.world();
     exit::on_out_of_memory(&world);
+    if let Err(e) = run::collective::same_command_line(&world) {
+        run::init_logging(world.rank() == 0);
+        return run::report(&world, Err(e));
+    }
     // Every rank parses the same command line: rank 0 alone prints the verdict (an error, or
     // the help text), and every rank exits with its code (2 for a bad option).
     let args = match args {

@@ -4,7 +4,7 @@ use crate::cli::{SfRunArgs, SfSetup, SfViewArgs};
 use crate::comm::gather_bytes;
 use crate::exit::bad_input;
 use crate::graph_file::{read_data, read_graph};
-use crate::run::collective::agree;
+use crate::run::collective::{agree, same_inputs};
 use anyhow::{Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::Serialize;
@@ -99,6 +99,7 @@ fn parse_action(s: &str) -> Result<Action> {
 /// invalid graph is found by the forest's set-up, which reports from the rank that sees it.
 fn setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, StarForest)> {
     let (graph, opts) = agree(world, read_setup(world, s))?;
+    same_inputs(world)?;
     let sf = StarForest::new(world, &graph, opts)
         .with_context(|| format!("invalid graph in {}", s.graph.display()))?;
     Ok((graph, sf))
@@ -301,6 +302,7 @@ fn run_typed<U: CliUnit>(
             ))
         });
     let (mut root, mut leaf) = agree(world, loaded)?;
+    same_inputs(world)?;
     let mut leafupdate = None;
     let op_result = match action {
         Action::Bcast(op) => match routed {

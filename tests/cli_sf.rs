@@ -538,7 +538,10 @@ fn strategies_json_reports_every_route() {
         (&["--roots", "0"][..], "--roots"),
         // Beyond what any rank could hold: refused before anything is allocated.
         (&["--roots", "18446744073709551615"][..], "out of range"),
-        (&["--per-peer", "100000000000"][..], "--per-peer 100000000000"),
+        (
+            &["--per-peer", "100000000000"][..],
+            "--per-peer 100000000000",
+        ),
         (&["--sf-type", "bogus"][..], "bogus"),
     ] {
         let args: Vec<&str> = ["bench", "sf-strategies"]

@@ -51,8 +51,8 @@ pub fn seal(path: &Path) -> std::io::Result<()> {
     f.sync_data()
 }
 
-/// Checks the seal of the file at `path`.
-pub fn check(path: &Path) -> Result<(), SealError> {
+/// Checks the seal of the file at `path`; returns its CRC-32.
+pub fn check(path: &Path) -> Result<u32, SealError> {
     let io = |e: std::io::Error| SealError::Io(e.to_string());
     let mut f = File::open(path).map_err(io)?;
     let mut block = Vec::with_capacity(USER_BLOCK as usize);
@@ -97,7 +97,7 @@ pub fn check(path: &Path) -> Result<(), SealError> {
             "CRC-32 {found:08x}, the seal says {crc:08x}"
         )));
     }
-    Ok(())
+    Ok(crc)
 }
 
 /// CRC-32 of the bytes after the user block, and the file's length.
@@ -127,7 +127,8 @@ mod tests {
         let write = |bytes: &[u8]| std::fs::write(&path, bytes).unwrap();
         write(&[vec![0; USER_BLOCK as usize], body.clone()].concat());
         seal(&path).unwrap();
-        check(&path).unwrap();
+        let crc = check(&path).unwrap();
+        assert_eq!(crc, crc32fast::hash(&body));
         let sealed = std::fs::read(&path).unwrap();
         assert!(sealed.starts_with(b"starhalo restart file\ncrc32 "));
         for at in [0, 30, 511, 512, 3000, sealed.len() - 1] {

@@ -58,6 +58,66 @@ pub fn agree<T>(world: &SimpleCommunicator, mine: Result<T>) -> Result<T> {
     }
 }
 
+/// Collective: `Ok` when every rank was given the same arguments as rank 0 (the program's
+/// path aside); otherwise bad input on every rank, rank 0 reporting which rank differs first.
+/// Ranks given different command lines (an MPMD launch) would set up different runs and wait
+/// on each other forever.
+pub fn same_command_line(world: &SimpleCommunicator) -> Result<()> {
+    let mut crc = crc32fast::Hasher::new();
+    for arg in std::env::args_os().skip(1) {
+        crc.update(arg.as_encoded_bytes());
+        crc.update(&[0]);
+    }
+    match first_other_than_rank_0(world, crc.finalize()) {
+        None => Ok(()),
+        Some(rank) => agree(
+            world,
+            Err(exit::bad_input!(
+                "rank {rank} was given other arguments than rank 0: every rank must run the same command"
+            )),
+        ),
+    }
+}
+
+/// Collective: `Ok` when every rank read the same contents from the files each reads for
+/// itself ([`crate::input_file::note_read`]) as rank 0; otherwise bad input on every rank,
+/// rank 0 reporting which rank differs first.
+pub fn same_inputs(world: &SimpleCommunicator) -> Result<()> {
+    let read = crate::input_file::read_so_far();
+    let mut crc = crc32fast::Hasher::new();
+    for (path, sum) in &read {
+        crc.update(path.as_os_str().as_encoded_bytes());
+        crc.update(&sum.to_le_bytes());
+    }
+    match first_other_than_rank_0(world, crc.finalize()) {
+        None => Ok(()),
+        Some(rank) => {
+            let names: Vec<String> = read.iter().map(|(p, _)| p.display().to_string()).collect();
+            agree(
+                world,
+                Err(exit::bad_input!(
+                    "rank {rank} read other contents than rank 0 from {}: every rank must read the same files",
+                    names.join(", ")
+                )),
+            )
+        }
+    }
+}
+
+/// Collective: the lowest rank whose `fingerprint` is not rank 0's, if any.
+fn first_other_than_rank_0(world: &SimpleCommunicator, fingerprint: u32) -> Option<i32> {
+    let mut first = fingerprint;
+    world.process_at_rank(0).broadcast_into(&mut first);
+    let differs = if first == fingerprint {
+        i32::MAX
+    } else {
+        world.rank()
+    };
+    let mut lowest = 0;
+    world.all_reduce_into(&differs, &mut lowest, SystemOperation::min());
+    (lowest != i32::MAX).then_some(lowest)
+}
+
 /// Rank 0's bytes on every rank.
 pub fn broadcast_bytes(world: &SimpleCommunicator, mine: Vec<u8>) -> Vec<u8> {
     let root = world.process_at_rank(0);

@@ -59,6 +59,7 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
         memory: memory::Memory::of(world),
     };
     let (name, mut problem) = agree(world, set_up(&deck, &mut ctx))?;
+    collective::same_inputs(world)?;
     if a.dry_run {
         // The deck has been checked as a run would check it; nothing runs or is written.
         agree(world, check_out_dir(world, &ctx))?;

@@ -87,7 +87,8 @@ pub fn load(
         Ok(_) => {}
     }
     // Before libhdf5 parses the file: damaged metadata can make it hang or crash.
-    seal::check(path).map_err(|e| bad_input!("-r {shown}: {e}"))?;
+    let crc = seal::check(path).map_err(|e| bad_input!("-r {shown}: {e}"))?;
+    crate::input_file::note_read(path, crc);
     let r = read_restart(path).map_err(|e| bad_input!("-r: {e}"))?;
     match r.params.get(PROBLEM) {
         Some(ParamValue::Str(p)) if p == problem => {}

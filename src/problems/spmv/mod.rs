@@ -91,6 +91,7 @@ fn setup(deck: &Deck, _ctx: &RunContext) -> Result<Box<dyn Problem>> {
             let text = crate::input_file::read_text(&path).map_err(|e| {
                 deck.invalid(BLOCK, "matrix", format!("cannot read {name}: {e}"))
             })?;
+            crate::input_file::note_read(&path, crc32fast::hash(text.as_bytes()));
             let triplets = mtx::parse(&text, &name, MAX_ROWS)
                 .map_err(|e| deck.invalid(BLOCK, "matrix", e.to_string()))?;
             Source::File { name, triplets }
