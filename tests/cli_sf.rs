@@ -542,6 +542,7 @@ fn strategies_json_reports_every_route() {
             &["--per-peer", "100000000000"][..],
             "--per-peer 100000000000",
         ),
+        (&["--per-peer", "40000000"][..], "times --peers 3"),
         (&["--sf-type", "bogus"][..], "bogus"),
     ] {
         let args: Vec<&str> = ["bench", "sf-strategies"]

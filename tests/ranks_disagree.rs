@@ -1,8 +1,8 @@
 //! Ranks started with different inputs (an MPMD launch, node-local copies of a file that
 //! differ) stop with exit code 2 and one message from rank 0, rather than setting up different
 //! runs that wait on each other forever: other arguments on one rank, or the same arguments
-//! reading other contents (each rank in its own working directory) from a graph file, a
-//! Matrix Market file or a restart file.
+//! reading other contents (each rank in its own working directory) from a graph file, a data
+//! file, a Matrix Market file or a restart file; the message names the first that differs.
 
 mod common;
 
@@ -86,8 +86,18 @@ fn other_graph_contents_on_one_rank_stop_every_rank() {
     );
     // The same contents: the run goes on.
     std::fs::write(b.join("g.json"), graph(0)).unwrap();
-    let out = mpmd(&[(&a, args.clone()), (&b, args)]);
+    let out = mpmd(&[(&a, args.clone()), (&b, args.clone())]);
     common::assert_ok("the same graph file", &out);
+    // The same graph, other root values: the message names the data file.
+    std::fs::write(a.join("r.json"), r#"{"ranks":[[1,2,3],[4,5]]}"#).unwrap();
+    std::fs::write(b.join("r.json"), r#"{"ranks":[[1,2,3],[4,6]]}"#).unwrap();
+    let args = [args, vec!["--root-data", "r.json"]].concat();
+    let out = mpmd(&[(&a, args.clone()), (&b, args)]);
+    common::assert_bad_input(
+        "root data that differ",
+        &out,
+        "rank 1 read other contents than rank 0 from r.json",
+    );
 }
 
 #[test]

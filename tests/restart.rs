@@ -22,8 +22,9 @@
 //! - a missing file, a `.phdf` file, a truncated file, one damaged byte (in the values, in
 //!   HDF5's own metadata), a file edited through HDF5 (another problem's name, another time,
 //!   a changed value), such edits sealed again (another problem, a cycle beyond int32, an
-//!   output time that is not a number) and a deck whose mesh differs from the file's exit 2 on
-//!   every rank with a message naming the cause.
+//!   output time that is not a number), a directory where the history beside it should be,
+//!   and a deck whose mesh differs from the file's exit 2 on every rank with a message naming
+//!   the cause.
 
 mod common;
 
@@ -489,6 +490,18 @@ fn bad_restarts(base: &Path, deck: &str) {
         &never,
         &[],
         "parthenon/output0/next_time = NaN: not a finite time",
+    );
+
+    // A directory where the history beside the restart file should be.
+    let beside = base.join("beside");
+    std::fs::create_dir_all(beside.join("adv.out2.hst")).expect("directory");
+    std::fs::copy(&rst, beside.join("r.rhdf")).expect("copy");
+    expect_bad(
+        deck,
+        &dir,
+        &beside.join("r.rhdf"),
+        &[],
+        "adv.out2.hst: not a regular file",
     );
 
     // Decks whose mesh is not the file's.

@@ -244,7 +244,7 @@ fn pattern(a: &StrategiesArgs, rank: usize, n: usize) -> Graph {
     Graph::new(a.roots, None, iremote)
 }
 
-/// The most roots per rank (and leaves per peer): 2^26 doubles with their sums and counts is
+/// The most roots (and leaves) per rank: 2^26 doubles with their sums and counts is
 /// about 1.5 GiB a rank, beyond which the options are a typo rather than a benchmark.
 const MAX_ROOTS: usize = 1 << 26;
 
@@ -255,10 +255,12 @@ fn check_args(a: &StrategiesArgs, nranks: usize) -> Result<()> {
             a.roots
         ));
     }
-    if a.per_peer > MAX_ROOTS {
+    if a.per_peer.saturating_mul(a.peers.max(1)) > MAX_ROOTS {
         return Err(bad_input!(
-            "--per-peer {} is above the most leaves this benchmark builds per peer, {MAX_ROOTS}",
-            a.per_peer
+            "--per-peer {} times --peers {} is above the most leaves this benchmark builds \
+             per rank, {MAX_ROOTS}",
+            a.per_peer,
+            a.peers
         ));
     }
     if a.ranks_per_node == Some(0) {

@@ -28,9 +28,10 @@ pub fn file_name(problem_id: &str, id: &str) -> String {
 /// A run stopped off its history schedule (wall time, `nlim`) ended with a line for its last
 /// step, the restart cycle; that line stays.
 ///
-/// Lines that are neither comments, blank nor history lines (numbers, the third a cycle;
-/// bytes that are not UTF-8, say) are kept as they are, not silently lost; a warning names the
-/// first of them.
+/// Lines that are neither comments, blank nor whole history lines (numbers, the third a
+/// cycle, as many as in the first; bytes that are not UTF-8, say; a line cut short) are kept
+/// as they are, not silently lost; a warning names the first of them. Anything but a regular
+/// file where the history should be is [`OutputError::NotAFile`].
 pub fn continue_history(from: &Path, to: &Path, cycle: u64) -> Result<(), OutputError> {
     let source = match (from.exists(), to.exists()) {
         (true, _) => from,
@@ -98,19 +99,18 @@ fn continued(bytes: &[u8], cycle: u64) -> Continued {
     let mut columns = None;
     for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
         let text = std::str::from_utf8(line).ok().map(str::trim);
-        let line_cycle = text.and_then(|t| {
-            let c = history_cycle(t)?;
-            let words = t.split_whitespace().count();
-            (*columns.get_or_insert(words) == words).then_some(c)
-        });
+        let line_cycle = text.and_then(history_cycle);
+        // Lines of later cycles go, even cut short (a run that died writing one).
         if line_cycle.is_some_and(|c| c > cycle) {
             continue;
         }
         out.lines += usize::from(line_cycle.is_some());
+        let words = text.map_or(0, |t| t.split_whitespace().count());
+        let whole = line_cycle.is_some() && *columns.get_or_insert(words) == words;
         // The writer ends every line: one without its newline is where the file was cut.
         let cut = !line.ends_with(b"\n");
         let blank_or_comment = text.is_some_and(|t| t.is_empty() || t.starts_with('#'));
-        if cut || line_cycle.is_none() && !blank_or_comment {
+        if cut || !whole && !blank_or_comment {
             out.foreign.push(n + 1);
         }
         out.kept.extend_from_slice(line);
@@ -237,8 +237,15 @@ mod tests {
         // A line cut short (fewer columns, or no newline at the end) is kept and named.
         let c = continued(b"# h\n0.0 0.1 0 1.0 2.0\n0.1 0.1 1 1.0\n0.2 0.1 2 1.0 2", 5);
         assert_eq!(c.foreign, [3, 4]);
-        assert_eq!(c.lines, 2, "the header and line 3 are not history lines");
+        assert_eq!(c.lines, 3, "the header is not a history line");
         assert!(c.kept.ends_with(b"0.1 0.1 1 1.0\n0.2 0.1 2 1.0 2\n"));
+        // Lines after the restart cycle go, whole or cut short.
+        let c = continued(b"0.0 0.1 0 1 2\n0.1 0.1 1 1 2\n0.2 0.1 2 1", 1);
+        assert_eq!(c.kept, b"0.0 0.1 0 1 2\n0.1 0.1 1 1 2\n");
+        assert_eq!(c.foreign, [0usize; 0]);
+        let c = continued(b"0.0 0.1 0 1 2\n0.1 0.1 1 1\n0.2 0.1 2 1 2\n", 1);
+        assert_eq!(c.kept, b"0.0 0.1 0 1 2\n0.1 0.1 1 1\n");
+        assert_eq!(c.foreign, [2]);
         // Only a header (or nothing): no history lines.
         assert_eq!(continued(b"# h\n", 5).lines, 0);
         assert_eq!(continued(b"", 5).foreign, [0usize; 0]);

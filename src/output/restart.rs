@@ -194,7 +194,8 @@ fn read_blocks(file: &hdf5::File, name: &str, gids: Range<usize>) -> Result<Vec<
 
 /// Reads a restart (or `.phdf`) file's description: everything but the variables' values,
 /// which [`RestartData::block_data`] reads per block. Every rank may call it at once: the
-/// file is opened read-only.
+/// file is opened read-only. libhdf5 trusts what it parses: check a restart file's seal
+/// ([`super::seal::check`]) before.
 pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let bad = |reason: String| OutputError::BadRestart {
         path: path.to_path_buf(),

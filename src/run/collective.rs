@@ -81,27 +81,46 @@ pub fn same_command_line(world: &SimpleCommunicator) -> Result<()> {
 
 /// Collective: `Ok` when every rank read the same contents from the files each reads for
 /// itself ([`crate::input_file::note_read`]) as rank 0; otherwise bad input on every rank,
-/// rank 0 reporting which rank differs first.
+/// rank 0 naming the lowest rank that differs and the first file where it does.
 pub fn same_inputs(world: &SimpleCommunicator) -> Result<()> {
     let read = crate::input_file::read_so_far();
-    let mut crc = crc32fast::Hasher::new();
-    for (path, sum) in &read {
-        crc.update(path.as_os_str().as_encoded_bytes());
-        crc.update(&sum.to_le_bytes());
+    let sums: Vec<u32> = read
+        .iter()
+        .map(|(path, sum)| {
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(path.as_os_str().as_encoded_bytes());
+            crc.update(&sum.to_le_bytes());
+            crc.finalize()
+        })
+        .collect();
+    let mine: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let first = broadcast_bytes(world, mine.clone());
+    // The first file (by its place in the order read) where this rank differs.
+    let at = match mine
+        .chunks(4)
+        .zip(first.chunks(4))
+        .position(|(a, b)| a != b)
+    {
+        Some(i) => Some(i),
+        None => (mine.len() != first.len()).then(|| mine.len().min(first.len()) / 4),
+    };
+    let key = at.map_or(i64::MAX, |i| (i64::from(world.rank()) << 32) | i as i64);
+    let mut lowest = 0i64;
+    world.all_reduce_into(&key, &mut lowest, SystemOperation::min());
+    if lowest == i64::MAX {
+        return Ok(());
     }
-    match first_other_than_rank_0(world, crc.finalize()) {
-        None => Ok(()),
-        Some(rank) => {
-            let names: Vec<String> = read.iter().map(|(p, _)| p.display().to_string()).collect();
-            agree(
-                world,
-                Err(exit::bad_input!(
-                    "rank {rank} read other contents than rank 0 from {}: every rank must read the same files",
-                    names.join(", ")
-                )),
-            )
-        }
-    }
+    let (rank, at) = (lowest >> 32, (lowest & 0xffff_ffff) as usize);
+    let what = match read.get(at) {
+        Some((path, _)) => format!("read other contents than rank 0 from {}", path.display()),
+        None => "read more files than rank 0".to_string(),
+    };
+    agree(
+        world,
+        Err(exit::bad_input!(
+            "rank {rank} {what}: every rank must read the same files"
+        )),
+    )
 }
 
 /// Collective: the lowest rank whose `fingerprint` is not rank 0's, if any.
