@@ -11,7 +11,7 @@ CARGO ?= cargo
 NVRTC_LIB := $(CURDIR)/target/nvrtc/nvidia/cuda_nvrtc/lib
 NVRTC13_LIB := $(CURDIR)/target/nvrtc13/nvidia/cu13/lib
 
-.PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest gpu-check gpu-bundle
+.PHONY: setup build run test bench clean gpu-selftest-build gpu-selftest gpu-check gpu-bundle gpu-emulated
 
 setup:
 	@scripts/setup
@@ -37,6 +37,7 @@ test:
 	LD_LIBRARY_PATH=$(NVRTC13_LIB):$$LD_LIBRARY_PATH $(CARGO) test -p starhalo-exec --lib --features cuda kernels_compile
 	$(CARGO) clippy -p starhalo-exec -p starhalo-sf -p starhalo-boundary --all-targets --features starhalo-boundary/cuda -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p starhalo-exec -p starhalo-sf -p starhalo-boundary --features starhalo-boundary/cuda
+	scripts/emulated-gpu
 
 # The CUDA self-test needs no toolkit to build; run it where a GPU, its driver and NVRTC are.
 gpu-selftest-build:
@@ -54,6 +55,11 @@ gpu-check: gpu-bundle
 
 gpu-bundle: setup
 	scripts/gpu-bundle
+
+# The GPU branches of the tests against a host-emulated CUDA driver (no GPU needed; make test
+# runs it too).
+gpu-emulated: setup
+	scripts/emulated-gpu
 
 bench: build
 	mpiexec -n 2 target/release/starhalo bench sf-pingpong --json

@@ -40,6 +40,14 @@
 //! tests check the entry points, the parameter lists the host passes and the descriptor
 //! layout without a GPU.
 //!
+//! # Without a GPU
+//!
+//! `scripts/emulated-gpu` (part of `make test`) runs the GPU branches of the tests against
+//! `kernels/host_driver.cpp`, a host emulation of the driver and NVRTC loaded in their place:
+//! device memory is host memory, kernels are these sources built by the host's compiler,
+//! and stream work runs only when the host must see it, so a missing synchronisation gives
+//! wrong values. It checks this crate and everything above it, not a GPU.
+//!
 //! # Running the GPU checks
 //!
 //! On a machine with an NVIDIA GPU, its driver, and NVRTC on `LD_LIBRARY_PATH` (the first

@@ -1,0 +1,524 @@
+// The CUDA driver and NVRTC, emulated on the host, for testing everything above the driver
+// (device buffers, streams, events, staging, launches, MPI hand-over) where no GPU exists.
+// Built as one shared library that `scripts/emulated-gpu` puts first on the library path as
+// libcuda.so and libnvrtc.so; cudarc loads it as it would the real ones. Not a GPU: a test
+// aid, whose device name says so.
+//
+// - "NVRTC" hands back the source as its "CUBIN" (behind a marker line); loading that module
+//   compiles it with the host's c++ and the CUDA built-ins of host_emulate.h, as the kernel
+//   unit tests do, into a shared object cached by source hash.
+// - Device memory is host memory. Work issued to a stream is queued, and runs only when the
+//   host must see it: a stream, event or context synchronisation, a copy to host memory, a
+//   free, or an event query (which first answers "not ready" once). That is the latest legal
+//   schedule, so a missing synchronisation shows up as stale values, not as luck.
+// - Launches run blocks one after another, each of one thread (every kernel strides over
+//   blockDim), with the argument values copied at launch as the driver does.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#ifndef SH_PRELUDE
+#error "build with -DSH_PRELUDE=\"/path/to/host_emulate.h\""
+#endif
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+enum : CUresult {
+    OK = 0,
+    INVALID_VALUE = 1,
+    OUT_OF_MEMORY = 2,
+    INVALID_IMAGE = 200,
+    INVALID_HANDLE = 400,
+    NOT_FOUND = 500,
+    NOT_READY = 600,
+    UNKNOWN = 999,
+};
+static const char MARKER[] = "// starhalo host-emulated CUBIN\n";
+
+namespace {
+std::recursive_mutex mu;
+using Lock = std::lock_guard<std::recursive_mutex>;
+
+struct Stream {
+    std::deque<std::function<void()>> queue;
+    void flush() {
+        while (!queue.empty()) {
+            auto op = std::move(queue.front());
+            queue.pop_front();
+            op();
+        }
+    }
+};
+Stream null_stream;
+// STARHALO_EMU_EAGER=1 runs work as it is issued: a failure that goes away then is a missing
+// synchronisation, not a wrong kernel.
+const bool eager = [] {
+    const char *v = getenv("STARHALO_EMU_EAGER");
+    return v && *v == '1';
+}();
+void enqueue(Stream *s, std::function<void()> op) {
+    if (eager) {
+        s->flush();
+        op();
+    } else {
+        s->queue.push_back(std::move(op));
+    }
+}
+Stream *of(void *s) { return s ? static_cast<Stream *>(s) : &null_stream; }
+
+struct Event {
+    Stream *stream = nullptr;
+    bool done = true, told_not_ready = false;
+    std::chrono::steady_clock::time_point at{};
+};
+
+struct Module {
+    void *so;
+    void (*exec)(void *closure, unsigned grid);
+};
+struct Function {
+    Module *module;
+    void *(*bind)(void **params);
+};
+
+std::vector<Stream *> streams{&null_stream};
+void flush_all() {
+    for (Stream *s : streams) s->flush();
+}
+int ctx_token = 1;
+size_t allocated = 0;
+std::map<CUdeviceptr, size_t> sizes;
+const size_t TOTAL = size_t(8) << 30;
+
+// FNV-1a: a stable name for a compiled source.
+unsigned long long fnv(const std::string &s) {
+    unsigned long long h = 1469598103934665603ull;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return h;
+}
+
+// The kernel sources with the emulated built-ins, a binder per kernel (copies the argument
+// values behind `params` into a closure) and `sh_emu_exec` (runs a closure over the grid).
+std::string host_program(const std::string &src) {
+    std::string out = "#include \"" SH_PRELUDE "\"\n#include <functional>\n#include <tuple>\n"
+                      "#include <type_traits>\n#include <utility>\n#line 1 \"kernels\"\n" + src;
+    out += R"(
+template <typename... A, std::size_t... I>
+static void *sh_emu_bind(void (*f)(A...), void **p, std::index_sequence<I...>) {
+    auto args = std::make_tuple(*static_cast<std::decay_t<A> *>(p[I])...);
+    return new std::function<void()>([f, args] { std::apply(f, args); });
+}
+template <typename... A> static void *sh_emu_bind(void (*f)(A...), void **p) {
+    return sh_emu_bind(f, p, std::index_sequence_for<A...>{});
+}
+extern "C" void sh_emu_exec(void *c, unsigned grid) {
+    auto *f = static_cast<std::function<void()> *>(c);
+    gridDim = {grid, 1, 1};
+    blockDim = {1, 1, 1};
+    threadIdx = {0, 0, 0};
+    for (unsigned b = 0; b < grid; ++b) {
+        blockIdx = {b, 0, 0};
+        (*f)();
+    }
+    delete f;
+}
+)";
+    const std::string key = "__global__ void ";
+    for (size_t at = src.find(key); at != std::string::npos; at = src.find(key, at + 1)) {
+        size_t b = at + key.size(), e = src.find('(', b);
+        std::string name = src.substr(b, e - b);
+        while (!name.empty() && name.back() == ' ') name.pop_back();
+        out += "extern \"C\" void *sh_emu_bind_" + name + "(void **p) { return sh_emu_bind(" +
+               name + ", p); }\n";
+    }
+    return out;
+}
+} // namespace
+
+extern "C" {
+// ---- NVRTC -------------------------------------------------------------------------------
+struct Program {
+    std::string image;
+};
+int nvrtcVersion(int *major, int *minor) {
+    *major = 12;
+    *minor = 0;
+    return 0;
+}
+const char *nvrtcGetErrorString(int r) { return r ? "NVRTC_ERROR (host emulation)" : "NVRTC_SUCCESS"; }
+int nvrtcCreateProgram(void **prog, const char *src, const char *, int, const char *const *,
+                       const char *const *) {
+    if (!prog || !src) return 3;
+    *prog = new Program{std::string(MARKER) + src};
+    return 0;
+}
+// Architectures as CUDA 12's NVRTC knows them (sm_75 up); another is an invalid option, so
+// that the fallback to older virtual architectures runs as with a real NVRTC.
+int nvrtcCompileProgram(void *, int n, const char *const *opts) {
+    const char *arch = "--gpu-architecture=";
+    for (int i = 0; i < n; ++i) {
+        if (strncmp(opts[i], arch, strlen(arch)) != 0) continue;
+        const char *v = opts[i] + strlen(arch);
+        const char *digits = !strncmp(v, "sm_", 3) ? v + 3 : !strncmp(v, "compute_", 8) ? v + 8 : nullptr;
+        if (!digits || atoi(digits) < 75 || atoi(digits) > 90) return 5; // NVRTC_ERROR_INVALID_OPTION
+    }
+    return 0;
+}
+int nvrtcGetProgramLogSize(void *, size_t *n) {
+    *n = 1;
+    return 0;
+}
+int nvrtcGetProgramLog(void *, char *log) {
+    log[0] = 0;
+    return 0;
+}
+int nvrtcGetCUBINSize(void *p, size_t *n) {
+    *n = static_cast<Program *>(p)->image.size() + 1;
+    return 0;
+}
+int nvrtcGetCUBIN(void *p, char *out) {
+    const std::string &s = static_cast<Program *>(p)->image;
+    memcpy(out, s.c_str(), s.size() + 1);
+    return 0;
+}
+int nvrtcGetPTXSize(void *p, size_t *n) { return nvrtcGetCUBINSize(p, n); }
+int nvrtcGetPTX(void *p, char *out) { return nvrtcGetCUBIN(p, out); }
+int nvrtcDestroyProgram(void **p) {
+    delete static_cast<Program *>(*p);
+    *p = nullptr;
+    return 0;
+}
+
+// ---- Driver: device and context ----------------------------------------------------------
+CUresult cuInit(unsigned) { return OK; }
+CUresult cuDriverGetVersion(int *v) {
+    *v = 12000;
+    return OK;
+}
+CUresult cuDeviceGetCount(int *n) {
+    *n = 1;
+    return OK;
+}
+CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    if (ordinal != 0) return INVALID_VALUE;
+    *d = 0;
+    return OK;
+}
+CUresult cuDeviceGetName(char *name, int len, CUdevice) {
+    snprintf(name, len, "host emulation (no GPU)");
+    return OK;
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice) {
+    switch (attr) {
+    case 75: *v = 9; break;    // compute capability major
+    case 76: *v = 0; break;    // minor
+    case 16: *v = 4; break;    // multiprocessors
+    case 1: *v = 1024; break;  // threads per block
+    case 10: *v = 32; break;   // warp size
+    default: *v = 0;           // memory pools and everything else: not supported
+    }
+    return OK;
+}
+CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice) {
+    *b = TOTAL;
+    return OK;
+}
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
+    Lock l(mu);
+    *total = TOTAL;
+    *free_b = TOTAL - allocated;
+    return OK;
+}
+CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice) {
+    *ctx = &ctx_token;
+    return OK;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return OK; }
+CUresult cuCtxSetCurrent(void *) { return OK; }
+CUresult cuCtxGetCurrent(void **ctx) {
+    *ctx = &ctx_token;
+    return OK;
+}
+CUresult cuCtxGetDevice(CUdevice *d) {
+    *d = 0;
+    return OK;
+}
+CUresult cuCtxPushCurrent_v2(void *) { return OK; }
+CUresult cuCtxPopCurrent_v2(void **ctx) {
+    if (ctx) *ctx = &ctx_token;
+    return OK;
+}
+CUresult cuCtxSynchronize() {
+    Lock l(mu);
+    flush_all();
+    return OK;
+}
+const char *cuda_error_text(CUresult r) {
+    switch (r) {
+    case OK: return "CUDA_SUCCESS";
+    case INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+    case OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
+    case INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
+    case NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
+    case NOT_READY: return "CUDA_ERROR_NOT_READY";
+    default: return "CUDA_ERROR_UNKNOWN";
+    }
+}
+CUresult cuGetErrorString(CUresult r, const char **s) {
+    *s = cuda_error_text(r);
+    return OK;
+}
+CUresult cuGetErrorName(CUresult r, const char **s) { return cuGetErrorString(r, s); }
+
+// ---- Streams and events ------------------------------------------------------------------
+CUresult cuStreamCreate(void **s, unsigned) {
+    Lock l(mu);
+    Stream *st = new Stream;
+    streams.push_back(st);
+    *s = st;
+    return OK;
+}
+CUresult cuStreamDestroy_v2(void *s) {
+    Lock l(mu);
+    Stream *st = of(s);
+    st->flush();
+    for (auto it = streams.begin(); it != streams.end(); ++it)
+        if (*it == st && st != &null_stream) {
+            streams.erase(it);
+            delete st;
+            break;
+        }
+    return OK;
+}
+CUresult cuStreamSynchronize(void *s) {
+    Lock l(mu);
+    of(s)->flush();
+    return OK;
+}
+CUresult cuStreamQuery(void *s) {
+    Lock l(mu);
+    if (of(s)->queue.empty()) return OK;
+    of(s)->flush();
+    return NOT_READY;
+}
+CUresult cuEventCreate(void **e, unsigned) {
+    *e = new Event;
+    return OK;
+}
+CUresult cuEventDestroy_v2(void *e) {
+    Lock l(mu);
+    delete static_cast<Event *>(e);
+    return OK;
+}
+CUresult cuEventRecord(void *e, void *s) {
+    Lock l(mu);
+    Event *ev = static_cast<Event *>(e);
+    ev->stream = of(s);
+    ev->done = false;
+    ev->told_not_ready = false;
+    enqueue(ev->stream, [ev] {
+        ev->done = true;
+        ev->at = std::chrono::steady_clock::now();
+    });
+    return OK;
+}
+CUresult cuEventRecordWithFlags(void *e, void *s, unsigned) { return cuEventRecord(e, s); }
+CUresult cuEventSynchronize(void *e) {
+    Lock l(mu);
+    Event *ev = static_cast<Event *>(e);
+    if (!ev->done) ev->stream->flush();
+    return OK;
+}
+CUresult cuEventQuery(void *e) {
+    Lock l(mu);
+    Event *ev = static_cast<Event *>(e);
+    if (ev->done) return OK;
+    if (!ev->told_not_ready) {
+        ev->told_not_ready = true;
+        return NOT_READY;
+    }
+    ev->stream->flush();
+    return OK;
+}
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
+    Lock l(mu);
+    Event *x = static_cast<Event *>(a), *y = static_cast<Event *>(b);
+    if (!x->done || !y->done) return NOT_READY;
+    *ms = std::chrono::duration<float, std::milli>(y->at - x->at).count();
+    return OK;
+}
+CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return cuEventElapsedTime(ms, a, b); }
+// Later work on `s` waits for `e`: the recorded work runs now (any time after it was issued is
+// a legal time), so the order holds whichever stream flushes first.
+CUresult cuStreamWaitEvent(void *, void *e, unsigned) {
+    Lock l(mu);
+    Event *ev = static_cast<Event *>(e);
+    if (!ev->done) ev->stream->flush();
+    return OK;
+}
+
+// ---- Memory ------------------------------------------------------------------------------
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    Lock l(mu);
+    if (n == 0) return INVALID_VALUE;
+    if (allocated + n > TOTAL) return OUT_OF_MEMORY;
+    void *m = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!m) return OUT_OF_MEMORY;
+    // Fresh device memory is not zero: a read before a write shows.
+    memset(m, 0xA5, n);
+    *p = reinterpret_cast<CUdeviceptr>(m);
+    sizes[*p] = n;
+    allocated += n;
+    return OK;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    Lock l(mu);
+    flush_all();
+    auto it = sizes.find(p);
+    if (it == sizes.end()) return INVALID_VALUE;
+    allocated -= it->second;
+    sizes.erase(it);
+    free(reinterpret_cast<void *>(p));
+    return OK;
+}
+// Pageable host memory: the source is staged when the call is made, the copy itself queued.
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+    Lock l(mu);
+    auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+    enqueue(of(s), [dst, staged] { memcpy((void *)dst, staged->data(), staged->size()); });
+    return OK;
+}
+// To pageable host memory the call returns once the copy is done, after the stream's work.
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
+    Lock l(mu);
+    of(s)->flush();
+    memcpy(dst, (const void *)src, n);
+    return OK;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
+    Lock l(mu);
+    enqueue(of(s), [=] { memmove((void *)dst, (const void *)src, n); });
+    return OK;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+    Lock l(mu);
+    flush_all();
+    memcpy((void *)dst, src, n);
+    return OK;
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+    Lock l(mu);
+    flush_all();
+    memcpy(dst, (const void *)src, n);
+    return OK;
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    Lock l(mu);
+    flush_all();
+    memmove((void *)dst, (const void *)src, n);
+    return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) {
+    Lock l(mu);
+    enqueue(of(s), [=] { memset((void *)p, v, n); });
+    return OK;
+}
+CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+    Lock l(mu);
+    flush_all();
+    memset((void *)p, v, n);
+    return OK;
+}
+
+// ---- Modules and launches ----------------------------------------------------------------
+CUresult cuModuleLoadData(void **module, const void *image) {
+    const char *img = static_cast<const char *>(image);
+    if (!img || strncmp(img, MARKER, strlen(MARKER)) != 0) return INVALID_IMAGE;
+    std::string src(img + strlen(MARKER));
+    const char *dir_env = getenv("STARHALO_EMU_DIR");
+    std::string dir = dir_env && *dir_env ? dir_env : "/tmp/starhalo-cuda-emu-" + std::to_string(getuid());
+    mkdir(dir.c_str(), 0700);
+    std::string prog = host_program(src);
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", fnv(prog));
+    std::string so = dir + "/" + hash + ".so";
+    struct stat st;
+    if (stat(so.c_str(), &st) != 0) {
+        std::string tag = "." + std::to_string(getpid());
+        std::string cpp = so + tag + ".cpp";
+        FILE *f = fopen(cpp.c_str(), "w");
+        if (!f) return UNKNOWN;
+        fwrite(prog.data(), 1, prog.size(), f);
+        fclose(f);
+        std::string cmd = "c++ -std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w -o '" +
+                          so + tag + "' '" + cpp + "'";
+        int rc = system(cmd.c_str());
+        unlink(cpp.c_str());
+        if (rc != 0 || rename((so + tag).c_str(), so.c_str()) != 0) {
+            fprintf(stderr, "host-emulated CUDA: `%s` failed\n", cmd.c_str());
+            return INVALID_IMAGE;
+        }
+    }
+    void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "host-emulated CUDA: %s\n", dlerror());
+        return INVALID_IMAGE;
+    }
+    auto exec = reinterpret_cast<void (*)(void *, unsigned)>(dlsym(h, "sh_emu_exec"));
+    if (!exec) return INVALID_IMAGE;
+    *module = new Module{h, exec};
+    return OK;
+}
+CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned, void *, void **) {
+    return cuModuleLoadData(module, image);
+}
+CUresult cuModuleUnload(void *) {
+    // The shared object stays mapped: closures of queued launches may still refer to it.
+    return OK;
+}
+CUresult cuModuleGetFunction(void **f, void *module, const char *name) {
+    Module *m = static_cast<Module *>(module);
+    std::string sym = std::string("sh_emu_bind_") + name;
+    auto bind = reinterpret_cast<void *(*)(void **)>(dlsym(m->so, sym.c_str()));
+    if (!bind) return NOT_FOUND;
+    *f = new Function{m, bind};
+    return OK;
+}
+CUresult cuFuncGetAttribute(int *v, int, void *) {
+    *v = 0;
+    return OK;
+}
+CUresult cuFuncSetAttribute(void *, int, int) { return OK; }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned, void *s, void **params, void **extra) {
+    Lock l(mu);
+    if (extra || !params || gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 ||
+        bx * by * bz > 1024)
+        return INVALID_VALUE;
+    Function *fn = static_cast<Function *>(f);
+    void *closure = fn->bind(params);
+    Module *m = fn->module;
+    unsigned grid = gx * gy * gz;
+    enqueue(of(s), [m, closure, grid] { m->exec(closure, grid); });
+    return OK;
+}
+}
+
+// Emulated device memory is host memory, which any MPI moves: loaded with LD_PRELOAD, the
+// library also tells the program that its MPI is CUDA-aware, so that the GPU-aware path (device
+// buffers handed to MPI, after one stream synchronisation) runs across ranks too.
+extern "C" int MPIX_Query_cuda_support() { return 1; }
