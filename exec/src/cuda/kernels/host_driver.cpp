@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,9 +53,40 @@ namespace {
 std::recursive_mutex mu;
 using Lock = std::lock_guard<std::recursive_mutex>;
 
+// Device memory: pages of one reserved range, never reused. A freed allocation becomes
+// inaccessible, so a late access (MPI still moving a freed buffer) faults. Under
+// STARHALO_EMU_GUARD=1 the live ones are inaccessible too except while the emulated device
+// itself works on them, so host code that dereferences a device address faults as it would
+// with a GPU (only where no MPI is told it may move device memory).
+const size_t PAGE = 4096, RESERVED = size_t(256) << 30, TOTAL = size_t(8) << 30;
+char *const reserved = static_cast<char *>(
+    mmap(nullptr, RESERVED, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+size_t bump = 0, allocated = 0;
+std::map<CUdeviceptr, size_t> sizes;
+const bool guard = [] {
+    const char *v = getenv("STARHALO_EMU_GUARD");
+    return v && *v == '1';
+}();
+int open_depth = 0;
+size_t pages(size_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
+void protect(int prot) {
+    for (auto &[p, n] : sizes) mprotect(reinterpret_cast<void *>(p), pages(n), prot);
+}
+// Live device memory is accessible while one of these exists.
+struct Open {
+    Open() {
+        if (guard && open_depth++ == 0) protect(PROT_READ | PROT_WRITE);
+    }
+    ~Open() {
+        if (guard && --open_depth == 0) protect(PROT_NONE);
+    }
+};
+
 struct Stream {
     std::deque<std::function<void()>> queue;
     void flush() {
+        if (queue.empty()) return;
+        Open open;
         while (!queue.empty()) {
             auto op = std::move(queue.front());
             queue.pop_front();
@@ -72,6 +104,7 @@ const bool eager = [] {
 void enqueue(Stream *s, std::function<void()> op) {
     if (eager) {
         s->flush();
+        Open open;
         op();
     } else {
         s->queue.push_back(std::move(op));
@@ -99,9 +132,6 @@ void flush_all() {
     for (Stream *s : streams) s->flush();
 }
 int ctx_token = 1;
-size_t allocated = 0;
-std::map<CUdeviceptr, size_t> sizes;
-const size_t TOTAL = size_t(8) << 30;
 
 // FNV-1a: a stable name for a compiled source.
 unsigned long long fnv(const std::string &s) {
@@ -375,11 +405,14 @@ CUresult cuStreamWaitEvent(void *, void *e, unsigned) {
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     Lock l(mu);
     if (n == 0) return INVALID_VALUE;
-    if (allocated + n > TOTAL) return OUT_OF_MEMORY;
-    void *m = aligned_alloc(256, (n + 255) / 256 * 256);
-    if (!m) return OUT_OF_MEMORY;
+    if (allocated + n > TOTAL || bump + pages(n) > RESERVED || reserved == MAP_FAILED)
+        return OUT_OF_MEMORY;
+    char *m = reserved + bump;
+    bump += pages(n);
+    if (mprotect(m, pages(n), PROT_READ | PROT_WRITE) != 0) return OUT_OF_MEMORY;
     // Fresh device memory is not zero: a read before a write shows.
     memset(m, 0xA5, n);
+    if (guard && open_depth == 0) mprotect(m, pages(n), PROT_NONE);
     *p = reinterpret_cast<CUdeviceptr>(m);
     sizes[*p] = n;
     allocated += n;
@@ -391,8 +424,10 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
     auto it = sizes.find(p);
     if (it == sizes.end()) return INVALID_VALUE;
     allocated -= it->second;
+    void *m = reinterpret_cast<void *>(p);
+    mprotect(m, pages(it->second), PROT_NONE);
+    madvise(m, pages(it->second), MADV_DONTNEED);
     sizes.erase(it);
-    free(reinterpret_cast<void *>(p));
     return OK;
 }
 // Pageable host memory: the source is staged when the call is made, the copy itself queued.
@@ -406,6 +441,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
     Lock l(mu);
     of(s)->flush();
+    Open open;
     memcpy(dst, (const void *)src, n);
     return OK;
 }
@@ -417,18 +453,21 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
     Lock l(mu);
     flush_all();
+    Open open;
     memcpy((void *)dst, src, n);
     return OK;
 }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
     Lock l(mu);
     flush_all();
+    Open open;
     memcpy(dst, (const void *)src, n);
     return OK;
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     Lock l(mu);
     flush_all();
+    Open open;
     memmove((void *)dst, (const void *)src, n);
     return OK;
 }
@@ -440,6 +479,7 @@ CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) {
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
     Lock l(mu);
     flush_all();
+    Open open;
     memset((void *)p, v, n);
     return OK;
 }
