@@ -290,9 +290,10 @@ fn one_level_reports_no_flux_correction() {
 /// `parthenon/exec/space=cuda`: with a GPU, a third mode (device fields, coalesced, messages
 /// staged through the host) and, on one rank (or with an MPI that supports CUDA), a fourth
 /// (messages in device memory), each with the host coalesced mode's traffic and exactly one
-/// pack and one unpack launch per partition and a few copies, and the device copies (the bench itself fails
-/// unless each device fill and the pack equal the host's bit for bit). Without one, every
-/// rank exits 1 before any timing, saying why, and prints no report.
+/// pack and one unpack launch per partition, no allocation and a few copies, and the device
+/// copies (the bench itself fails unless each device fill and the pack equal the host's bit
+/// for bit). Without one, every rank exits 1 before any timing, saying why, and prints no
+/// report.
 #[test]
 fn cuda_space_adds_the_device_exchange_or_exits_1() {
     for ranks in [1, 2] {
@@ -308,6 +309,8 @@ fn cuda_space_adds_the_device_exchange_or_exits_1() {
                     assert_eq!(num(dev, key), num(host, key), "{key}: {r}");
                 }
                 assert_eq!(num(dev, "launches_per_partition"), 2.0, "{r}");
+                // Warm device fills allocate nothing either (kernel arguments on the stack).
+                assert_eq!(num(dev, "allocations_per_exchange"), 0.0, "{r}");
                 // A few copies (messages staged through the host, runs of same-rank ends
                 // and of coalesced messages), not one per channel (hundreds here).
                 assert!(num(dev, "copies_per_partition") <= 8.0, "{r}");

@@ -3,9 +3,11 @@
 //! (block, variable) array of a field storage, and the refinement measures of every block in
 //! one launch.
 
+use smallvec::smallvec;
+
 use super::device::{grid_for, Device};
 use super::error::CudaError;
-use super::ffi::Arg;
+use super::ffi::{Arg, Args};
 use super::kernels::KernelSet;
 use super::ops::need;
 use crate::buffer::Buffer;
@@ -257,8 +259,8 @@ fn flux_args(
     dir: usize,
     vel: f64,
     limiter: SlopeLimiter,
-) -> Vec<Arg> {
-    let mut args = vec![
+) -> Args {
+    let mut args = smallvec![
         Arg::Ptr(u),
         Arg::Ptr(flux),
         Arg::U64((g.nblocks * g.nvar) as u64),
@@ -274,8 +276,8 @@ fn flux_args(
 
 /// The arguments of `sh_adv_update`: the field storage, stage base (0 for none) and cell
 /// width addresses, and the flux address of each direction (0 where inactive).
-fn update_args([u, base, dx]: [u64; 3], f: [u64; 3], g: &AdvectGeom, dt: f64) -> Vec<Arg> {
-    let mut args = vec![Arg::Ptr(u), Arg::Ptr(base)];
+fn update_args([u, base, dx]: [u64; 3], f: [u64; 3], g: &AdvectGeom, dt: f64) -> Args {
+    let mut args = smallvec![Arg::Ptr(u), Arg::Ptr(base)];
     args.extend(f.map(Arg::Ptr));
     args.extend([
         Arg::Ptr(dx),
@@ -306,8 +308,8 @@ pub fn criteria_codes(
 
 /// The arguments of `sh_adv_refine_measure`: the field storage, criteria and measure
 /// addresses, for `ncrit` criteria.
-fn measure_args(ptrs: [u64; 3], ncrit: usize, g: &AdvectGeom, tiny: f64) -> Vec<Arg> {
-    let mut args: Vec<Arg> = ptrs.map(Arg::Ptr).to_vec();
+fn measure_args(ptrs: [u64; 3], ncrit: usize, g: &AdvectGeom, tiny: f64) -> Args {
+    let mut args = Args::from_slice(&ptrs.map(Arg::Ptr));
     args.extend([
         Arg::U64((g.nblocks * ncrit) as u64),
         Arg::U64(ncrit as u64),
@@ -328,7 +330,7 @@ mod tests {
     fn host_arguments_match_the_advection_kernels() {
         let sigs = signatures(ADVECT_SRC).unwrap();
         let declared = |name: &str| sigs.iter().find(|(n, _)| n == name).unwrap().1.clone();
-        let kinds = |a: Vec<Arg>| a.iter().map(Arg::kind).collect::<Vec<_>>();
+        let kinds = |a: Args| a.iter().map(Arg::kind).collect::<Vec<_>>();
         let g = two_blocks_2d();
         let a = flux_args([1, 2], &g, 1, 0.5, SlopeLimiter::Mc);
         assert_eq!(kinds(a), declared("sh_adv_flux"));

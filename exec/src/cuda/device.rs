@@ -396,6 +396,13 @@ impl Device {
                 "kernel `{name}` takes {kinds:?}, given {given:?}"
             )));
         }
+        if args.len() > super::kernels::MAX_ARGS {
+            return Err(CudaError::Invalid(format!(
+                "kernel `{name}` takes {} parameters, more than the {} a launch passes",
+                args.len(),
+                super::kernels::MAX_ARGS
+            )));
+        }
         let cfg = LaunchConfig {
             grid_dim: (grid.max(1), 1, 1),
             block_dim: (block, 1, 1),

@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg, ValidAsZeroBits,
+    ValidAsZeroBits,
 };
 
 use super::desc::HaloDesc;
 use super::error::CudaError;
+use super::kernels::MAX_ARGS;
 
 // SAFETY: HaloDesc is #[repr(C)], made of u64 and u32 fields with no padding bytes (a test
 // checks its layout against `struct sh_bnd_info`), so its bytes are a valid kernel argument
@@ -230,6 +231,9 @@ pub(crate) fn address<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     ptr
 }
 
+/// A kernel's arguments, on the stack: building them allocates nothing.
+pub(crate) type Args = smallvec::SmallVec<[Arg; MAX_ARGS]>;
+
 /// One kernel argument as the host passes it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Arg {
@@ -254,26 +258,47 @@ impl Arg {
 }
 
 /// Launches `f` on `stream` with `args`, whose kinds the caller has checked against the
-/// kernel's declared parameters.
+/// kernel's declared parameters, and which are at most [`MAX_ARGS`]. The values and the parameter pointers live on the stack (the
+/// driver copies them at launch), so a launch allocates nothing.
 pub(crate) fn launch(
     stream: &CudaStream,
     f: &CudaFunction,
     cfg: LaunchConfig,
     args: &[Arg],
 ) -> Result<(), cudarc::driver::DriverError> {
-    let mut b = stream.launch_builder(f);
-    for a in args {
-        match a {
-            Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
-            Arg::U32(v) => b.arg(v),
-            Arg::I32(v) => b.arg(v),
-            Arg::F64(v) => b.arg(v),
-        };
+    use std::ffi::c_void;
+    let n = args.len();
+    // `Device::launch` refuses longer lists.
+    debug_assert!(n <= MAX_ARGS);
+    let mut values = [[0u8; 8]; MAX_ARGS];
+    for (v, a) in values.iter_mut().zip(args) {
+        match *a {
+            Arg::Ptr(x) | Arg::U64(x) => *v = x.to_ne_bytes(),
+            Arg::F64(x) => *v = x.to_ne_bytes(),
+            Arg::U32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
+            Arg::I32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
+        }
     }
+    let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+    for (p, v) in params.iter_mut().zip(values.iter_mut()) {
+        *p = v.as_mut_ptr().cast();
+    }
+    stream.context().bind_to_thread()?;
     // SAFETY: the argument kinds equal the kernel's parameter list parsed from its source
-    // (checked by the caller, `Device::launch`); every pointer is the address of a live buffer
-    // of this device whose extent the caller checked against the index ranges in the other
-    // arguments (descriptors are validated on the host before upload); the buffers outlive
-    // the kernel because frees are ordered after it on this same stream.
-    unsafe { b.launch(cfg) }.map(|_| ())
+    // (checked by the caller, `Device::launch`), and each of the first `n` parameter pointers
+    // points at a value of its parameter's size, alive until the call returns (the driver
+    // copies them); every pointer argument is the address of a live buffer of this device
+    // whose extent the caller checked against the index ranges in the other arguments
+    // (descriptors are validated on the host before upload); the buffers outlive the kernel
+    // because frees are ordered after it on this same stream.
+    unsafe {
+        cudarc::driver::result::launch_kernel(
+            f.cu_function(),
+            cfg.grid_dim,
+            cfg.block_dim,
+            cfg.shared_mem_bytes,
+            stream.cu_stream(),
+            &mut params[..n],
+        )
+    }
 }

@@ -116,6 +116,10 @@ pub enum ArgKind {
     F64,
 }
 
+/// The most parameters a kernel may take: a launch passes them from a fixed array (the
+/// advection update has 19).
+pub const MAX_ARGS: usize = 24;
+
 /// Every `extern "C" __global__` function of `src` with its parameter kinds, in source order.
 /// A parameter of a type the host cannot pass is an error naming it.
 pub fn signatures(src: &str) -> Result<Vec<(String, Vec<ArgKind>)>, String> {
@@ -211,6 +215,13 @@ mod tests {
                 assert_eq!(n, 1, "{} kernels: `{name}` declared {n} times", set.name());
             }
             assert_eq!(sigs.len(), set.entry_points().len(), "{}", set.name());
+            for (name, kinds) in &sigs {
+                assert!(
+                    kinds.len() <= MAX_ARGS,
+                    "`{name}` takes {} parameters",
+                    kinds.len()
+                );
+            }
         }
     }
 

@@ -10,7 +10,9 @@ use crate::cuda::desc::{
 };
 use crate::cuda::device::Device;
 use crate::cuda::error::CudaError;
-use crate::cuda::ffi::Arg;
+use smallvec::smallvec;
+
+use crate::cuda::ffi::{Arg, Args};
 use crate::cuda::kernels::KernelSet;
 
 const HALO_BLOCK: u32 = 128;
@@ -179,8 +181,8 @@ pub(super) fn pack_args(
     nhalo: usize,
     [f, c]: [&FieldDims; 2],
     [threshold, over]: [u64; 2],
-) -> Vec<Arg> {
-    let mut a = vec![
+) -> Args {
+    let mut a = smallvec![
         Arg::Ptr(descs),
         Arg::U64(nhalo as u64),
         Arg::Ptr(data),
@@ -199,8 +201,8 @@ pub(super) fn unpack_args(
     nhalo: usize,
     [f, c]: [&FieldDims; 2],
     fill: f64,
-) -> Vec<Arg> {
-    let mut a = vec![
+) -> Args {
+    let mut a = smallvec![
         Arg::Ptr(descs),
         Arg::U64(nhalo as u64),
         Arg::Ptr(buf),
@@ -214,13 +216,8 @@ pub(super) fn unpack_args(
 
 /// `sh_restrict` / `sh_prolongate` (without the trailing `op`): (info, nhalo, from, to,
 /// f0, f1, f2, c0, c1, c2, nvar, ndim, g, cg).
-pub(super) fn refine_args(
-    [descs, from]: [u64; 2],
-    to: u64,
-    nhalo: usize,
-    g: &RefineGeom,
-) -> Vec<Arg> {
-    let mut a = vec![
+pub(super) fn refine_args([descs, from]: [u64; 2], to: u64, nhalo: usize, g: &RefineGeom) -> Args {
+    let mut a = smallvec![
         Arg::Ptr(descs),
         Arg::U64(nhalo as u64),
         Arg::Ptr(from),
@@ -240,8 +237,8 @@ pub(super) fn physical_args(
     f: &FieldDims,
     lo: [usize; 3],
     hi: [usize; 3],
-) -> Vec<Arg> {
-    let mut a = vec![Arg::Ptr(descs), Arg::U64(nhalo as u64), Arg::Ptr(data)];
+) -> Args {
+    let mut a = smallvec![Arg::Ptr(descs), Arg::U64(nhalo as u64), Arg::Ptr(data)];
     a.extend(dims_args(f));
     a.extend([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]].map(|v| Arg::U64(v as u64)));
     a
@@ -256,8 +253,8 @@ pub(super) fn flux_args(
     buf: u64,
     restrict: bool,
     g: &FluxGeom,
-) -> Vec<Arg> {
-    let mut a = vec![Arg::Ptr(descs), Arg::U64(nface as u64)];
+) -> Args {
+    let mut a = smallvec![Arg::Ptr(descs), Arg::U64(nface as u64)];
     let arrays = flux.map(Arg::Ptr);
     if restrict {
         a.extend(arrays);
@@ -451,7 +448,7 @@ impl Device {
         to: &mut Buffer<f64>,
         to_len: usize,
         geom: &RefineGeom,
-    ) -> Result<Vec<Arg>, CudaError> {
+    ) -> Result<Args, CudaError> {
         need("source storage", from_len, from.len())?;
         need("destination storage", to_len, to.len())?;
         Ok(refine_args(

@@ -34,7 +34,7 @@ pub(crate) fn wrong_space(space: MemSpace) -> CudaError {
 #[cfg(test)]
 mod tests {
     use super::halo::{flux_args, pack_args, physical_args, refine_args, unpack_args};
-    use super::sf::{fits, gather_args, scatter_args};
+    use super::sf::{fits, gather_args, kernel_name, scatter_args};
     use super::*;
     use crate::cuda::desc::{FieldDims, FluxGeom, ReduceOp, RefineGeom};
     use crate::cuda::ffi::Arg;
@@ -68,9 +68,9 @@ mod tests {
         for kind in ScalarKind::ALL {
             for (idx, list) in [(&b, None), (&r, None)] {
                 let (n, a) = gather_args(kind, 1, 2, 0, idx, 3, list);
-                assert_eq!(kinds(&a), declared(KernelSet::Sf, &n), "{n}");
+                assert_eq!(kinds(&a), declared(KernelSet::Sf, n), "{n}");
                 let (n, a) = scatter_args(kind, 1, 0, 2, idx, 3, ReduceOp::Sum, list);
-                assert_eq!(kinds(&a), declared(KernelSet::Sf, &n), "{n}");
+                assert_eq!(kinds(&a), declared(KernelSet::Sf, n), "{n}");
             }
         }
         let f = FieldDims {
@@ -111,6 +111,26 @@ mod tests {
                 declared(KernelSet::Sf, name),
                 [ArgKind::Ptr, ArgKind::U64, k]
             );
+        }
+    }
+
+    /// Each SF kernel's name, from a table rather than formatted at each launch, is its
+    /// family's instance for the element kind, and declared.
+    #[test]
+    fn sf_kernel_names_follow_family_and_kind() {
+        let families = [
+            "gather_box",
+            "gather_list",
+            "scatter_box",
+            "scatter_list",
+            "scatter_list_atomic",
+        ];
+        for family in families {
+            for kind in ScalarKind::ALL {
+                let name = kernel_name(family, kind);
+                assert_eq!(name, format!("sh_{family}_{}", kind.suffix()));
+                assert!(!declared(KernelSet::Sf, name).is_empty(), "{name}");
+            }
         }
     }
 

@@ -7,7 +7,9 @@ use crate::buffer::Buffer;
 use crate::cuda::desc::ReduceOp;
 use crate::cuda::device::{grid_for, Device};
 use crate::cuda::error::CudaError;
-use crate::cuda::ffi::Arg;
+use smallvec::smallvec;
+
+use crate::cuda::ffi::{Arg, Args};
 use crate::cuda::kernels::KernelSet;
 use crate::element::{Element, ScalarKind};
 
@@ -207,7 +209,7 @@ impl Device {
         };
         let d = dst.on_device_mut(self)?;
         let (name, args) = gather_args(kind, s.address(), d.address(), dst_off, idx, lanes, list);
-        self.launch(KernelSet::Sf, &name, grid_for(count, BLOCK), BLOCK, &args)
+        self.launch(KernelSet::Sf, name, grid_for(count, BLOCK), BLOCK, &args)
     }
 
     /// Unpacks: `dst[idx(p) * lanes + l] = dst[..] op src[src_off + p * lanes + l]`. A range
@@ -254,7 +256,7 @@ impl Device {
             op,
             list,
         );
-        self.launch(KernelSet::Sf, &name, grid_for(count, BLOCK), BLOCK, &args)
+        self.launch(KernelSet::Sf, name, grid_for(count, BLOCK), BLOCK, &args)
     }
 }
 
@@ -267,8 +269,8 @@ pub(super) fn gather_args(
     idx: &DeviceIndices<'_>,
     lanes: usize,
     list: Option<u64>,
-) -> (String, Vec<Arg>) {
-    let mut args = vec![
+) -> (&'static str, Args) {
+    let mut args = smallvec![
         Arg::Ptr(src),
         Arg::Ptr(dst),
         Arg::U64(dst_off as u64),
@@ -285,7 +287,33 @@ pub(super) fn gather_args(
             "gather_box"
         }
     };
-    (format!("sh_{family}_{}", kind.suffix()), args)
+    (kernel_name(family, kind), args)
+}
+
+/// `sh_{family}_{suffix}` of the SF kernels, without formatting a name at each launch.
+pub(super) fn kernel_name(family: &str, kind: ScalarKind) -> &'static str {
+    macro_rules! of {
+        ($f:literal) => {
+            [
+                concat!("sh_", $f, "_f32"),
+                concat!("sh_", $f, "_f64"),
+                concat!("sh_", $f, "_i32"),
+                concat!("sh_", $f, "_u32"),
+                concat!("sh_", $f, "_i64"),
+                concat!("sh_", $f, "_u64"),
+            ]
+        };
+    }
+    // In the order of ScalarKind::ALL.
+    let names = match family {
+        "gather_box" => of!("gather_box"),
+        "gather_list" => of!("gather_list"),
+        "scatter_box" => of!("scatter_box"),
+        "scatter_list" => of!("scatter_list"),
+        // "scatter_list_atomic", the one family left.
+        _ => of!("scatter_list_atomic"),
+    };
+    names[kind as usize]
 }
 
 /// Kernel name and arguments of a scatter.
@@ -299,8 +327,8 @@ pub(super) fn scatter_args(
     lanes: usize,
     op: ReduceOp,
     list: Option<u64>,
-) -> (String, Vec<Arg>) {
-    let mut args = vec![
+) -> (&'static str, Args) {
+    let mut args = smallvec![
         Arg::Ptr(src),
         Arg::U64(src_off as u64),
         Arg::Ptr(dst),
@@ -322,5 +350,5 @@ pub(super) fn scatter_args(
             "scatter_box"
         }
     };
-    (format!("sh_{family}_{}", kind.suffix()), args)
+    (kernel_name(family, kind), args)
 }
