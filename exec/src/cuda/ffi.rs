@@ -270,27 +270,30 @@ pub(crate) fn launch(
     let n = args.len();
     // `Device::launch` refuses longer lists.
     debug_assert!(n <= MAX_ARGS);
-    let mut values = [[0u8; 8]; MAX_ARGS];
+    // One aligned 8-byte slot per value; a 4-byte parameter takes the slot's first bytes.
+    let mut values = [0u64; MAX_ARGS];
     for (v, a) in values.iter_mut().zip(args) {
+        let mut b = [0u8; 8];
         match *a {
-            Arg::Ptr(x) | Arg::U64(x) => *v = x.to_ne_bytes(),
-            Arg::F64(x) => *v = x.to_ne_bytes(),
-            Arg::U32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-            Arg::I32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
+            Arg::Ptr(x) | Arg::U64(x) => b = x.to_ne_bytes(),
+            Arg::F64(x) => b = x.to_ne_bytes(),
+            Arg::U32(x) => b[..4].copy_from_slice(&x.to_ne_bytes()),
+            Arg::I32(x) => b[..4].copy_from_slice(&x.to_ne_bytes()),
         }
+        *v = u64::from_ne_bytes(b);
     }
     let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
     for (p, v) in params.iter_mut().zip(values.iter_mut()) {
-        *p = v.as_mut_ptr().cast();
+        *p = std::ptr::from_mut(v).cast();
     }
     stream.context().bind_to_thread()?;
     // SAFETY: the argument kinds equal the kernel's parameter list parsed from its source
     // (checked by the caller, `Device::launch`), and each of the first `n` parameter pointers
-    // points at a value of its parameter's size, alive until the call returns (the driver
-    // copies them); every pointer argument is the address of a live buffer of this device
-    // whose extent the caller checked against the index ranges in the other arguments
-    // (descriptors are validated on the host before upload); the buffers outlive the kernel
-    // because frees are ordered after it on this same stream.
+    // points at an 8-byte-aligned slot holding its value in the parameter's size, alive until
+    // the call returns (the driver copies them); every pointer argument is the address of a
+    // live buffer of this device whose extent the caller checked against the index ranges in
+    // the other arguments (descriptors are validated on the host before upload); the buffers
+    // outlive the kernel because frees are ordered after it on this same stream.
     unsafe {
         cudarc::driver::result::launch_kernel(
             f.cu_function(),

@@ -7,12 +7,16 @@
 // - "NVRTC" hands back the source as its "CUBIN" (behind a marker line); loading that module
 //   compiles it with the host's c++ and the CUDA built-ins of host_emulate.h, as the kernel
 //   unit tests do, into a shared object cached by source hash.
-// - Device memory is host memory. Work issued to a stream is queued, and runs only when the
-//   host must see it: a stream, event or context synchronisation, a copy to host memory, a
-//   free, or an event query (which first answers "not ready" once). That is the latest legal
-//   schedule, so a missing synchronisation shows up as stale values, not as luck.
+// - Device memory is host memory (from stream-ordered pools too). Work issued to a stream is
+//   queued, and runs only when the host must see it: a stream or context synchronisation, an
+//   event synchronisation or query (up to the event; a query first answers "not ready"
+//   once), or a copy to pageable host memory (all host memory is taken as pageable). For
+//   these calls that is the latest schedule CUDA's stream rules allow, so a missing
+//   synchronisation shows up as stale values, not as luck. Frees are not synchronising: a
+//   queued access to freed memory faults.
 // - Launches run blocks one after another, each of one thread (every kernel strides over
-//   blockDim), with the argument values copied at launch as the driver does.
+//   blockDim; races within a block are the kernel unit tests' business), with the argument
+//   values copied at launch as the driver does.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,13 +58,14 @@ std::recursive_mutex mu;
 using Lock = std::lock_guard<std::recursive_mutex>;
 
 // Device memory: pages of one reserved range, never reused. A freed allocation becomes
-// inaccessible, so a late access (MPI still moving a freed buffer) faults. Under
-// STARHALO_EMU_GUARD=1 the live ones are inaccessible too except while the emulated device
-// itself works on them, so host code that dereferences a device address faults as it would
+// inaccessible, so a late access from the host (MPI still moving a freed buffer) faults.
+// Under STARHALO_EMU_GUARD=1 the live ones are inaccessible too except while the emulated
+// device itself works, so host code that dereferences a device address faults as it would
 // with a GPU (only where no MPI is told it may move device memory).
 const size_t PAGE = 4096, RESERVED = size_t(256) << 30, TOTAL = size_t(8) << 30;
-char *const reserved = static_cast<char *>(
-    mmap(nullptr, RESERVED, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+// Reserved at the first allocation: the processes that only load the library (under
+// LD_PRELOAD, every one the tests start) reserve nothing.
+char *reserved = nullptr;
 size_t bump = 0, allocated = 0;
 std::map<CUdeviceptr, size_t> sizes;
 const bool guard = [] {
@@ -69,8 +74,17 @@ const bool guard = [] {
 }();
 int open_depth = 0;
 size_t pages(size_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
+// A protection that cannot be set would leave the checks wrong either way: stop.
+void set_prot(void *p, size_t n, int prot) {
+    if (mprotect(p, pages(n), prot) != 0) {
+        perror("host-emulated CUDA: mprotect");
+        abort();
+    }
+}
+// The whole range at once (one call: a ping-pong opens it a million times); while it is open,
+// freed pages are reachable too, but only by the emulated device's own work.
 void protect(int prot) {
-    for (auto &[p, n] : sizes) mprotect(reinterpret_cast<void *>(p), pages(n), prot);
+    if (bump > 0) set_prot(reserved, bump, prot);
 }
 // Live device memory is accessible while one of these exists.
 struct Open {
@@ -82,12 +96,20 @@ struct Open {
     }
 };
 
+// One recording of an event: done once the work issued before it has run.
+struct Mark {
+    bool done = false;
+    std::chrono::steady_clock::time_point at{};
+};
+using MarkPtr = std::shared_ptr<Mark>;
+
 struct Stream {
     std::deque<std::function<void()>> queue;
-    void flush() {
-        if (queue.empty()) return;
+    // Runs the queued work, all of it or up to `mark`.
+    void flush(const MarkPtr &mark = nullptr) {
+        if (queue.empty() || (mark && mark->done)) return;
         Open open;
-        while (!queue.empty()) {
+        while (!queue.empty() && !(mark && mark->done)) {
             auto op = std::move(queue.front());
             queue.pop_front();
             op();
@@ -112,10 +134,11 @@ void enqueue(Stream *s, std::function<void()> op) {
 }
 Stream *of(void *s) { return s ? static_cast<Stream *>(s) : &null_stream; }
 
+// An event's latest recording (a new one leaves earlier waits on the old mark, as in CUDA).
 struct Event {
     Stream *stream = nullptr;
-    bool done = true, told_not_ready = false;
-    std::chrono::steady_clock::time_point at{};
+    MarkPtr mark = std::make_shared<Mark>(Mark{true, {}});
+    bool told_not_ready = false;
 };
 
 struct Module {
@@ -142,8 +165,15 @@ unsigned long long fnv(const std::string &s) {
 
 // The kernel sources with the emulated built-ins, a binder per kernel (copies the argument
 // values behind `params` into a closure) and `sh_emu_exec` (runs a closure over the grid).
+// The prelude is copied in, so that the cache key covers its contents.
 std::string host_program(const std::string &src) {
-    std::string out = "#include \"" SH_PRELUDE "\"\n#include <functional>\n#include <tuple>\n"
+    std::string prelude;
+    if (FILE *f = fopen(SH_PRELUDE, "r")) {
+        char buf[4096];
+        for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) prelude.append(buf, n);
+        fclose(f);
+    }
+    std::string out = prelude + "\n#include <functional>\n#include <tuple>\n"
                       "#include <type_traits>\n#include <utility>\n#line 1 \"kernels\"\n" + src;
     out += R"(
 template <typename... A, std::size_t... I>
@@ -166,7 +196,8 @@ extern "C" void sh_emu_exec(void *c, unsigned grid) {
     delete f;
 }
 )";
-    const std::string key = "__global__ void ";
+    // Entry points as exec/src/cuda/kernels.rs finds them.
+    const std::string key = "extern \"C\" __global__ void ";
     for (size_t at = src.find(key); at != std::string::npos; at = src.find(key, at + 1)) {
         size_t b = at + key.size(), e = src.find('(', b);
         std::string name = src.substr(b, e - b);
@@ -258,7 +289,8 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice) {
     case 16: *v = 4; break;    // multiprocessors
     case 1: *v = 1024; break;  // threads per block
     case 10: *v = 32; break;   // warp size
-    default: *v = 0;           // memory pools and everything else: not supported
+    case 115: *v = 1; break;   // memory pools: stream-ordered allocation, as current GPUs
+    default: *v = 0;           // everything else: not supported
     }
     return OK;
 }
@@ -349,6 +381,7 @@ CUresult cuEventCreate(void **e, unsigned) {
     *e = new Event;
     return OK;
 }
+// Queued work holds the marks it sets, not the event: destroying an event is safe at once.
 CUresult cuEventDestroy_v2(void *e) {
     Lock l(mu);
     delete static_cast<Event *>(e);
@@ -358,11 +391,11 @@ CUresult cuEventRecord(void *e, void *s) {
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
     ev->stream = of(s);
-    ev->done = false;
+    ev->mark = std::make_shared<Mark>();
     ev->told_not_ready = false;
-    enqueue(ev->stream, [ev] {
-        ev->done = true;
-        ev->at = std::chrono::steady_clock::now();
+    enqueue(ev->stream, [m = ev->mark] {
+        m->done = true;
+        m->at = std::chrono::steady_clock::now();
     });
     return OK;
 }
@@ -370,34 +403,36 @@ CUresult cuEventRecordWithFlags(void *e, void *s, unsigned) { return cuEventReco
 CUresult cuEventSynchronize(void *e) {
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
-    if (!ev->done) ev->stream->flush();
+    if (ev->stream) ev->stream->flush(ev->mark);
     return OK;
 }
 CUresult cuEventQuery(void *e) {
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
-    if (ev->done) return OK;
+    if (ev->mark->done) return OK;
     if (!ev->told_not_ready) {
         ev->told_not_ready = true;
         return NOT_READY;
     }
-    ev->stream->flush();
+    ev->stream->flush(ev->mark);
     return OK;
 }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
     Lock l(mu);
-    Event *x = static_cast<Event *>(a), *y = static_cast<Event *>(b);
-    if (!x->done || !y->done) return NOT_READY;
-    *ms = std::chrono::duration<float, std::milli>(y->at - x->at).count();
+    Mark &x = *static_cast<Event *>(a)->mark, &y = *static_cast<Event *>(b)->mark;
+    if (!x.done || !y.done) return NOT_READY;
+    *ms = std::chrono::duration<float, std::milli>(y.at - x.at).count();
     return OK;
 }
 CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return cuEventElapsedTime(ms, a, b); }
-// Later work on `s` waits for `e`: the recorded work runs now (any time after it was issued is
-// a legal time), so the order holds whichever stream flushes first.
-CUresult cuStreamWaitEvent(void *, void *e, unsigned) {
+// Later work on `s` waits for `e`'s latest recording: when `s` gets there, the recording
+// stream runs up to it first. On the recording stream itself that order holds already.
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned) {
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
-    if (!ev->done) ev->stream->flush();
+    Stream *from = ev->stream;
+    if (!from || from == of(s) || ev->mark->done) return OK;
+    enqueue(of(s), [from, m = ev->mark] { from->flush(m); });
     return OK;
 }
 
@@ -405,29 +440,54 @@ CUresult cuStreamWaitEvent(void *, void *e, unsigned) {
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     Lock l(mu);
     if (n == 0) return INVALID_VALUE;
-    if (allocated + n > TOTAL || bump + pages(n) > RESERVED || reserved == MAP_FAILED)
-        return OUT_OF_MEMORY;
+    if (!reserved) {
+        void *r = mmap(nullptr, RESERVED, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED) return OUT_OF_MEMORY;
+        reserved = static_cast<char *>(r);
+    }
+    if (allocated + n > TOTAL || bump + pages(n) > RESERVED) return OUT_OF_MEMORY;
     char *m = reserved + bump;
     bump += pages(n);
-    if (mprotect(m, pages(n), PROT_READ | PROT_WRITE) != 0) return OUT_OF_MEMORY;
+    set_prot(m, n, PROT_READ | PROT_WRITE);
     // Fresh device memory is not zero: a read before a write shows.
     memset(m, 0xA5, n);
-    if (guard && open_depth == 0) mprotect(m, pages(n), PROT_NONE);
+    if (guard && open_depth == 0) set_prot(m, n, PROT_NONE);
     *p = reinterpret_cast<CUdeviceptr>(m);
     sizes[*p] = n;
     allocated += n;
     return OK;
 }
+void release(CUdeviceptr p) {
+    auto it = sizes.find(p);
+    if (it == sizes.end()) return;
+    void *m = reinterpret_cast<void *>(p);
+    set_prot(m, it->second, PROT_NONE);
+    madvise(m, pages(it->second), MADV_DONTNEED);
+    allocated -= it->second;
+    sizes.erase(it);
+}
+// Not synchronising: work still queued on the memory faults when it runs.
 CUresult cuMemFree_v2(CUdeviceptr p) {
     Lock l(mu);
-    flush_all();
-    auto it = sizes.find(p);
-    if (it == sizes.end()) return INVALID_VALUE;
-    allocated -= it->second;
-    void *m = reinterpret_cast<void *>(p);
-    mprotect(m, pages(it->second), PROT_NONE);
-    madvise(m, pages(it->second), MADV_DONTNEED);
-    sizes.erase(it);
+    if (!sizes.count(p)) return INVALID_VALUE;
+    release(p);
+    return OK;
+}
+// Stream-ordered pools: the memory is there at once (as early as allowed), and goes once the
+// work issued before the free has run.
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *) {
+    if (n == 0) {
+        *p = 0;
+        return OK;
+    }
+    return cuMemAlloc_v2(p, n);
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
+    Lock l(mu);
+    if (p == 0) return OK;
+    if (!sizes.count(p)) return INVALID_VALUE;
+    enqueue(of(s), [p] { release(p); });
     return OK;
 }
 // Pageable host memory: the source is staged when the call is made, the copy itself queued.
@@ -440,8 +500,8 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
 // To pageable host memory the call returns once the copy is done, after the stream's work.
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
     Lock l(mu);
-    of(s)->flush();
     Open open;
+    of(s)->flush();
     memcpy(dst, (const void *)src, n);
     return OK;
 }
@@ -450,23 +510,25 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
     enqueue(of(s), [=] { memmove((void *)dst, (const void *)src, n); });
     return OK;
 }
+// The synchronous forms run on the legacy null stream, which waits for its own work only
+// (cudarc's streams are non-blocking).
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
     Lock l(mu);
-    flush_all();
+    null_stream.flush();
     Open open;
     memcpy((void *)dst, src, n);
     return OK;
 }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
     Lock l(mu);
-    flush_all();
+    null_stream.flush();
     Open open;
     memcpy(dst, (const void *)src, n);
     return OK;
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     Lock l(mu);
-    flush_all();
+    null_stream.flush();
     Open open;
     memmove((void *)dst, (const void *)src, n);
     return OK;
@@ -478,7 +540,7 @@ CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) {
 }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
     Lock l(mu);
-    flush_all();
+    null_stream.flush();
     Open open;
     memset((void *)p, v, n);
     return OK;
@@ -486,6 +548,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
 
 // ---- Modules and launches ----------------------------------------------------------------
 CUresult cuModuleLoadData(void **module, const void *image) {
+    Lock l(mu);
     const char *img = static_cast<const char *>(image);
     if (!img || strncmp(img, MARKER, strlen(MARKER)) != 0) return INVALID_IMAGE;
     std::string src(img + strlen(MARKER));
@@ -493,19 +556,20 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     std::string dir = dir_env && *dir_env ? dir_env : "/tmp/starhalo-cuda-emu-" + std::to_string(getuid());
     mkdir(dir.c_str(), 0700);
     std::string prog = host_program(src);
+    const std::string flags = "-std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w";
     char hash[32];
-    snprintf(hash, sizeof hash, "%016llx", fnv(prog));
+    snprintf(hash, sizeof hash, "%016llx", fnv(flags + "\n" + prog));
     std::string so = dir + "/" + hash + ".so";
     struct stat st;
     if (stat(so.c_str(), &st) != 0) {
-        std::string tag = "." + std::to_string(getpid());
+        static int built = 0;
+        std::string tag = "." + std::to_string(getpid()) + "." + std::to_string(built++);
         std::string cpp = so + tag + ".cpp";
         FILE *f = fopen(cpp.c_str(), "w");
         if (!f) return UNKNOWN;
         fwrite(prog.data(), 1, prog.size(), f);
         fclose(f);
-        std::string cmd = "c++ -std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w -o '" +
-                          so + tag + "' '" + cpp + "'";
+        std::string cmd = "c++ " + flags + " -o '" + so + tag + "' '" + cpp + "'";
         int rc = system(cmd.c_str());
         unlink(cpp.c_str());
         if (rc != 0 || rename((so + tag).c_str(), so.c_str()) != 0) {
