@@ -12,8 +12,8 @@
 //   event synchronisation or query (up to the event; a query first answers "not ready"
 //   once), or a copy to pageable host memory (all host memory is taken as pageable). For
 //   these calls that is the latest schedule CUDA's stream rules allow, so a missing
-//   synchronisation shows up as stale values, not as luck. Frees are not synchronising: a
-//   queued access to freed memory faults.
+//   synchronisation shows up as stale values, not as luck. Frees are not synchronising, and
+//   freed memory stays inaccessible: work still queued on it, or the host touching it, faults.
 // - Launches run blocks one after another, each of one thread (every kernel strides over
 //   blockDim; races within a block are the kernel unit tests' business), with the argument
 //   values copied at launch as the driver does.
@@ -29,6 +29,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,8 @@ const size_t PAGE = 4096, RESERVED = size_t(256) << 30, TOTAL = size_t(8) << 30;
 char *reserved = nullptr;
 size_t bump = 0, allocated = 0;
 std::map<CUdeviceptr, size_t> sizes;
+// Allocations whose stream-ordered free is queued: freeing one again is an error at once.
+std::set<CUdeviceptr> freeing;
 const bool guard = [] {
     const char *v = getenv("STARHALO_EMU_GUARD");
     return v && *v == '1';
@@ -81,18 +84,31 @@ void set_prot(void *p, size_t n, int prot) {
         abort();
     }
 }
-// The whole range at once (one call: a ping-pong opens it a million times); while it is open,
-// freed pages are reachable too, but only by the emulated device's own work.
-void protect(int prot) {
-    if (bump > 0) set_prot(reserved, bump, prot);
+// Opening makes the live allocations accessible, one call per run of them that lie back to
+// back (a ping-pong opens a million times, its few buffers in one or two runs); freed pages
+// stay inaccessible. Closing shuts the whole range at once.
+void open_live() {
+    char *run = nullptr;
+    size_t len = 0;
+    for (auto &[p, n] : sizes) {
+        char *m = reinterpret_cast<char *>(p);
+        if (run && run + len == m) {
+            len += pages(n);
+            continue;
+        }
+        if (run) set_prot(run, len, PROT_READ | PROT_WRITE);
+        run = m;
+        len = pages(n);
+    }
+    if (run) set_prot(run, len, PROT_READ | PROT_WRITE);
 }
 // Live device memory is accessible while one of these exists.
 struct Open {
     Open() {
-        if (guard && open_depth++ == 0) protect(PROT_READ | PROT_WRITE);
+        if (guard && open_depth++ == 0) open_live();
     }
     ~Open() {
-        if (guard && --open_depth == 0) protect(PROT_NONE);
+        if (guard && --open_depth == 0 && bump > 0) set_prot(reserved, bump, PROT_NONE);
     }
 };
 
@@ -107,7 +123,7 @@ struct Stream {
     std::deque<std::function<void()>> queue;
     // Runs the queued work, all of it or up to `mark`.
     void flush(const MarkPtr &mark = nullptr) {
-        if (queue.empty() || (mark && mark->done)) return;
+        if ((mark && mark->done) || queue.empty()) return;
         Open open;
         while (!queue.empty() && !(mark && mark->done)) {
             auto op = std::move(queue.front());
@@ -166,6 +182,17 @@ unsigned long long fnv(const std::string &s) {
 // The kernel sources with the emulated built-ins, a binder per kernel (copies the argument
 // values behind `params` into a closure) and `sh_emu_exec` (runs a closure over the grid).
 // The prelude is copied in, so that the cache key covers its contents.
+// The output of `cmd` (empty when it cannot run).
+std::string output_of(const char *cmd) {
+    std::string out;
+    if (FILE *f = popen(cmd, "r")) {
+        char buf[4096];
+        for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+        pclose(f);
+    }
+    return out;
+}
+
 std::string host_program(const std::string &src) {
     std::string prelude;
     if (FILE *f = fopen(SH_PRELUDE, "r")) {
@@ -173,6 +200,7 @@ std::string host_program(const std::string &src) {
         for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) prelude.append(buf, n);
         fclose(f);
     }
+    if (prelude.empty()) fprintf(stderr, "host-emulated CUDA: cannot read %s\n", SH_PRELUDE);
     std::string out = prelude + "\n#include <functional>\n#include <tuple>\n"
                       "#include <type_traits>\n#include <utility>\n#line 1 \"kernels\"\n" + src;
     out += R"(
@@ -354,18 +382,9 @@ CUresult cuStreamCreate(void **s, unsigned) {
     *s = st;
     return OK;
 }
-CUresult cuStreamDestroy_v2(void *s) {
-    Lock l(mu);
-    Stream *st = of(s);
-    st->flush();
-    for (auto it = streams.begin(); it != streams.end(); ++it)
-        if (*it == st && st != &null_stream) {
-            streams.erase(it);
-            delete st;
-            break;
-        }
-    return OK;
-}
+// Work still queued on a destroyed stream runs later, as on a GPU: the stream is kept (events
+// and waits may still refer to it).
+CUresult cuStreamDestroy_v2(void *) { return OK; }
 CUresult cuStreamSynchronize(void *s) {
     Lock l(mu);
     of(s)->flush();
@@ -470,7 +489,7 @@ void release(CUdeviceptr p) {
 // Not synchronising: work still queued on the memory faults when it runs.
 CUresult cuMemFree_v2(CUdeviceptr p) {
     Lock l(mu);
-    if (!sizes.count(p)) return INVALID_VALUE;
+    if (!sizes.count(p) || freeing.count(p)) return INVALID_VALUE;
     release(p);
     return OK;
 }
@@ -486,8 +505,11 @@ CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *) {
 CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
     Lock l(mu);
     if (p == 0) return OK;
-    if (!sizes.count(p)) return INVALID_VALUE;
-    enqueue(of(s), [p] { release(p); });
+    if (!sizes.count(p) || !freeing.insert(p).second) return INVALID_VALUE;
+    enqueue(of(s), [p] {
+        freeing.erase(p);
+        release(p);
+    });
     return OK;
 }
 // Pageable host memory: the source is staged when the call is made, the copy itself queued.
@@ -558,7 +580,9 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     std::string prog = host_program(src);
     const std::string flags = "-std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w";
     char hash[32];
-    snprintf(hash, sizeof hash, "%016llx", fnv(flags + "\n" + prog));
+    // The compiler's identity, flags and the whole program (prelude included) name the cache entry.
+    static const std::string compiler = output_of("c++ --version 2>&1");
+    snprintf(hash, sizeof hash, "%016llx", fnv(compiler + flags + "\n" + prog));
     std::string so = dir + "/" + hash + ".so";
     struct stat st;
     if (stat(so.c_str(), &st) != 0) {
