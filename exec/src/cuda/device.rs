@@ -471,6 +471,42 @@ mod tests {
         assert_eq!(a, b);
     }
 
+    /// The driver's current context belongs to a thread: every path (copies, launches,
+    /// frees) makes it current on the calling thread, so a device opened on one thread serves
+    /// threads that have never called the driver. Where no device opens, there is nothing to
+    /// check, unless `STARHALO_TEST_GPU=1` says there is one.
+    #[test]
+    fn a_device_serves_threads_that_did_not_open_it() {
+        use crate::buffer::Buffer;
+        let dev = match Device::process_default() {
+            Ok(d) => d,
+            Err(e) => {
+                let told = std::env::var("STARHALO_TEST_GPU").as_deref() == Ok("1");
+                assert!(!told, "STARHALO_TEST_GPU=1 but no device: {e}");
+                return;
+            }
+        };
+        let b = Buffer::<f64>::from_host_to(&dev, &[1.0, 2.0, 3.0]).unwrap();
+        let b = std::thread::spawn(move || {
+            let mut b = b;
+            b.fill(4.5).unwrap();
+            assert_eq!(b.to_vec().unwrap(), [4.5; 3]);
+            b
+        })
+        .join()
+        .unwrap();
+        // Made and freed on threads new to the driver, then used here.
+        let d = dev.clone();
+        std::thread::spawn(move || {
+            drop(b);
+            drop(Buffer::<f64>::from_host_to(&d, &[2.0]).unwrap());
+        })
+        .join()
+        .unwrap();
+        let c = Buffer::<f64>::from_host_to(&dev, &[7.0]).unwrap();
+        assert_eq!(c.to_vec().unwrap(), [7.0]);
+    }
+
     /// Where NVRTC is (no GPU needed): every kernel set compiles to machine code for the
     /// architectures of current GPUs, with no fused multiply-add in its PTX (the host's
     /// rounding), and an architecture NVRTC does not know is the status `compile` falls back

@@ -41,6 +41,9 @@ impl Emulator {
                 "-pthread",
                 "-O1",
                 "-ffp-contract=off",
+                // A misaligned access faults on a GPU: here it stops the program.
+                "-fsanitize=alignment",
+                "-fno-sanitize-recover=alignment",
                 "-w",
                 "-x",
                 "c++",

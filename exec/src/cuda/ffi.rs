@@ -211,6 +211,11 @@ impl<T> Drop for DeviceMemory<T> {
         // SAFETY: the slice is taken once, here, and `self` is not used after.
         let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
         if self.alloc == DeviceAlloc::Pool {
+            // cudarc's drop frees without making the context current, and a thread that
+            // has not called the driver yet has none: the free would fail, and the failure
+            // would be returned by the next call, on any thread.
+            let ctx = slice.stream().context().clone();
+            ctx.record_err(ctx.bind_to_thread());
             return drop(slice);
         }
         let stream = slice.stream().clone();

@@ -14,6 +14,9 @@
 //   these calls that is the latest schedule CUDA's stream rules allow, so a missing
 //   synchronisation shows up as stale values, not as luck. Frees are not synchronising, and
 //   freed memory stays inaccessible: work still queued on it, or the host touching it, faults.
+// - A call that needs a context fails on a thread where none is current, as with the driver;
+//   launches keep to a GPU's grid and block limits; a misaligned access in a kernel stops
+//   the process, where a GPU would fault.
 // - Launches run blocks one after another, each of one thread (every kernel strides over
 //   blockDim; races within a block are the kernel unit tests' business), with the argument
 //   values copied at launch as the driver does.
@@ -25,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -47,9 +51,11 @@ enum : CUresult {
     INVALID_VALUE = 1,
     OUT_OF_MEMORY = 2,
     INVALID_IMAGE = 200,
+    INVALID_CONTEXT = 201,
     INVALID_HANDLE = 400,
     NOT_FOUND = 500,
     NOT_READY = 600,
+    CONTEXT_IS_DESTROYED = 709,
     UNKNOWN = 999,
 };
 static const char MARKER[] = "// starhalo host-emulated CUBIN\n";
@@ -170,7 +176,20 @@ std::vector<Stream *> streams{&null_stream};
 void flush_all() {
     for (Stream *s : streams) s->flush();
 }
+// The primary context, the only one. As with the driver, each thread has its own stack of
+// current contexts, empty at first: a call that needs a context where none is current fails
+// (cudarc binds the context before its calls; code that calls the driver itself must too).
 int ctx_token = 1;
+thread_local std::vector<void *> ctx_stack;
+std::atomic<int> retained{0};
+CUresult need_ctx() {
+    if (ctx_stack.empty()) return INVALID_CONTEXT;
+    return retained > 0 ? OK : CONTEXT_IS_DESTROYED;
+}
+#define NEED_CTX                                                                              \
+    do {                                                                                      \
+        if (CUresult r = need_ctx()) return r;                                                \
+    } while (0)
 
 // FNV-1a: a stable name for a compiled source.
 unsigned long long fnv(const std::string &s) {
@@ -327,31 +346,56 @@ CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice) {
     return OK;
 }
 CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
+    NEED_CTX;
     Lock l(mu);
     *total = TOTAL;
     *free_b = TOTAL - allocated;
     return OK;
 }
 CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice) {
+    ++retained;
     *ctx = &ctx_token;
     return OK;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return OK; }
-CUresult cuCtxSetCurrent(void *) { return OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) {
+    for (int n = retained; n > 0;)
+        if (retained.compare_exchange_weak(n, n - 1)) return OK;
+    return INVALID_CONTEXT;
+}
+bool is_ctx(void *ctx) { return ctx == &ctx_token; }
+// Replaces the top of the thread's stack; no context pops it.
+CUresult cuCtxSetCurrent(void *ctx) {
+    if (!ctx) {
+        if (!ctx_stack.empty()) ctx_stack.pop_back();
+        return OK;
+    }
+    if (!is_ctx(ctx)) return INVALID_CONTEXT;
+    if (ctx_stack.empty()) ctx_stack.push_back(ctx);
+    else ctx_stack.back() = ctx;
+    return OK;
+}
 CUresult cuCtxGetCurrent(void **ctx) {
-    *ctx = &ctx_token;
+    *ctx = ctx_stack.empty() ? nullptr : ctx_stack.back();
     return OK;
 }
 CUresult cuCtxGetDevice(CUdevice *d) {
+    NEED_CTX;
     *d = 0;
     return OK;
 }
-CUresult cuCtxPushCurrent_v2(void *) { return OK; }
+CUresult cuCtxPushCurrent_v2(void *ctx) {
+    if (!is_ctx(ctx)) return INVALID_CONTEXT;
+    ctx_stack.push_back(ctx);
+    return OK;
+}
 CUresult cuCtxPopCurrent_v2(void **ctx) {
-    if (ctx) *ctx = &ctx_token;
+    if (ctx_stack.empty()) return INVALID_CONTEXT;
+    if (ctx) *ctx = ctx_stack.back();
+    ctx_stack.pop_back();
     return OK;
 }
 CUresult cuCtxSynchronize() {
+    NEED_CTX;
     Lock l(mu);
     flush_all();
     return OK;
@@ -362,6 +406,8 @@ const char *cuda_error_text(CUresult r) {
     case INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
     case OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
     case INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
+    case INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+    case CONTEXT_IS_DESTROYED: return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
     case INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
     case NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
     case NOT_READY: return "CUDA_ERROR_NOT_READY";
@@ -376,6 +422,7 @@ CUresult cuGetErrorName(CUresult r, const char **s) { return cuGetErrorString(r,
 
 // ---- Streams and events ------------------------------------------------------------------
 CUresult cuStreamCreate(void **s, unsigned) {
+    NEED_CTX;
     Lock l(mu);
     Stream *st = new Stream;
     streams.push_back(st);
@@ -384,29 +431,35 @@ CUresult cuStreamCreate(void **s, unsigned) {
 }
 // Work still queued on a destroyed stream runs later, as on a GPU: the stream is kept (events
 // and waits may still refer to it).
-CUresult cuStreamDestroy_v2(void *) { return OK; }
+CUresult cuStreamDestroy_v2(void *) {
+    NEED_CTX; return OK; }
 CUresult cuStreamSynchronize(void *s) {
+    NEED_CTX;
     Lock l(mu);
     of(s)->flush();
     return OK;
 }
 CUresult cuStreamQuery(void *s) {
+    NEED_CTX;
     Lock l(mu);
     if (of(s)->queue.empty()) return OK;
     of(s)->flush();
     return NOT_READY;
 }
 CUresult cuEventCreate(void **e, unsigned) {
+    NEED_CTX;
     *e = new Event;
     return OK;
 }
 // Queued work holds the marks it sets, not the event: destroying an event is safe at once.
 CUresult cuEventDestroy_v2(void *e) {
+    NEED_CTX;
     Lock l(mu);
     delete static_cast<Event *>(e);
     return OK;
 }
 CUresult cuEventRecord(void *e, void *s) {
+    NEED_CTX;
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
     ev->stream = of(s);
@@ -418,14 +471,17 @@ CUresult cuEventRecord(void *e, void *s) {
     });
     return OK;
 }
-CUresult cuEventRecordWithFlags(void *e, void *s, unsigned) { return cuEventRecord(e, s); }
+CUresult cuEventRecordWithFlags(void *e, void *s, unsigned) {
+    NEED_CTX; return cuEventRecord(e, s); }
 CUresult cuEventSynchronize(void *e) {
+    NEED_CTX;
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
     if (ev->stream) ev->stream->flush(ev->mark);
     return OK;
 }
 CUresult cuEventQuery(void *e) {
+    NEED_CTX;
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
     if (ev->mark->done) return OK;
@@ -437,16 +493,19 @@ CUresult cuEventQuery(void *e) {
     return OK;
 }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
+    NEED_CTX;
     Lock l(mu);
     Mark &x = *static_cast<Event *>(a)->mark, &y = *static_cast<Event *>(b)->mark;
     if (!x.done || !y.done) return NOT_READY;
     *ms = std::chrono::duration<float, std::milli>(y.at - x.at).count();
     return OK;
 }
-CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return cuEventElapsedTime(ms, a, b); }
+CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) {
+    NEED_CTX; return cuEventElapsedTime(ms, a, b); }
 // Later work on `s` waits for `e`'s latest recording: when `s` gets there, the recording
 // stream runs up to it first. On the recording stream itself that order holds already.
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned) {
+    NEED_CTX;
     Lock l(mu);
     Event *ev = static_cast<Event *>(e);
     Stream *from = ev->stream;
@@ -457,6 +516,7 @@ CUresult cuStreamWaitEvent(void *s, void *e, unsigned) {
 
 // ---- Memory ------------------------------------------------------------------------------
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    NEED_CTX;
     Lock l(mu);
     if (n == 0) return INVALID_VALUE;
     if (!reserved) {
@@ -488,6 +548,7 @@ void release(CUdeviceptr p) {
 }
 // Not synchronising: work still queued on the memory faults when it runs.
 CUresult cuMemFree_v2(CUdeviceptr p) {
+    NEED_CTX;
     Lock l(mu);
     if (!sizes.count(p) || freeing.count(p)) return INVALID_VALUE;
     release(p);
@@ -496,6 +557,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 // Stream-ordered pools: the memory is there at once (as early as allowed), and goes once the
 // work issued before the free has run.
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *) {
+    NEED_CTX;
     if (n == 0) {
         *p = 0;
         return OK;
@@ -503,6 +565,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *) {
     return cuMemAlloc_v2(p, n);
 }
 CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
+    NEED_CTX;
     Lock l(mu);
     if (p == 0) return OK;
     if (!sizes.count(p) || !freeing.insert(p).second) return INVALID_VALUE;
@@ -514,6 +577,7 @@ CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
 }
 // Pageable host memory: the source is staged when the call is made, the copy itself queued.
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+    NEED_CTX;
     Lock l(mu);
     auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
     enqueue(of(s), [dst, staged] { memcpy((void *)dst, staged->data(), staged->size()); });
@@ -521,6 +585,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
 }
 // To pageable host memory the call returns once the copy is done, after the stream's work.
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
+    NEED_CTX;
     Lock l(mu);
     Open open;
     of(s)->flush();
@@ -528,6 +593,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
     return OK;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
+    NEED_CTX;
     Lock l(mu);
     enqueue(of(s), [=] { memmove((void *)dst, (const void *)src, n); });
     return OK;
@@ -535,6 +601,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 // The synchronous forms run on the legacy null stream, which waits for its own work only
 // (cudarc's streams are non-blocking).
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+    NEED_CTX;
     Lock l(mu);
     null_stream.flush();
     Open open;
@@ -542,6 +609,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
     return OK;
 }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+    NEED_CTX;
     Lock l(mu);
     null_stream.flush();
     Open open;
@@ -549,6 +617,7 @@ CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
     return OK;
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    NEED_CTX;
     Lock l(mu);
     null_stream.flush();
     Open open;
@@ -556,11 +625,13 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     return OK;
 }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) {
+    NEED_CTX;
     Lock l(mu);
     enqueue(of(s), [=] { memset((void *)p, v, n); });
     return OK;
 }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+    NEED_CTX;
     Lock l(mu);
     null_stream.flush();
     Open open;
@@ -570,6 +641,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
 
 // ---- Modules and launches ----------------------------------------------------------------
 CUresult cuModuleLoadData(void **module, const void *image) {
+    NEED_CTX;
     Lock l(mu);
     const char *img = static_cast<const char *>(image);
     if (!img || strncmp(img, MARKER, strlen(MARKER)) != 0) return INVALID_IMAGE;
@@ -578,7 +650,9 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     std::string dir = dir_env && *dir_env ? dir_env : "/tmp/starhalo-cuda-emu-" + std::to_string(getuid());
     mkdir(dir.c_str(), 0700);
     std::string prog = host_program(src);
-    const std::string flags = "-std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w";
+    // A misaligned load or store faults on a GPU; here the sanitizer stops the process.
+    const std::string flags = "-std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w "
+                              "-fsanitize=alignment -fno-sanitize-recover=alignment";
     char hash[32];
     // The compiler's identity, flags and the whole program (prelude included) name the cache entry.
     static const std::string compiler = output_of("c++ --version 2>&1");
@@ -612,13 +686,16 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     return OK;
 }
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned, void *, void **) {
+    NEED_CTX;
     return cuModuleLoadData(module, image);
 }
 CUresult cuModuleUnload(void *) {
+    NEED_CTX;
     // The shared object stays mapped: closures of queued launches may still refer to it.
     return OK;
 }
 CUresult cuModuleGetFunction(void **f, void *module, const char *name) {
+    NEED_CTX;
     Module *m = static_cast<Module *>(module);
     std::string sym = std::string("sh_emu_bind_") + name;
     auto bind = reinterpret_cast<void *(*)(void **)>(dlsym(m->so, sym.c_str()));
@@ -627,15 +704,21 @@ CUresult cuModuleGetFunction(void **f, void *module, const char *name) {
     return OK;
 }
 CUresult cuFuncGetAttribute(int *v, int, void *) {
+    NEED_CTX;
     *v = 0;
     return OK;
 }
-CUresult cuFuncSetAttribute(void *, int, int) { return OK; }
+CUresult cuFuncSetAttribute(void *, int, int) {
+    NEED_CTX; return OK; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned, void *s, void **params, void **extra) {
+                        unsigned bz, unsigned shared, void *s, void **params, void **extra) {
+    NEED_CTX;
     Lock l(mu);
+    // The limits of every current GPU: grid y and z up to 65535, blocks of at most 1024
+    // threads (z at most 64), dynamic shared memory up to 48 KiB unless a kernel opts in.
     if (extra || !params || gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 ||
-        bx * by * bz > 1024)
+        gx > 0x7fffffffu || gy > 65535 || gz > 65535 || bx > 1024 || by > 1024 || bz > 64 ||
+        bx * by * bz > 1024 || shared > 48 * 1024)
         return INVALID_VALUE;
     Function *fn = static_cast<Function *>(f);
     void *closure = fn->bind(params);
