@@ -508,8 +508,8 @@ mod tests {
     }
 
     /// Where NVRTC is (no GPU needed): every kernel set compiles to machine code for the
-    /// architectures of current GPUs, with no fused multiply-add in its PTX (the host's
-    /// rounding), and an architecture NVRTC does not know is the status `compile` falls back
+    /// architectures of current GPUs, with no fused multiply-add nor single-precision atomic
+    /// add in its PTX (the host's rounding, subnormals kept), and an architecture NVRTC does not know is the status `compile` falls back
     /// on. Without NVRTC, asking for it is the clear error.
     #[test]
     fn kernels_compile_to_machine_code_where_nvrtc_is() {
@@ -540,6 +540,11 @@ mod tests {
                 "{} has fused multiply-adds",
                 set.name()
             );
+            // The GPU's single-precision atomic add flushes subnormals to zero.
+            let f32_atomic_add = ptx.lines().map(str::trim_start).any(|l| {
+                (l.starts_with("atom.") || l.starts_with("red.")) && l.contains(".add.f32")
+            });
+            assert!(!f32_atomic_add, "{} adds f32 atomically", set.name());
             let entry = ptx.matches(".entry").count();
             assert_eq!(
                 entry,

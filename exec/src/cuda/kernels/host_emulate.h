@@ -57,6 +57,12 @@ template <typename T, typename F> static T sh_atomic_update(T *p, F f) {
     while (!a.compare_exchange_weak(o, f(o))) {}
     return o;
 }
+// As on the GPU (PTX atom.add.f32), single-precision atomicAdd flushes subnormal inputs and
+// results to zero.
+static float sh_ftz(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
+static float atomicAdd(float *p, float v) {
+    return sh_atomic_update(p, [v](float o) { return sh_ftz(sh_ftz(o) + sh_ftz(v)); });
+}
 template <typename T> static T atomicMin(T *p, T v) { return sh_atomic_update(p, [v](T o) { return v < o ? v : o; }); }
 template <typename T> static T atomicMax(T *p, T v) { return sh_atomic_update(p, [v](T o) { return v > o ? v : o; }); }
 template <typename T> static T atomicAnd(T *p, T v) { return std::atomic_ref<T>(*p).fetch_and(v); }

@@ -104,6 +104,12 @@ int main() {
     u64 du[3] = {6, 6, 6}, vu[3] = {3, 5, 1};
     sh_scatter_list_atomic_u64(vu, 0, du, 3, 1, SH_OP_BXOR, idx);
     expect("atomic u64 xor", (double)(du[0] * 100 + du[2]), 700 + 0);
+    // Single-precision sums keep subnormal values, as the host's do (the GPU's float
+    // atomicAdd, emulated in the prelude, would flush them to zero).
+    float sv[3] = {1e-40f, 3e-40f, 2e-40f}, sd[3] = {1e-40f, 0, 5e-41f};
+    sh_scatter_list_atomic_f32(sv, 0, sd, 3, 1, SH_OP_SUM, idx);
+    expect("atomic f32 sum of subnormals 0", sd[0], 1e-40f + 2e-40f);
+    expect("atomic f32 sum of subnormals 2", sd[2], (5e-41f + 1e-40f) + 3e-40f);
     float fv[2] = {-2.0f, 4.0f}, fd[4] = {1, 1, 1, 1};
     sh_scatter_box_f32(fv, 0, fd, 2, 1, SH_OP_MAX, 1, 1, 2, 2, 4);
     expect("scatter box max", fd[1] * 10 + fd[3], 14);

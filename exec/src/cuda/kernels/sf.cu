@@ -114,15 +114,11 @@ template <typename T, typename Ops> __device__ void sh_atomic_cas(T *p, T s, int
     } while (old != assumed);
 }
 
-// Hardware atomics where the type and operation have one; compare-and-swap otherwise.
+// Hardware atomics where the type and operation have one that rounds as the host does;
+// compare-and-swap otherwise. Single precision has none: the GPU's atomicAdd on float
+// (atom.add.f32) flushes subnormal inputs and results to zero, where the host keeps them.
 template <typename T, typename Ops> struct sh_atomic {
     static __device__ __forceinline__ void apply(T *p, T s, int op) { sh_atomic_cas<T, Ops>(p, s, op); }
-};
-template <typename Ops> struct sh_atomic<float, Ops> {
-    static __device__ __forceinline__ void apply(float *p, float s, int op) {
-        if (op == SH_OP_SUM) atomicAdd(p, s);
-        else sh_atomic_cas<float, Ops>(p, s, op);
-    }
 };
 template <typename Ops> struct sh_atomic<double, Ops> {
     static __device__ __forceinline__ void apply(double *p, double s, int op) {
