@@ -17,9 +17,9 @@
 // - A call that needs a context fails on a thread where none is current, as with the driver;
 //   launches keep to a GPU's grid and block limits; a misaligned access in a kernel stops
 //   the process, where a GPU would fault.
-// - Launches run blocks one after another, each of one thread (every kernel strides over
-//   blockDim; races within a block are the kernel unit tests' business), with the argument
-//   values copied at launch as the driver does.
+// - Launches run blocks one after another, last first (a GPU promises no order), each of one
+//   thread (every kernel strides over blockDim; races within a block are the kernel unit
+//   tests' business), with the argument values copied at launch as the driver does.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +236,8 @@ extern "C" void sh_emu_exec(void *c, unsigned grid) {
     gridDim = {grid, 1, 1};
     blockDim = {1, 1, 1};
     threadIdx = {0, 0, 0};
-    for (unsigned b = 0; b < grid; ++b) {
+    // Last block first: a GPU runs blocks in no promised order.
+    for (unsigned b = grid; b-- > 0;) {
         blockIdx = {b, 0, 0};
         (*f)();
     }
