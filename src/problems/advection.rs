@@ -1370,6 +1370,11 @@ impl Problem for Advection {
             let zones = (blocks * self.mesh.config().block_nx.iter().product::<usize>()) as f64;
             zone_cycles += zones;
             since_line += zones;
+            if let (true, Some(d)) = (ctx.progress_due(cycle), &dev) {
+                // Kernels run ahead of the host: the line's rate and wall time count finished
+                // work only.
+                d.synchronize()?;
+            }
             ctx.progress(cycle, || {
                 let rate = since_line / line_t0.elapsed().as_secs_f64();
                 (since_line, line_t0) = (0.0, Instant::now());

@@ -32,9 +32,14 @@ impl RunContext<'_> {
         self.world.rank() == 0
     }
 
+    /// Whether [`progress`](Self::progress) prints a line for `cycle` on this rank.
+    pub fn progress_due(&self, cycle: u64) -> bool {
+        self.is_root() && self.ncycle_out > 0 && cycle.is_multiple_of(self.ncycle_out)
+    }
+
     /// Prints a progress line on rank 0 when `cycle` is a multiple of `ncycle_out`.
     pub fn progress(&self, cycle: u64, line: impl FnOnce() -> String) {
-        if self.is_root() && self.ncycle_out > 0 && cycle.is_multiple_of(self.ncycle_out) {
+        if self.progress_due(cycle) {
             outln!(
                 "cycle={cycle} {} wall={:.3}s",
                 line(),
