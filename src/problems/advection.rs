@@ -1383,6 +1383,11 @@ impl Problem for Advection {
             self.write_outputs(ctx, &mut sched, (cycle, t, dt), false, gpu.as_ref())?;
         };
         self.write_outputs(ctx, &mut sched, (cycle, t, dt), true, gpu.as_ref())?;
+        if let Some(d) = &dev {
+            // The summary's wall time counts the device's work to its end, whatever the
+            // outputs and the drops below wait for.
+            d.synchronize()?;
+        }
         if self.amr.is_some() && ctx.is_root() {
             let f = self.mesh.forest();
             outln!("{}", self.amr_stats.line(f.len(), f.max_level()));
