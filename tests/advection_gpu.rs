@@ -271,19 +271,20 @@ fn progress_lines_count_finished_device_work() {
     }
     let dir = scratch("progress");
     let deck = dir.join("deck.yaml");
-    let cube = DECK
-        .replace("nx1: 32", "nx1: 48")
-        .replace("nx2: 32", "nx2: 48")
-        .replace("nx1: 8", "nx1: 16")
-        .replace("nx2: 8", "nx2: 16")
-        .replace(
-            "parthenon/meshblock:",
-            "  nx3: 48\n  x3min: -0.5\n  x3max: 0.5\n  ix3_bc: periodic\n  ox3_bc: periodic\n\
-             parthenon/meshblock:\n  nx3: 16",
-        );
-    std::fs::write(&deck, cube).unwrap();
+    std::fs::write(&deck, DECK).unwrap();
     let out = dir.join("out");
+    // A 48^3 box of 16^3 blocks: enough device work per cycle to tell the two apart.
     let overrides = [
+        "parthenon/mesh/nx1=48",
+        "parthenon/mesh/nx2=48",
+        "parthenon/mesh/nx3=48",
+        "parthenon/mesh/x3min=-0.5",
+        "parthenon/mesh/x3max=0.5",
+        "parthenon/mesh/ix3_bc=periodic",
+        "parthenon/mesh/ox3_bc=periodic",
+        "parthenon/meshblock/nx1=16",
+        "parthenon/meshblock/nx2=16",
+        "parthenon/meshblock/nx3=16",
         "parthenon/exec/space=cuda",
         "parthenon/time/nlim=10",
         "parthenon/time/ncycle_out=10",

@@ -509,8 +509,9 @@ mod tests {
 
     /// Where NVRTC is (no GPU needed): every kernel set compiles to machine code for the
     /// architectures of current GPUs, with no fused multiply-add nor single-precision atomic
-    /// add in its PTX (the host's rounding, subnormals kept), and an architecture NVRTC does not know is the status `compile` falls back
-    /// on. Without NVRTC, asking for it is the clear error.
+    /// add in its PTX (the host's rounding, subnormals kept), and an architecture NVRTC does
+    /// not know is the status `compile` falls back on. Without NVRTC, asking for it is the
+    /// clear error.
     #[test]
     fn kernels_compile_to_machine_code_where_nvrtc_is() {
         if let Err(e) = ffi::nvrtc_present() {

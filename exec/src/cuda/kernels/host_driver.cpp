@@ -433,7 +433,9 @@ CUresult cuStreamCreate(void **s, unsigned) {
 // Work still queued on a destroyed stream runs later, as on a GPU: the stream is kept (events
 // and waits may still refer to it).
 CUresult cuStreamDestroy_v2(void *) {
-    NEED_CTX; return OK; }
+    NEED_CTX;
+    return OK;
+}
 CUresult cuStreamSynchronize(void *s) {
     NEED_CTX;
     Lock l(mu);
@@ -472,8 +474,7 @@ CUresult cuEventRecord(void *e, void *s) {
     });
     return OK;
 }
-CUresult cuEventRecordWithFlags(void *e, void *s, unsigned) {
-    NEED_CTX; return cuEventRecord(e, s); }
+CUresult cuEventRecordWithFlags(void *e, void *s, unsigned) { return cuEventRecord(e, s); }
 CUresult cuEventSynchronize(void *e) {
     NEED_CTX;
     Lock l(mu);
@@ -501,8 +502,7 @@ CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
     *ms = std::chrono::duration<float, std::milli>(y.at - x.at).count();
     return OK;
 }
-CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) {
-    NEED_CTX; return cuEventElapsedTime(ms, a, b); }
+CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return cuEventElapsedTime(ms, a, b); }
 // Later work on `s` waits for `e`'s latest recording: when `s` gets there, the recording
 // stream runs up to it first. On the recording stream itself that order holds already.
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned) {
@@ -687,7 +687,6 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     return OK;
 }
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned, void *, void **) {
-    NEED_CTX;
     return cuModuleLoadData(module, image);
 }
 CUresult cuModuleUnload(void *) {
@@ -710,7 +709,9 @@ CUresult cuFuncGetAttribute(int *v, int, void *) {
     return OK;
 }
 CUresult cuFuncSetAttribute(void *, int, int) {
-    NEED_CTX; return OK; }
+    NEED_CTX;
+    return OK;
+}
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, void *s, void **params, void **extra) {
     NEED_CTX;
