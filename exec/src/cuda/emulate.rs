@@ -17,6 +17,11 @@ use super::kernels::{ADVECT_SRC, HALO_SRC, SF_SRC};
 /// binary values through standard input and output.
 pub const PRELUDE: &str = include_str!("kernels/host_emulate.h");
 
+/// How the host's `c++` builds emulated kernels, here and in the emulated driver
+/// (`scripts/emulated-gpu` hands the same file to it): C++20, with the alignment sanitizer
+/// fatal, since a misaligned access faults on a GPU.
+pub const CXX_FLAGS: &str = include_str!("kernels/host_cxx_flags");
+
 /// A program of the kernel sources and a test's `main`, built by the host's `c++`.
 #[derive(Debug)]
 pub struct Emulator {
@@ -36,20 +41,8 @@ impl Emulator {
         ));
         let src = [PRELUDE, SF_SRC, HALO_SRC, ADVECT_SRC, main_src].join("\n");
         let child = Command::new("c++")
-            .args([
-                "-std=c++20",
-                "-pthread",
-                "-O1",
-                "-ffp-contract=off",
-                // A misaligned access faults on a GPU: here it stops the program.
-                "-fsanitize=alignment",
-                "-fno-sanitize-recover=alignment",
-                "-w",
-                "-x",
-                "c++",
-                "-",
-                "-o",
-            ])
+            .args(CXX_FLAGS.split_whitespace())
+            .args(["-x", "c++", "-", "-o"])
             .arg(&exe)
             .stdin(Stdio::piped())
             .stderr(Stdio::piped())

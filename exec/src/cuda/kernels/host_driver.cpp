@@ -42,6 +42,9 @@
 #ifndef SH_PRELUDE
 #error "build with -DSH_PRELUDE=\"/path/to/host_emulate.h\""
 #endif
+#ifndef SH_KERNEL_FLAGS
+#error "build with -DSH_KERNEL_FLAGS=\"$(cat kernels/host_cxx_flags)\""
+#endif
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -651,9 +654,9 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     std::string dir = dir_env && *dir_env ? dir_env : "/tmp/starhalo-cuda-emu-" + std::to_string(getuid());
     mkdir(dir.c_str(), 0700);
     std::string prog = host_program(src);
-    // A misaligned load or store faults on a GPU; here the sanitizer stops the process.
-    const std::string flags = "-std=c++20 -pthread -shared -fPIC -O1 -ffp-contract=off -w "
-                              "-fsanitize=alignment -fno-sanitize-recover=alignment";
+    // The flags of kernels/host_cxx_flags, as the Rust emulation's (a misaligned load or
+    // store faults on a GPU; there the sanitizer stops the process).
+    const std::string flags = SH_KERNEL_FLAGS " -shared -fPIC";
     char hash[32];
     // The compiler's identity, flags and the whole program (prelude included) name the cache entry.
     static const std::string compiler = output_of("c++ --version 2>&1");
