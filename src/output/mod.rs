@@ -57,6 +57,7 @@ pub fn write_atomically(
     write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let tmp = tmp_path(path);
+    writable_file(&tmp)?;
     std::fs::File::create(&tmp)
         .and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
@@ -69,10 +70,20 @@ pub fn write_atomically(
         })
 }
 
+/// Refuses a `path` that exists as something other than a regular file: opening a FIFO to
+/// write blocks until some reader comes, which may be never.
+fn writable_file(path: &Path) -> std::io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(std::io::Error::other("not a regular file")),
+        _ => Ok(()),
+    }
+}
+
 /// Appends `text` to `path`, after `header` when the file is new or empty, all or nothing: a
 /// failed write (a full disk) cuts the file back to what it held, so it never ends in a
 /// partial line.
 pub fn append_whole(path: &Path, header: &str, text: &str) -> std::io::Result<()> {
+    writable_file(path)?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -221,6 +232,32 @@ mod write_tests {
         write_atomically(&file, |w| w.write_all(b"two")).unwrap();
         assert_eq!(std::fs::read(&file).unwrap(), b"two");
         assert!(!tmp_path(&file).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Opening a FIFO to write would wait for a reader: both writers refuse one at once.
+    #[test]
+    fn a_fifo_where_a_file_goes_is_refused_not_waited_on() {
+        let dir = std::env::temp_dir().join(format!("starhalo-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = |p: &Path| {
+            let made = std::process::Command::new("mkfifo").arg(p).status();
+            assert!(made.unwrap().success());
+        };
+        let hst = dir.join("a.hst");
+        fifo(&hst);
+        let e = append_whole(&hst, "# header\n", "1 2\n").unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file");
+        let png = dir.join("a.png");
+        fifo(&tmp_path(&png));
+        let e = write_atomically(&png, |w| w.write_all(b"data")).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file");
+        assert!(tmp_path(&png).exists(), "not the writer's to remove");
+        // A FIFO under the final name is replaced, as any earlier file is.
+        std::fs::remove_file(tmp_path(&png)).unwrap();
+        fifo(&png);
+        write_atomically(&png, |w| w.write_all(b"data")).unwrap();
+        assert_eq!(std::fs::read(&png).unwrap(), b"data");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -158,7 +158,9 @@ pub fn write_png<C: Communicator>(
         };
         let px = |x: f64| ((x - cfg.xmin[0]) / lx * w as f64).round() as i32;
         let py = |y: f64| h as i32 - ((y - cfg.xmin[1]) / ly * h as f64).round() as i32;
-        let area = BitMapBackend::new(path, (w, h)).into_drawing_area();
+        // Drawn in memory and written through a temporary file, as every output is.
+        let mut rgb = vec![0u8; w as usize * h as usize * 3];
+        let area = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
         area.fill(&WHITE).map_err(|e| png_err(e.to_string()))?;
         let mut outlines = Vec::new();
         for gid in 0..gathered.nblocks {
@@ -198,7 +200,20 @@ pub fn write_png<C: Communicator>(
             area.draw(&Rectangle::new(r, BLACK.stroke_width(1)))
                 .map_err(|e| png_err(e.to_string()))?;
         }
-        area.present().map_err(|e| png_err(e.to_string()))
+        area.present().map_err(|e| png_err(e.to_string()))?;
+        drop(area);
+        super::write_atomically(path, |out| {
+            let mut png = png::Encoder::new(out, w, h);
+            png.set_color(png::ColorType::Rgb);
+            png.set_depth(png::BitDepth::Eight);
+            let mut png = png.write_header().map_err(std::io::Error::other)?;
+            png.write_image_data(&rgb).map_err(std::io::Error::other)?;
+            png.finish().map_err(std::io::Error::other)
+        })
+        .map_err(|cause| OutputError::Io {
+            path: path.to_path_buf(),
+            cause,
+        })
     })?;
     Ok(())
 }
