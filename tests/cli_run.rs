@@ -552,6 +552,17 @@ fn unusable_output_names_are_bad_input_before_the_run() {
         !Path::new(out).exists(),
         "bad input made the output directory"
     );
+    // A directory the kernel takes, but too long for the file names in it.
+    let mut deep = dir.join("deep");
+    while deep.as_os_str().len() < 4000 {
+        deep.push("d".repeat(200));
+    }
+    assert_bad_input_everywhere(
+        "a path too long for the file names in it",
+        &[&deck, "-d", deep.to_str().unwrap()],
+        "it would pass the 4095 bytes a path may have",
+    );
+    assert!(!deep.exists(), "bad input made the output directory");
 
     use std::os::unix::ffi::OsStrExt as _;
     let odd = dir.join(std::ffi::OsStr::from_bytes(b"o_\xffdir"));

@@ -27,6 +27,9 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
+/// The longest path the kernel takes, in bytes, without its terminating NUL.
+const PATH_MAX: usize = 4095;
+
 /// The driver's own block for job settings.
 const JOB: &str = "parthenon/job";
 /// The driver's own block for time-stepping settings.
@@ -247,6 +250,16 @@ fn check_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
         return Err(bad_input!(
             "-d {}: the name is not UTF-8, which HDF5 requires of file names",
             ctx.out_dir.display()
+        ));
+    }
+    // Every name a run writes (`<problem_id>.<id>.<number>.<ext>.tmp`, its id and number of
+    // at most MAX_NAME_PART bytes and 10 digits) must fit in the 4095 bytes a path may have.
+    let longest = ctx.problem_id.len() + 1 + MAX_NAME_PART + 1 + 10 + ".rhdf.tmp".len();
+    let dir_len = ctx.out_dir.as_os_str().len();
+    if dir_len + 1 + longest > PATH_MAX {
+        return Err(bad_input!(
+            "-d: the output directory's path is {dir_len} bytes: with the file names of this \
+             run (up to {longest} bytes) it would pass the {PATH_MAX} bytes a path may have"
         ));
     }
     let mut at = ctx.out_dir.as_path();
