@@ -467,7 +467,7 @@ impl MeshConfig {
                 return Err(MeshError::invalid(
                     mesh_key(&format!("x{dn}max")),
                     self.xmax[d],
-                    format!("the extent from x{dn}min = {} is too large", self.xmin[d]),
+                    format!("the extent from x{dn}min = {:?} is too large", self.xmin[d]),
                 ));
             }
             if self.xmin[d].partial_cmp(&self.xmax[d]) != Some(std::cmp::Ordering::Less) {

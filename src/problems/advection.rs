@@ -539,7 +539,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         crate::output::check_block(o, &mesh, &out_fields)
             .map_err(|e| crate::run::output_blocks::deck_error(deck, e))?;
     }
-    Ok(Box::new(Advection {
+    let adv = Advection {
         package: package_params(given_v, cfl, num_vars, fill_derived, &profile),
         budget,
         mesh,
@@ -564,8 +564,14 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         space,
         gpu_mpi,
         device: None,
-    }))
+    };
+    adv.check_time_resolution(deck)?;
+    Ok(Box::new(adv))
 }
+
+/// What to change where the time step is too small for the time to advance to `tlim`.
+const STALL_HINT: &str = "the time would stop advancing (raise advection/cfl, lower the \
+    velocity, coarsen the mesh or lower parthenon/time/tlim)";
 
 /// The wave's own keys.
 const WAVE_KEYS: [&str; 4] = ["ang_2", "ang_3", "ang_2_vert", "ang_3_vert"];
@@ -926,8 +932,13 @@ impl Advection {
 
     /// This rank's CFL time step (infinite without blocks).
     fn local_dt(&self) -> f64 {
+        self.dt_over(self.data.borrow().gids().iter().copied())
+    }
+
+    /// The time step the cells of blocks `gids` allow.
+    fn dt_over(&self, gids: impl IntoIterator<Item = usize>) -> f64 {
         let mut dt = f64::INFINITY;
-        for &gid in self.data.borrow().gids() {
+        for gid in gids {
             let geo = Geo::new(&self.mesh, gid);
             for d in 0..self.ndim() {
                 if self.v[d] != 0.0 {
@@ -936,6 +947,20 @@ impl Advection {
             }
         }
         dt
+    }
+
+    /// Without `nlim`, a run whose first time step is below the resolution of the time near
+    /// `tlim` would stop advancing short of it: bad input, found before the first step.
+    fn check_time_resolution(&self, deck: &Deck) -> Result<()> {
+        let dt = self.dt_over(0..self.mesh.forest().len());
+        if self.nlim.is_some() || dt >= self.tlim * f64::EPSILON {
+            return Ok(());
+        }
+        let msg = format!(
+            "the time step {dt:e} is too small to reach tlim {:?}: {STALL_HINT}",
+            self.tlim
+        );
+        Err(deck.invalid(TIME, "tlim", msg).into())
     }
 
     /// Face fluxes of every slot of local blocks `blocks`.
@@ -1324,12 +1349,17 @@ impl Problem for Advection {
             // Within a hair of tlim the step ends the run, rather than leave a sliver.
             let last = got[0] * (1.0 + 1e-10) >= self.tlim - t;
             dt = if last { self.tlim - t } else { got[0] };
-            // Below the resolution of the time near tlim the run would stall there; every rank
-            // holds the same dt, so all stop together.
-            if !last && got[0] < self.tlim * f64::EPSILON {
+            // A step below the resolution of the time would stall the run: without nlim as
+            // soon as it is below that near tlim (refinement shrinks it), with nlim only once
+            // the time no longer advances. Every rank holds the same dt: all stop together.
+            let stalls = match self.nlim {
+                None => got[0] < self.tlim * f64::EPSILON,
+                Some(_) => t + got[0] == t,
+            };
+            if !last && stalls {
                 let msg = format!(
-                    "cycle {cycle}: the time step {dt:e} is too small to reach tlim = {}: \
-                     the time would stop advancing (raise advection/cfl or coarsen the mesh)",
+                    "cycle {cycle}: the time step {dt:e} is too small to reach tlim {:?} \
+                     from time {t:e}: {STALL_HINT}",
                     self.tlim
                 );
                 return agree(world, Err(anyhow::anyhow!(msg)));
