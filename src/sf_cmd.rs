@@ -179,7 +179,8 @@ pub fn run(world: &SimpleCommunicator, a: &SfRunArgs) -> Result<()> {
     run(world, &forest, a, action)
 }
 
-/// Whether `--out` can be written, before any work: not a directory, in one that exists.
+/// Whether `--out` can be written, before any work: not a directory, in one that exists and
+/// takes files.
 fn check_out(out: &Path) -> Result<()> {
     if out.is_dir() {
         return Err(bad_input!(
@@ -187,8 +188,12 @@ fn check_out(out: &Path) -> Result<()> {
             out.display()
         ));
     }
-    match out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(dir) if !dir.is_dir() => Err(bad_input!(
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(bad_input!(
             "--out {}: {} {}",
             out.display(),
             dir.display(),
@@ -197,9 +202,9 @@ fn check_out(out: &Path) -> Result<()> {
             } else {
                 "does not exist"
             }
-        )),
-        _ => Ok(()),
+        ));
     }
+    crate::output::check_can_write_in(dir, &format!("--out {}", out.display()))
 }
 
 /// `sf run` for one unit type.

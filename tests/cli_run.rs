@@ -532,7 +532,7 @@ fn unusable_output_names_are_bad_input_before_the_run() {
     assert_bad_input_everywhere(
         "a directory that takes no files",
         &[&deck, "-d", "/proc"],
-        "-d /proc: cannot write in the output directory",
+        "-d /proc: cannot write in /proc",
     );
     let long = "x".repeat(101);
     for (key, needle) in [

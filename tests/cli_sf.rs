@@ -193,8 +193,8 @@ fn option_errors_are_reported_once() {
     }
 }
 
-/// `--out` naming a directory, or a file in a directory that does not exist, is refused
-/// before the operation runs.
+/// `--out` naming a directory, or a file in a directory that does not exist or takes no
+/// files, is refused before the operation runs.
 #[test]
 fn an_unwritable_out_is_bad_input() {
     let dir = scratch("out");
@@ -204,6 +204,8 @@ fn an_unwritable_out_is_bad_input() {
     for (out, needle) in [
         (dir.clone(), "is a directory; name the result file"),
         (missing, "missing does not exist"),
+        // A directory that takes no files (root may write anywhere else).
+        (PathBuf::from("/proc/o.json"), "cannot write in /proc"),
     ] {
         let args = [
             "sf",

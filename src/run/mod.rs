@@ -283,19 +283,7 @@ fn make_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
         let dir = ctx.out_dir.display();
         std::fs::create_dir_all(&ctx.out_dir)
             .map_err(|e| bad_input!("-d {dir}: cannot create the output directory: {e}"))?;
-        let probe = ctx
-            .out_dir
-            .join(format!(".starhalo-probe-{}", std::process::id()));
-        if let Err(e) = std::fs::File::create(&probe) {
-            use std::io::ErrorKind as K;
-            let why = format!("-d {dir}: cannot write in the output directory: {e}");
-            // A directory that refuses files is the user's choice; a full disk is not.
-            return Err(match e.kind() {
-                K::PermissionDenied | K::ReadOnlyFilesystem | K::NotFound => bad_input!("{why}"),
-                _ => anyhow::anyhow!(why),
-            });
-        }
-        let _ = std::fs::remove_file(&probe);
+        crate::output::check_can_write_in(&ctx.out_dir, &format!("-d {dir}"))?;
     }
     Ok(())
 }
