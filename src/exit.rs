@@ -27,17 +27,29 @@ pub fn storage_error(e: starhalo_boundary::BoundaryError) -> anyhow::Error {
 /// Makes a refused allocation (the job needs more memory than a rank has, beyond what the
 /// memory budget of [`crate::run`] foresaw) end the job with exit code 1 and a message, as
 /// [`say_error`] would print it, rather than with SIGABRT.
-pub fn on_out_of_memory(world: &SimpleCommunicator) {
+/// `hint` says what to change.
+pub fn on_out_of_memory(world: &SimpleCommunicator, hint: &str) {
     let prefix = match world.size() {
         1 => String::new(),
         _ => format!("[rank {}] ", world.rank()),
     };
     let message = format!(
         "{prefix}error: out of memory: the allocation above was refused, so this rank cannot \
-         hold what the run needs; use more ranks, fewer or larger blocks, or fewer refinement \
-         levels"
+         hold what the job needs; {hint}"
     );
     starhalo_exec::alloc_count::exit_on_refusal(message.leak());
+}
+
+/// What to change where `command` needs more memory than a rank has.
+pub fn memory_hint(command: &crate::cli::Command) -> &'static str {
+    use crate::cli::{BenchCommand, Command};
+    match command {
+        Command::Run(_) | Command::Bench(BenchCommand::Exchange(_)) => {
+            "use more ranks, fewer or larger blocks, or fewer refinement levels"
+        }
+        Command::Sf(_) => "use a graph with fewer roots and leaves per rank",
+        Command::Bench(_) => "use smaller messages",
+    }
 }
 
 /// Prints `error: {what}` on standard error, after `[rank N] ` in a job of several ranks, in

@@ -48,7 +48,6 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     };
     let world = universe.world();
-    exit::on_out_of_memory(&world);
     if let Err(e) = run::collective::same_command_line(&world) {
         run::init_logging(world.rank() == 0);
         return run::report(&world, Err(e));
@@ -65,6 +64,7 @@ fn main() -> ExitCode {
         }
     };
     run::init_logging(world.rank() == 0);
+    exit::on_out_of_memory(&world, exit::memory_hint(&args.command));
     let result = match args.command {
         cli::Command::Run(a) => run::main(&world, &a),
         cli::Command::Sf(cli::SfCommand::Run(a)) => sf_cmd::run(&world, &a),

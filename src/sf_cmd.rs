@@ -236,10 +236,10 @@ fn data<U: CliUnit>(
     what: &str,
 ) -> Result<Vec<U>> {
     let Some(path) = file else {
-        // The graph sets `len`: a huge one is a clear error, not an allocation abort.
+        // The graph sets `len`: one too large to hold is bad input, not an allocation abort.
         let mut v = Vec::new();
         v.try_reserve_exact(len).map_err(|_| {
-            anyhow::anyhow!("the graph's {len} {what} values on rank {rank} do not fit in memory")
+            bad_input!("the graph's {len} {what} values on rank {rank} do not fit in memory")
         })?;
         v.extend((0..len).map(|i| U::wrapping(sign * (100 * (rank + 1) + i) as f64)));
         return Ok(v);

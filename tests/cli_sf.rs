@@ -315,9 +315,11 @@ fn failures_on_one_rank_give_every_rank_one_code() {
             "{what}:\n{err}"
         );
     };
+    // As a deck's mesh too large for the ranks' memory, a graph that cannot be held is bad
+    // input.
     let huge = r#"{"ranks":[{"nroots":18446744073709551615},{"nroots":3}]}"#;
     let (out, _) = sf_run(&scratch("huge"), 2, huge, &["--op", "reduce:sum"]);
-    exits_1("huge graph", &out, "do not fit in memory");
+    common::assert_bad_input("huge graph", &out, "do not fit in memory");
     // A sum that overflows to inf cannot be written as JSON (it was written as null).
     let (roots, leaves) = (dir.join("roots.json"), dir.join("leaves.json"));
     let m = "1e308";
@@ -336,23 +338,25 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     ];
     let (out, _) = sf_run(&dir, 3, GRAPH, &args);
     exits_1("overflow", &out, "is not a finite number (an overflow?)");
-    // A directory that takes no files (`--out` naming a directory is bad input, checked
-    // first; this one shows only when rank 0 writes).
+    // A write that fails only when rank 0 writes, after the operation (the directory takes
+    // files, checked first, but a directory holds the result's temporary name).
     let dir = scratch("unwritable");
     let g = dir.join("g.json");
     std::fs::write(&g, GRAPH).unwrap();
+    let result = dir.join("o.json");
+    std::fs::create_dir_all(dir.join("o.json.tmp")).unwrap();
     let sf_args = [
         "sf",
         "run",
         "--graph",
         g.to_str().unwrap(),
         "--out",
-        "/proc/starhalo-o.json",
+        result.to_str().unwrap(),
         "--op",
         "bcast:sum",
     ];
     let out = common::mpirun(3, 120, Path::new(EXE), &sf_args, &[]);
-    exits_1("result into /proc", &out, "cannot write");
+    exits_1("result write refused", &out, "cannot write");
     // mpiexec merges the ranks' codes: each rank's own, through a shell that prints it.
     let script = r#""$0" "$@"; echo "rank exit $?" >&2"#;
     let mut args = vec!["-c", script, EXE];
