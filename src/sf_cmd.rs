@@ -204,7 +204,7 @@ fn check_out(out: &Path) -> Result<()> {
             }
         ));
     }
-    crate::output::check_can_write_in(dir, &format!("--out {}", out.display()))
+    crate::run::check_can_write_in(dir, &format!("--out {}", out.display()))
 }
 
 /// `sf run` for one unit type.

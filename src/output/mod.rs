@@ -70,25 +70,6 @@ pub fn write_atomically(
         })
 }
 
-/// Checks that files can be made in the existing directory `dir` (one may still refuse them)
-/// by making one and removing it; `what` begins the message. A refusal is bad input, the
-/// user's choice of directory; another failure (a full disk) is a run-time error.
-pub fn check_can_write_in(dir: &Path, what: &str) -> anyhow::Result<()> {
-    let probe = dir.join(format!(".starhalo-probe-{}", std::process::id()));
-    if let Err(e) = std::fs::File::create(&probe) {
-        use std::io::ErrorKind as K;
-        let why = format!("{what}: cannot write in {}: {e}", dir.display());
-        return Err(match e.kind() {
-            K::PermissionDenied | K::ReadOnlyFilesystem | K::NotFound => {
-                crate::exit::bad_input!("{why}")
-            }
-            _ => anyhow::anyhow!(why),
-        });
-    }
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
-}
-
 /// Refuses a `path` that exists as something other than a regular file: opening a FIFO to
 /// write blocks until some reader comes, which may be never.
 fn writable_file(path: &Path) -> std::io::Result<()> {

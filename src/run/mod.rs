@@ -283,7 +283,26 @@ fn make_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
         let dir = ctx.out_dir.display();
         std::fs::create_dir_all(&ctx.out_dir)
             .map_err(|e| bad_input!("-d {dir}: cannot create the output directory: {e}"))?;
-        crate::output::check_can_write_in(&ctx.out_dir, &format!("-d {dir}"))?;
+        check_can_write_in(&ctx.out_dir, &format!("-d {dir}"))?;
     }
+    Ok(())
+}
+
+/// Checks that files can be made in the existing directory `dir` (one may still refuse them)
+/// by making one and removing it; `what` begins the message. A refusal is bad input, the
+/// user's choice of directory; another failure (a full disk) is a run-time error.
+pub fn check_can_write_in(dir: &std::path::Path, what: &str) -> Result<()> {
+    let probe = dir.join(format!(".starhalo-probe-{}", std::process::id()));
+    if let Err(e) = std::fs::File::create(&probe) {
+        use std::io::ErrorKind as K;
+        let why = format!("{what}: cannot write in {}: {e}", dir.display());
+        return Err(match e.kind() {
+            K::PermissionDenied | K::ReadOnlyFilesystem | K::NotFound => {
+                bad_input!("{why}")
+            }
+            _ => anyhow::anyhow!(why),
+        });
+    }
+    let _ = std::fs::remove_file(&probe);
     Ok(())
 }
