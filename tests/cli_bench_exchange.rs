@@ -192,6 +192,32 @@ fn bad_keys_exit_2_on_every_rank() {
     }
 }
 
+/// A run deck benchmarks as it is: keys of the driver's own (its message scheme, which the
+/// bench times both ways) and blocks the bench has no use for only draw warnings.
+#[test]
+fn the_advection_run_deck_benchmarks_with_warnings() {
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    let args = [
+        "bench",
+        "exchange",
+        deck.as_str(),
+        "--cycles",
+        "1",
+        "parthenon/mesh/nx1=32",
+        "parthenon/mesh/nx2=32",
+    ];
+    let out = common::mpirun(2, 120, Path::new(EXE), &args, &[]);
+    common::assert_ok("bench exchange of advection.yaml", &out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("parthenon/mesh/do_coalesced_comms is not used"),
+        "{err}"
+    );
+    let bad = [&args[..], &["parthenon/mesh/do_coalesced_comms=maybe"]].concat();
+    let out = common::mpirun(2, 120, Path::new(EXE), &bad, &[]);
+    common::assert_bad_input("a non-boolean", &out, "do_coalesced_comms");
+}
+
 /// The two-level deck shrunk to a periodic 16^3 mesh of 8^3 blocks with one root block
 /// refined: 8 fine and 7 coarse blocks, every coarse one meeting fine ones through faces.
 const AMR: [(&str, &str); 9] = [

@@ -220,6 +220,14 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, memory: Memory) -> Result<Setup> {
         .parse()
         .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
     let mut config = deck.mesh_config()?;
+    // A run deck's choice of message scheme: the bench times both.
+    if deck.has("parthenon/mesh", "do_coalesced_comms") {
+        deck.get_bool("parthenon/mesh", "do_coalesced_comms")?;
+        tracing::warn!(
+            "parthenon/mesh/do_coalesced_comms is not used: bench exchange times both \
+             coalesced and per-channel messages"
+        );
+    }
     // The fields and the packed send buffers.
     let budget = memory.budget(&config, nvars, 2);
     config.max_blocks = budget.max_blocks();
