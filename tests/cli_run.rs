@@ -775,7 +775,24 @@ fn bad_yaml_input_exits_2_on_every_rank() {
     assert_bad_input_everywhere(
         "mapping for a value",
         &[&nested],
-        &format!("heat2d/nx at {nested}:"),
+        &format!("heat2d/nx at {nested}:4: problem heat2d reads a value here, not a block"),
+    );
+    // A block under a name the problem does not read is an unknown key, not a misread value.
+    let unknown = write(
+        &dir,
+        "unknown.yaml",
+        &HEAT.replace("  nx: 12", "  nx: 12\n  sub: {nx: 1}"),
+    );
+    assert_bad_input_everywhere(
+        "an unknown block",
+        &[&unknown],
+        "unknown key (not read by the driver or problem heat2d): heat2d/sub at ",
+    );
+    // The GPU keys of a problem without GPU code.
+    assert_bad_input_everywhere(
+        "a host-only problem on a GPU",
+        &[&deck, "parthenon/exec/space=cuda"],
+        "parthenon/exec/space at the command line: problem heat2d runs on the host only",
     );
     let control = write(
         &dir,

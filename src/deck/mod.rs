@@ -23,8 +23,8 @@ use value::parse_real;
 pub use value::Value;
 
 use starhalo_mesh::{MeshConfig, MeshError};
-use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Blocks that Parthenon's own examples name otherwise, as (theirs, ours): their decks and
@@ -87,6 +87,9 @@ pub struct Deck {
     /// The file the deck came from, as the user named it.
     file: String,
     blocks: Vec<Block>,
+    /// Every `block/key` a getter asked for, given or not: a reader's keys, which tell a
+    /// value written as a block of keys from a key no one reads.
+    asked: RefCell<BTreeSet<String>>,
 }
 
 impl Deck {
@@ -94,7 +97,7 @@ impl Deck {
     pub fn new(file: &str) -> Self {
         Deck {
             file: file.to_string(),
-            blocks: Vec::new(),
+            ..Deck::default()
         }
     }
 
@@ -224,6 +227,7 @@ impl Deck {
 
     /// The entry of `block/key`, marked as read.
     pub fn entry(&self, block: &str, key: &str) -> Option<&Entry> {
+        self.asked.borrow_mut().insert(format!("{block}/{key}"));
         let e = self.given(block, key)?;
         e.read.set(true);
         Some(e)
@@ -232,6 +236,11 @@ impl Deck {
     /// The entry of `block/key`, not marked as read.
     fn given(&self, block: &str, key: &str) -> Option<&Entry> {
         self.block(block)?.entries.iter().find(|e| e.key == key)
+    }
+
+    /// Whether a getter asked for `block/key`, given or not.
+    pub fn asked(&self, block: &str, key: &str) -> bool {
+        self.asked.borrow().contains(&format!("{block}/{key}"))
     }
 
     /// Whether `block/key` is present (does not mark it read).

@@ -98,6 +98,7 @@ pub const INFO: ProblemInfo = ProblemInfo {
     name: "advection",
     block: BLOCK,
     restarts: true,
+    gpu: true,
     setup,
 };
 

@@ -37,6 +37,7 @@ pub const INFO: ProblemInfo = ProblemInfo {
     name: "heat2d",
     block: BLOCK,
     restarts: false,
+    gpu: false,
     setup,
 };
 

@@ -43,6 +43,8 @@ pub struct ProblemInfo {
     pub block: &'static str,
     /// Whether `-r FILE` is accepted.
     pub restarts: bool,
+    /// Whether it runs on a GPU (`parthenon/exec/space: cuda`).
+    pub gpu: bool,
     /// Reads the problem's keys and local data; must not communicate.
     pub setup: fn(&Deck, &RunContext) -> Result<Box<dyn Problem>>,
 }

@@ -32,6 +32,8 @@ const PATH_MAX: usize = 4095;
 
 /// The driver's own block for job settings.
 const JOB: &str = "parthenon/job";
+/// The driver's block for where a problem runs.
+const EXEC: &str = "parthenon/exec";
 /// The driver's own block for time-stepping settings.
 const TIME: &str = "parthenon/time";
 
@@ -209,6 +211,13 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
             info.name
         ));
     }
+    // The GPU keys, where the problem has no GPU code: said so, rather than called unknown.
+    for key in ["space", "gpu_mpi"].into_iter().filter(|_| !info.gpu) {
+        if deck.has(EXEC, key) && !(key == "space" && deck.get_str(EXEC, key)? == "host") {
+            let why = format!("problem {} runs on the host only", info.name);
+            return Err(deck.invalid(EXEC, key, why).into());
+        }
+    }
     let mut problem = (info.setup)(deck, ctx)?;
     deck.check_unread(
         |b| b.starts_with("parthenon/") || b == info.block,
@@ -217,6 +226,17 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
     // A block nested in the problem's own (`nx: {a: 1}`) is a value written as a mapping.
     let nested = format!("{}/", info.block);
     if let Some(b) = deck.blocks().iter().find(|b| b.name.starts_with(&nested)) {
+        let key = b.name[nested.len()..].split('/').next().unwrap_or_default();
+        if !deck.asked(info.block, key) {
+            return Err(crate::deck::DeckError::Unknown {
+                keys: vec![crate::deck::UnknownKey {
+                    path: b.name.clone(),
+                    origin: b.origin.clone(),
+                }],
+                reader: format!("the driver or problem {}", info.name),
+            }
+            .into());
+        }
         return Err(bad_input!(
             "{} at {}: problem {} reads a value here, not a block of keys",
             b.name,

@@ -86,6 +86,7 @@ pub const INFO: ProblemInfo = ProblemInfo {
     name: "poisson",
     block: BLOCK,
     restarts: false,
+    gpu: false,
     setup,
 };
 
@@ -186,6 +187,13 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
             .into());
     }
     let (mut wave, mut phase) = ([0.0; 3], [0.0; 3]);
+    // A deck for more dimensions runs on fewer as it is, its extra wave numbers unused.
+    for key in ["kx", "ky", "kz"].iter().skip(ndim) {
+        if deck.has(BLOCK, key) {
+            deck.get_usize(BLOCK, key)?;
+            tracing::warn!("{BLOCK}/{key} is not used: the mesh has {ndim} dimension(s)");
+        }
+    }
     for (d, key) in ["kx", "ky", "kz"].iter().enumerate().take(ndim) {
         let kd = deck.get_usize_or(BLOCK, key, 1)?;
         // A zero factor makes the solution vanish; the grid must resolve the wave.

@@ -35,6 +35,7 @@ pub const INFO: ProblemInfo = ProblemInfo {
     name: "spmv",
     block: BLOCK,
     restarts: false,
+    gpu: false,
     setup,
 };
 
