@@ -29,7 +29,15 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
     if !std::fs::metadata(path)?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    std::fs::read_to_string(path)
+    String::from_utf8(std::fs::read(path)?).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("line {line}: not UTF-8 text (byte 0x{:02x})", bytes[at]),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -47,6 +55,10 @@ mod tests {
         let file = std::env::temp_dir().join(format!("read_text_{}", std::process::id()));
         std::fs::write(&file, "nx1: 8\n").unwrap();
         assert_eq!(read_text(&file).unwrap(), "nx1: 8\n");
+        // Latin-1 `é` on the third line.
+        std::fs::write(&file, b"a: 1\nb: 2\n# caf\xe9\n").unwrap();
+        let e = read_text(&file).unwrap_err();
+        assert_eq!(e.to_string(), "line 3: not UTF-8 text (byte 0xe9)");
         let _ = std::fs::remove_file(&file);
     }
 }

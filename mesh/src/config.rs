@@ -192,7 +192,14 @@ where
                 "below the smallest 64-bit float (it would be read as 0)",
             ))
         }
-        Some(v) => v.trim().parse::<T>().map_err(|e| {
+        Some(v) => match yaml_non_finite(v).filter(|_| std::any::type_name::<T>() == "f64") {
+            // Rust's own spelling of the value, which the checks of each key then judge.
+            Some(x) => x.to_string(),
+            None => v.to_string(),
+        }
+        .trim()
+        .parse::<T>()
+        .map_err(|e| {
             // Rust's own message ("invalid digit found in string") does not say what is wanted.
             let want = match std::any::type_name::<T>() {
                 "usize" | "u32" | "u64" => "expected a non-negative integer: ",
@@ -203,6 +210,18 @@ where
             MeshError::invalid(key, v, format!("{want}{e}"))
         }),
         None => default.ok_or_else(|| MeshError::Missing { key: key.into() }),
+    }
+}
+
+/// The value of YAML's spellings of the non-finite numbers (`.inf`, `-.inf`, `.nan`, any
+/// case, `+` allowed), which a YAML deck may hold as text.
+pub fn yaml_non_finite(t: &str) -> Option<f64> {
+    let t = t.trim().to_ascii_lowercase();
+    match t.strip_prefix('+').unwrap_or(&t) {
+        ".inf" => Some(f64::INFINITY),
+        "-.inf" => Some(f64::NEG_INFINITY),
+        ".nan" => Some(f64::NAN),
+        _ => None,
     }
 }
 

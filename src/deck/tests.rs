@@ -273,7 +273,6 @@ fn malformed_yaml_names_the_line() {
         ("b:\n  k:\n", 2, "b/k: has no value"),
         ("b:\n  k: [{x: 1}]\n", 2, "a list may not hold mappings"),
         ("b//c: {k: 1}\n", 1, "not a block name"),
-        ("b:\n  k: 1e400\n", 2, "`1e400` is not a finite number"),
         ("b: {k: 1}\n---\nc: {k: 2}\n", 3, "a deck is one document"),
     ] {
         let e = Deck::from_str_auto(text, "t.yaml").unwrap_err();
@@ -418,6 +417,30 @@ fn mesh_errors_show_the_value_as_written() {
         e.contains("parthenon/mesh/x1min at the command line: `nan`: must be a finite number"),
         "{e}"
     );
+}
+
+/// YAML's non-finite numbers reach the key that reads them, as written: a time-out of
+/// `.inf` means never, a mesh bound of `.nan` or `1e400` is refused naming its key.
+#[test]
+fn non_finite_yaml_numbers_are_judged_by_their_key() {
+    let text = "b:\n  t: .inf\n  u: -.Inf\n  v: 1e400\n  w: .nan\n  q: '.inf'\n\
+                parthenon/mesh:\n  nx1: 8\n  x1min: .NaN\n";
+    let d = Deck::from_str_auto(text, "n.yaml").unwrap();
+    assert_eq!(d.get_f64("b", "t").unwrap(), f64::INFINITY);
+    assert_eq!(d.get_f64("b", "u").unwrap(), f64::NEG_INFINITY);
+    assert_eq!(d.get_f64("b", "v").unwrap(), f64::INFINITY);
+    assert!(d.get_f64("b", "w").unwrap().is_nan());
+    assert_eq!(d.get_str("b", "v").unwrap(), "1e400");
+    // A quoted string stays a string, which a number key still reads.
+    assert_eq!(d.get_str("b", "q").unwrap(), ".inf");
+    let e = d.mesh_config().unwrap_err().to_string();
+    assert!(
+        e.contains("parthenon/mesh/x1min at n.yaml:9: `.NaN`: must be a finite number"),
+        "{e}"
+    );
+    let back = Deck::from_str_auto(&d.to_yaml(), "back.yaml").unwrap();
+    assert_eq!(back.get_str("b", "v").unwrap(), "1e400");
+    assert_eq!(back.get_f64("b", "t").unwrap(), f64::INFINITY);
 }
 
 #[test]

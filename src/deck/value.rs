@@ -112,8 +112,13 @@ impl fmt::Display for Value {
 }
 
 /// `t` as an `f64`, except a literal with a nonzero digit that rounds to zero (`1e-400`):
-/// read as 0, a tolerance or a step would silently mean something else.
+/// read as 0, a tolerance or a step would silently mean something else. YAML's spellings of
+/// the non-finite values (`.inf`, `-.inf`, `.nan`) read as Rust's (`inf`, `-inf`, `NaN`), so
+/// that each key decides whether it takes them.
 pub(crate) fn parse_real(t: &str) -> Option<f64> {
+    if let Some(x) = starhalo_mesh::config::yaml_non_finite(t) {
+        return Some(x);
+    }
     let f = t.trim().parse::<f64>().ok()?;
     (!starhalo_mesh::config::rounds_to_zero(t)).then_some(f)
 }

@@ -100,7 +100,7 @@ impl<'de> Deserialize<'de> for Key {
 
 /// A number as written (`016`, `1e5`, `1.0e-8`; an integer where its text is not the one of
 /// the value YAML typed it as) that reads back as that value: the deck keeps text as written,
-/// as a `.in` deck does. Anything else (`0x10`, `.inf`, a string) stays as YAML typed it.
+/// as a `.in` deck does. Anything else (`0x10`, a string) stays as YAML typed it.
 fn as_written(v: Value, at: &serde_saphyr::Location, text: &str) -> Value {
     let span = at.span();
     let raw = span
@@ -113,6 +113,12 @@ fn as_written(v: Value, at: &serde_saphyr::Location, text: &str) -> Value {
         }
         // Every float: its text as written is also the text `-n` prints (`1e-5`, not `1.0e-5`).
         (Value::Float(f), Some(raw)) if raw.parse() == Ok(*f) => Value::Text(raw.to_string()),
+        // A non-finite number (`1e999`, `.Inf`), which the visitor wrote in YAML's spelling.
+        (Value::Str(_), Some(raw))
+            if super::value::parse_real(raw).is_some_and(|f| !f.is_finite()) =>
+        {
+            Value::Text(raw.to_string())
+        }
         // An integer beyond 64 bits, which the visitor wrote out without its leading zeros.
         (Value::Str(s), Some(raw))
             if s.parse::<i128>().is_ok() && raw.parse::<i128>() == s.parse::<i128>() =>
@@ -137,7 +143,12 @@ pub fn parse(text: &str, file: &str) -> Result<Deck, DeckError> {
     };
     // Only `true` and `false` are booleans: keys such as `n` or `on` stay text, as in
     // Parthenon. The snippet is left out: the message names the line itself.
-    let options = serde_saphyr::options! { strict_booleans: true, with_snippet: false };
+    // Non-finite numbers (`.inf`, `1e999`) come as text, for the key that reads them to judge.
+    let options = serde_saphyr::options! {
+        strict_booleans: true,
+        with_snippet: false,
+        reject_non_finite_typeless_float: false,
+    };
     let root: Spanned<Node> = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let line = e.location().map_or(0, |l| l.line() as usize);
         syntax(
