@@ -173,7 +173,8 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         n,
         report.nodes,
         a.roots,
-        a.peers,
+        // Alone, a rank has no one to read from.
+        a.peers.min(n as usize - 1),
         a.per_peer,
         a.rounds
     );
