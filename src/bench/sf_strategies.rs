@@ -174,7 +174,7 @@ pub fn run(world: &SimpleCommunicator, a: &StrategiesArgs) -> Result<()> {
         report.nodes,
         a.roots,
         // Alone, a rank has no one to read from.
-        a.peers.min(n as usize - 1),
+        a.peers.min(n - 1),
         a.per_peer,
         a.rounds
     );
