@@ -48,7 +48,9 @@ pub fn memory_hint(command: &crate::cli::Command) -> &'static str {
             "use more ranks, fewer or larger blocks, or fewer refinement levels"
         }
         Command::Sf(_) => "use a graph with fewer roots and leaves per rank",
-        Command::Bench(_) => "use smaller messages",
+        Command::Bench(BenchCommand::SfPingpong(_)) => "use a smaller --max-bytes",
+        Command::Bench(BenchCommand::SfStrategies(_)) => "use fewer --roots or --per-peer",
+        Command::Bench(BenchCommand::Shmem(_)) => "use a smaller --max-bytes or --heat-n",
     }
 }
 

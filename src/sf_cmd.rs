@@ -204,7 +204,8 @@ fn check_out(out: &Path) -> Result<()> {
             }
         ));
     }
-    crate::run::check_can_write_in(dir, &format!("--out {}", out.display()))
+    let what = format!("--out {}: cannot write in {}", out.display(), dir.display());
+    crate::run::check_can_write_in(dir, &what)
 }
 
 /// `sf run` for one unit type.

@@ -532,7 +532,7 @@ fn unusable_output_names_are_bad_input_before_the_run() {
     assert_bad_input_everywhere(
         "a directory that takes no files",
         &[&deck, "-d", "/proc"],
-        "-d /proc: cannot write in /proc",
+        "-d /proc: cannot write in the output directory",
     );
     let long = "x".repeat(101);
     for (key, needle) in [
@@ -552,17 +552,44 @@ fn unusable_output_names_are_bad_input_before_the_run() {
         !Path::new(out).exists(),
         "bad input made the output directory"
     );
-    // A directory the kernel takes, but too long for the file names in it.
-    let mut deep = dir.join("deep");
-    while deep.as_os_str().len() < 4000 {
-        deep.push("d".repeat(200));
-    }
+    // The longest names a run may write: an id of 100 bytes, 10-digit numbers, and the
+    // XDMF's temporary name `advection.<id>.0000000000.phdf.xdmf.tmp` (135 bytes). In a
+    // directory whose path leaves exactly room for them the run writes them; one byte more
+    // is bad input.
+    let keys = [
+        format!("parthenon/output0/id={}", "i".repeat(100)),
+        "parthenon/output0/file_number_width=10".to_string(),
+        "parthenon/time/nlim=1".to_string(),
+        "parthenon/mesh/nx1=16".to_string(),
+        "parthenon/mesh/nx2=16".to_string(),
+        "parthenon/meshblock/nx1=8".to_string(),
+        "parthenon/meshblock/nx2=8".to_string(),
+    ];
+    let deep_dir = |len: usize| {
+        let mut p = dir.join("deep");
+        while p.as_os_str().len() + 201 < len {
+            p.push("d".repeat(200));
+        }
+        let rest = len - p.as_os_str().len() - 1;
+        p.push("e".repeat(rest));
+        assert_eq!(p.as_os_str().len(), len);
+        p
+    };
+    let fits = deep_dir(4095 - 1 - 135);
+    let mut args = vec![deck.as_str(), "-d", fits.to_str().unwrap()];
+    args.extend(keys.iter().map(String::as_str));
+    let o = run(2, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let xdmf = format!("advection.{}.0000000000.phdf.xdmf", "i".repeat(100));
+    assert!(fits.join(xdmf).is_file());
+    let over = deep_dir(4095 - 135);
+    args[2] = over.to_str().unwrap();
     assert_bad_input_everywhere(
         "a path too long for the file names in it",
-        &[&deck, "-d", deep.to_str().unwrap()],
+        &args,
         "it would pass the 4095 bytes a path may have",
     );
-    assert!(!deep.exists(), "bad input made the output directory");
+    assert!(!over.exists(), "bad input made the output directory");
 
     use std::os::unix::ffi::OsStrExt as _;
     let odd = dir.join(std::ffi::OsStr::from_bytes(b"o_\xffdir"));
@@ -1053,6 +1080,17 @@ fn bad_advection_input_is_found_before_the_first_step() {
     let out = dir.join("out");
     let out = out.to_str().unwrap();
     let line = |needle: &str| 1 + text.lines().position(|l| l.contains(needle)).unwrap();
+    // A key the problem reads only after asking whether it is given, written as a block.
+    let width = text.lines().find(|l| l.starts_with("  width:")).unwrap();
+    let nested = write(&dir, "nested.yaml", &text.replace(width, "  width: {a: 1}"));
+    assert_bad_input_everywhere(
+        "a value written as a block",
+        &[&nested, "-d", out],
+        &format!(
+            "advection/width at {nested}:{}: problem advection reads a value here",
+            line(width)
+        ),
+    );
     assert_bad_input_everywhere(
         "unknown output variable",
         &[
@@ -1292,7 +1330,21 @@ fn a_time_step_too_small_to_reach_tlim_is_bad_input_unless_nlim_ends_the_run() {
     );
     let o = run(2, &["-n", &deck, "-d", out, tiny]);
     assert_eq!(o.status.code(), Some(2), "-n: {}", stderr(&o));
-    assert!(stderr(&o).contains("is too small to reach tlim 1.0:"));
+    assert!(stderr(&o).contains("is too small to reach tlim 1:"));
+    // An adaptive mesh refines before its first step, which may shrink the step below that:
+    // the run's own check stops every rank with exit 1.
+    let amr = format!("{}/inputs/advection_amr.yaml", env!("CARGO_MANIFEST_DIR"));
+    let o = run(2, &["-n", &amr, "-d", out, "parthenon/time/tlim=3e13"]);
+    assert_eq!(o.status.code(), Some(0), "-n: {}", stderr(&o));
+    let o = run(2, &[&amr, "-d", out, "parthenon/time/tlim=3e13"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("[rank 0] error: cycle 0: the time step ")
+            && err.contains("is too small to reach tlim 3e13 from time 0:"),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
     // With nlim the run ends long before the time could stall.
     let o = run(
         2,

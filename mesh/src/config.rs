@@ -213,12 +213,11 @@ where
     }
 }
 
-/// The value of YAML's spellings of the non-finite numbers (`.inf`, `-.inf`, `.nan`, any
-/// case, `+` allowed), which a YAML deck may hold as text.
+/// The value of YAML's spellings of the non-finite numbers (`.inf`, `+.inf`, `-.inf`,
+/// `.nan`, any case), which a YAML deck may hold as text.
 pub fn yaml_non_finite(t: &str) -> Option<f64> {
-    let t = t.trim().to_ascii_lowercase();
-    match t.strip_prefix('+').unwrap_or(&t) {
-        ".inf" => Some(f64::INFINITY),
+    match t.trim().to_ascii_lowercase().as_str() {
+        ".inf" | "+.inf" => Some(f64::INFINITY),
         "-.inf" => Some(f64::NEG_INFINITY),
         ".nan" => Some(f64::NAN),
         _ => None,

@@ -87,8 +87,8 @@ pub struct Deck {
     /// The file the deck came from, as the user named it.
     file: String,
     blocks: Vec<Block>,
-    /// Every `block/key` a getter asked for, given or not: a reader's keys, which tell a
-    /// value written as a block of keys from a key no one reads.
+    /// Every `block/key` a getter or [`Deck::has`] asked for, given or not: a reader's keys,
+    /// which tell a value written as a block of keys from a key no one reads.
     asked: RefCell<BTreeSet<String>>,
 }
 
@@ -227,18 +227,18 @@ impl Deck {
 
     /// The entry of `block/key`, marked as read.
     pub fn entry(&self, block: &str, key: &str) -> Option<&Entry> {
-        self.asked.borrow_mut().insert(format!("{block}/{key}"));
         let e = self.given(block, key)?;
         e.read.set(true);
         Some(e)
     }
 
-    /// The entry of `block/key`, not marked as read.
+    /// The entry of `block/key`, not marked as read (but noted as asked for).
     fn given(&self, block: &str, key: &str) -> Option<&Entry> {
+        self.asked.borrow_mut().insert(format!("{block}/{key}"));
         self.block(block)?.entries.iter().find(|e| e.key == key)
     }
 
-    /// Whether a getter asked for `block/key`, given or not.
+    /// Whether a getter or [`Deck::has`] asked for `block/key`, given or not.
     pub fn asked(&self, block: &str, key: &str) -> bool {
         self.asked.borrow().contains(&format!("{block}/{key}"))
     }

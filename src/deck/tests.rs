@@ -433,6 +433,7 @@ fn non_finite_yaml_numbers_are_judged_by_their_key() {
     assert_eq!(d.get_str("b", "v").unwrap(), "1e400");
     // A quoted string stays a string, which a number key still reads.
     assert_eq!(d.get_str("b", "q").unwrap(), ".inf");
+    assert_eq!(d.get_f64("b", "q").unwrap(), f64::INFINITY);
     let e = d.mesh_config().unwrap_err().to_string();
     assert!(
         e.contains("parthenon/mesh/x1min at n.yaml:9: `.NaN`: must be a finite number"),

@@ -86,6 +86,13 @@ pub const DEFAULT_COMPRESSION: u8 = 5;
 /// both, a number and an extension then stay within the 255 bytes a file name may have.
 pub const MAX_NAME_PART: usize = 100;
 
+/// The most bytes of any file name a run writes for `problem_id`: an output's
+/// `<problem_id>.<id>.<number>.phdf.xdmf.tmp` (the XDMF beside a `.phdf`, before it takes its
+/// name), with an id of [`MAX_NAME_PART`] bytes and a number of 10 digits, is the longest.
+pub fn longest_file_name(problem_id: &str) -> usize {
+    problem_id.len() + 1 + MAX_NAME_PART + 1 + 10 + ".phdf.xdmf.tmp".len()
+}
+
 /// The number part of a file name: the output count, or `final` for the last output of a run
 /// stopped by its wall-time limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

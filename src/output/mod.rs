@@ -31,7 +31,7 @@ pub mod seal;
 pub mod select;
 pub mod xdmf;
 
-pub use config::{FileNumber, FileType, OutputBlock, MAX_NAME_PART};
+pub use config::{longest_file_name, FileNumber, FileType, OutputBlock, MAX_NAME_PART};
 pub use error::OutputError;
 pub use restart::{read_restart, RestartData};
 pub use schedule::Schedule;
@@ -70,11 +70,15 @@ pub fn write_atomically(
         })
 }
 
-/// Refuses a `path` that exists as something other than a regular file: opening a FIFO to
-/// write blocks until some reader comes, which may be never.
-fn writable_file(path: &Path) -> std::io::Result<()> {
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => Err(std::io::Error::other("not a regular file")),
+/// Refuses a `path` that is a FIFO or a socket: opening one to write waits until some reader
+/// comes, which may be never.
+pub(crate) fn writable_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::metadata(path).map(|m| m.file_type()) {
+        Ok(t) if t.is_fifo() || t.is_socket() => Err(std::io::Error::other(format!(
+            "{} is a FIFO or a socket, not a regular file",
+            path.display()
+        ))),
         _ => Ok(()),
     }
 }
@@ -259,11 +263,13 @@ mod write_tests {
         let hst = dir.join("a.hst");
         fifo(&hst);
         let e = append_whole(&hst, "# header\n", "1 2\n").unwrap_err();
-        assert_eq!(e.to_string(), "not a regular file");
+        let fifo_message =
+            |p: &Path| format!("{} is a FIFO or a socket, not a regular file", p.display());
+        assert_eq!(e.to_string(), fifo_message(&hst));
         let png = dir.join("a.png");
         fifo(&tmp_path(&png));
         let e = write_atomically(&png, |w| w.write_all(b"data")).unwrap_err();
-        assert_eq!(e.to_string(), "not a regular file");
+        assert_eq!(e.to_string(), fifo_message(&tmp_path(&png)));
         assert!(tmp_path(&png).exists(), "not the writer's to remove");
         // A FIFO under the final name is replaced, as any earlier file is.
         std::fs::remove_file(tmp_path(&png)).unwrap();

@@ -104,6 +104,11 @@ pub fn write_file(
     storage: Storage,
 ) -> Result<(), OutputError> {
     let tmp = super::tmp_path(path);
+    // Not the writer's to remove below, should the write fail.
+    super::writable_file(&tmp).map_err(|cause| OutputError::Io {
+        path: path.to_path_buf(),
+        cause,
+    })?;
     let h = |e: hdf5::Error| OutputError::hdf5(path, e);
     let user_block = if storage.sealed { USER_BLOCK } else { 0 };
     let written = hdf5::File::with_options()

@@ -206,6 +206,8 @@ pub fn write_png<C: Communicator>(
             let mut png = png::Encoder::new(out, w, h);
             png.set_color(png::ColorType::Rgb);
             png.set_depth(png::BitDepth::Eight);
+            // Each row's best filter, as image's encoder chooses: 5 to 10 times smaller files.
+            png.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
             let mut png = png.write_header().map_err(std::io::Error::other)?;
             png.write_image_data(&rgb).map_err(std::io::Error::other)?;
             png.finish().map_err(std::io::Error::other)

@@ -570,6 +570,15 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     Ok(Box::new(adv))
 }
 
+/// `x` as a person reads it: with an exponent only where it is very large or small.
+fn shown(x: f64) -> String {
+    if x == 0.0 || (1e-3..1e6).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 /// What to change where the time step is too small for the time to advance to `tlim`.
 const STALL_HINT: &str = "the time would stop advancing (raise advection/cfl, lower the \
     velocity, coarsen the mesh or lower parthenon/time/tlim)";
@@ -950,16 +959,18 @@ impl Advection {
         dt
     }
 
-    /// Without `nlim`, a run whose first time step is below the resolution of the time near
-    /// `tlim` would stop advancing short of it: bad input, found before the first step.
+    /// Without `nlim`, a run whose first time step on the mesh the deck gives is below the
+    /// resolution of the time near `tlim` would stop advancing short of it: bad input, found
+    /// before the first step. (The initial refinement of an adaptive mesh may shrink the step
+    /// further: the run's own check at each cycle finds that.)
     fn check_time_resolution(&self, deck: &Deck) -> Result<()> {
         let dt = self.dt_over(0..self.mesh.forest().len());
         if self.nlim.is_some() || dt >= self.tlim * f64::EPSILON {
             return Ok(());
         }
         let msg = format!(
-            "the time step {dt:e} is too small to reach tlim {:?}: {STALL_HINT}",
-            self.tlim
+            "the time step {dt:e} is too small to reach tlim {}: {STALL_HINT}",
+            shown(self.tlim)
         );
         Err(deck.invalid(TIME, "tlim", msg).into())
     }
@@ -1359,9 +1370,10 @@ impl Problem for Advection {
             };
             if !last && stalls {
                 let msg = format!(
-                    "cycle {cycle}: the time step {dt:e} is too small to reach tlim {:?} \
-                     from time {t:e}: {STALL_HINT}",
-                    self.tlim
+                    "cycle {cycle}: the time step {dt:e} is too small to reach tlim {} from \
+                     time {}: {STALL_HINT}",
+                    shown(self.tlim),
+                    shown(t)
                 );
                 return agree(world, Err(anyhow::anyhow!(msg)));
             }

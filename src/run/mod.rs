@@ -24,6 +24,8 @@ use crate::problems::{self, Problem};
 use anyhow::Result;
 use collective::{agree, broadcast_bytes};
 use mpi::topology::{Communicator, SimpleCommunicator};
+use starhalo_exec::{MemSpace, SpaceError};
+use starhalo_sf::device::GpuMpi;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -211,18 +213,12 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
             info.name
         ));
     }
-    // The GPU keys, where the problem has no GPU code: said so, rather than called unknown.
-    for key in ["space", "gpu_mpi"].into_iter().filter(|_| !info.gpu) {
-        if deck.has(EXEC, key) && !(key == "space" && deck.get_str(EXEC, key)? == "host") {
-            let why = format!("problem {} runs on the host only", info.name);
-            return Err(deck.invalid(EXEC, key, why).into());
-        }
+    if !info.gpu {
+        check_host_only(deck, info.name)?;
     }
     let mut problem = (info.setup)(deck, ctx)?;
-    deck.check_unread(
-        |b| b.starts_with("parthenon/") || b == info.block,
-        &format!("the driver or problem {}", info.name),
-    )?;
+    let reader = format!("the driver or problem {}", info.name);
+    deck.check_unread(|b| b.starts_with("parthenon/") || b == info.block, &reader)?;
     // A block nested in the problem's own (`nx: {a: 1}`) is a value written as a mapping.
     let nested = format!("{}/", info.block);
     if let Some(b) = deck.blocks().iter().find(|b| b.name.starts_with(&nested)) {
@@ -233,7 +229,7 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
                     path: b.name.clone(),
                     origin: b.origin.clone(),
                 }],
-                reader: format!("the driver or problem {}", info.name),
+                reader,
             }
             .into());
         }
@@ -251,6 +247,31 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
     // After every deck check, so that bad input is reported as such first.
     problem.acquire()?;
     Ok((info.name, problem))
+}
+
+/// The GPU keys of a problem without GPU code, read as the GPU problems read them: `space`
+/// other than `host` is refused saying that the problem runs on the host only, rather than
+/// called an unknown key; `gpu_mpi`, which only device fields use, is ignored with a warning.
+fn check_host_only(deck: &Deck, problem: &str) -> Result<()> {
+    let space: MemSpace = deck
+        .get_str_or(EXEC, "space", "host")?
+        .parse()
+        .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
+    if space != MemSpace::Host {
+        let why = format!("problem {problem} runs on the host only");
+        return Err(deck.invalid(EXEC, "space", why).into());
+    }
+    if deck.has(EXEC, "gpu_mpi") {
+        deck.get_str(EXEC, "gpu_mpi")?
+            .parse::<GpuMpi>()
+            .map_err(|e| deck.invalid(EXEC, "gpu_mpi", e))?;
+        deck.ignore(
+            EXEC,
+            ["gpu_mpi"],
+            &format!("problem {problem}, which runs on the host"),
+        );
+    }
+    Ok(())
 }
 
 /// Rank 0 checks, without creating anything, that the output directory exists or could be
@@ -272,14 +293,14 @@ fn check_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
             ctx.out_dir.display()
         ));
     }
-    // Every name a run writes (`<problem_id>.<id>.<number>.<ext>.tmp`, its id and number of
-    // at most MAX_NAME_PART bytes and 10 digits) must fit in the 4095 bytes a path may have.
-    let longest = ctx.problem_id.len() + 1 + MAX_NAME_PART + 1 + 10 + ".rhdf.tmp".len();
+    // Every name a run may write must fit in the 4095 bytes a path may have.
+    let longest = crate::output::longest_file_name(&ctx.problem_id);
     let dir_len = ctx.out_dir.as_os_str().len();
     if dir_len + 1 + longest > PATH_MAX {
         return Err(bad_input!(
-            "-d: the output directory's path is {dir_len} bytes: with the file names of this \
-             run (up to {longest} bytes) it would pass the {PATH_MAX} bytes a path may have"
+            "-d: the output directory's path is {dir_len} bytes: with file names of up to \
+             {longest} bytes in it (an output id may have {MAX_NAME_PART} bytes, a file number \
+             10 digits) it would pass the {PATH_MAX} bytes a path may have"
         ));
     }
     let mut at = ctx.out_dir.as_path();
@@ -303,19 +324,23 @@ fn make_out_dir(world: &SimpleCommunicator, ctx: &RunContext) -> Result<()> {
         let dir = ctx.out_dir.display();
         std::fs::create_dir_all(&ctx.out_dir)
             .map_err(|e| bad_input!("-d {dir}: cannot create the output directory: {e}"))?;
-        check_can_write_in(&ctx.out_dir, &format!("-d {dir}"))?;
+        check_can_write_in(
+            &ctx.out_dir,
+            &format!("-d {dir}: cannot write in the output directory"),
+        )?;
     }
     Ok(())
 }
 
 /// Checks that files can be made in the existing directory `dir` (one may still refuse them)
-/// by making one and removing it; `what` begins the message. A refusal is bad input, the
-/// user's choice of directory; another failure (a full disk) is a run-time error.
+/// by making one and removing it; `what` is the message, before the system's reason. A
+/// refusal is bad input, the user's choice of directory; another failure (a full disk) is a
+/// run-time error.
 pub fn check_can_write_in(dir: &std::path::Path, what: &str) -> Result<()> {
     let probe = dir.join(format!(".starhalo-probe-{}", std::process::id()));
     if let Err(e) = std::fs::File::create(&probe) {
         use std::io::ErrorKind as K;
-        let why = format!("{what}: cannot write in {}: {e}", dir.display());
+        let why = format!("{what}: {e}");
         return Err(match e.kind() {
             K::PermissionDenied | K::ReadOnlyFilesystem | K::NotFound => {
                 bad_input!("{why}")
