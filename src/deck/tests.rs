@@ -439,7 +439,12 @@ fn non_finite_yaml_numbers_are_judged_by_their_key() {
         e.contains("parthenon/mesh/x1min at n.yaml:9: `.NaN`: must be a finite number"),
         "{e}"
     );
-    let back = Deck::from_str_auto(&d.to_yaml(), "back.yaml").unwrap();
+    // Printed plain, as numbers (a quoted string would be text to other YAML readers).
+    let printed = d.to_yaml();
+    for line in ["t: .inf", "u: -.Inf", "v: 1e400", "w: .nan", "q: '.inf'"] {
+        assert!(printed.contains(line), "{line}:\n{printed}");
+    }
+    let back = Deck::from_str_auto(&printed, "back.yaml").unwrap();
     assert_eq!(back.get_str("b", "v").unwrap(), "1e400");
     assert_eq!(back.get_f64("b", "t").unwrap(), f64::INFINITY);
 }

@@ -93,6 +93,9 @@ impl Value {
             // typed where the type's text is the text (`true`); a string otherwise.
             Value::Text(s) => match Value::infer(s) {
                 Value::Int(_) | Value::Float(_) => s.clone(),
+                // A non-finite number as YAML writes it (`.inf`) or a literal beyond f64
+                // (`1e999`): plain, so that YAML reads a number.
+                _ if is_yaml_non_finite(s) => s.clone(),
                 typed if typed.text() == *s => typed.yaml(),
                 _ => yaml_string(s),
             },
@@ -121,6 +124,14 @@ pub(crate) fn parse_real(t: &str) -> Option<f64> {
     }
     let f = t.trim().parse::<f64>().ok()?;
     (!starhalo_mesh::config::rounds_to_zero(t)).then_some(f)
+}
+
+/// Whether `s` is YAML's spelling of a non-finite number or a numeral that overflows f64
+/// (not Rust's `inf` or `nan`, which YAML reads as strings).
+fn is_yaml_non_finite(s: &str) -> bool {
+    starhalo_mesh::config::yaml_non_finite(s).is_some()
+        || (s.bytes().any(|b| b.is_ascii_digit())
+            && s.trim().parse::<f64>().is_ok_and(f64::is_infinite))
 }
 
 /// Shortest text that parses back to the same `f64`, always with a `.` or an exponent so
@@ -235,7 +246,9 @@ mod tests {
             ("1.50", "1.50"),
             ("yes", "'yes'"),
             ("0x10", "'0x10'"),
-            ("1e400", "'1e400'"),
+            // Beyond f64, and YAML's infinity: numbers still, which the key judges.
+            ("1e400", "1e400"),
+            (".inf", ".inf"),
         ] {
             assert_eq!(t(text).yaml(), yaml, "{text}");
         }
