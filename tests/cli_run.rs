@@ -1064,6 +1064,19 @@ fn keys_of_another_file_type_are_ignored_with_a_warning() {
         2,
         "{err}"
     );
+
+    // And a 2-D poisson deck's second wave number on a 1-D mesh, still checked for its type.
+    let poisson = format!("{}/inputs/poisson.yaml", env!("CARGO_MANIFEST_DIR"));
+    let one_d = ["parthenon/mesh/nx2=1", "parthenon/meshblock/nx2=1"];
+    let o = run(1, &[&[poisson.as_str(), "-n"][..], &one_d].concat());
+    common::assert_ok("-n of a 2-D poisson deck on a 1-D mesh", &o);
+    let warning = format!("poisson/ky (at {poisson}:28) does not apply to a 1-D mesh; ignored");
+    assert!(stderr(&o).contains(&warning), "{}", stderr(&o));
+    let o = run(
+        1,
+        &[&[poisson.as_str(), "-n", "poisson/ky=two"][..], &one_d].concat(),
+    );
+    common::assert_bad_input("a 1-D mesh's ky of the wrong type", &o, "poisson/ky");
 }
 
 /// Mistakes that only the mesh or the problem's variables reveal are still found at set-up:

@@ -33,7 +33,7 @@ use starhalo_boundary::{
 };
 use starhalo_exec::alloc_count;
 use starhalo_exec::cuda::Device;
-use starhalo_exec::{MemSpace, Policy, SpaceError};
+use starhalo_exec::{MemSpace, Policy};
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::Mesh;
 use std::hint::black_box;
@@ -215,18 +215,13 @@ fn set_up(text: &str, a: &ExchangeBenchArgs, memory: Memory) -> Result<Setup> {
     let ordering: Ordering = ordering_name
         .parse()
         .map_err(|m: String| deck.invalid(BLOCK, "ordering", m))?;
-    let space: MemSpace = deck
-        .get_str_or("parthenon/exec", "space", "host")?
-        .parse()
-        .map_err(|e: SpaceError| deck.invalid("parthenon/exec", "space", e.to_string()))?;
+    let space = crate::run::exec_space(&deck)?;
     let mut config = deck.mesh_config()?;
     // A run deck's choice of message scheme: the bench times both.
     if deck.has("parthenon/mesh", "do_coalesced_comms") {
         deck.get_bool("parthenon/mesh", "do_coalesced_comms")?;
-        tracing::warn!(
-            "parthenon/mesh/do_coalesced_comms is not used: bench exchange times both \
-             coalesced and per-channel messages"
-        );
+        let what = "bench exchange, which times both coalesced and per-channel messages";
+        deck.ignore("parthenon/mesh", ["do_coalesced_comms"], what);
     }
     // The fields and the packed send buffers.
     let budget = memory.budget(&config, nvars, 2);

@@ -128,7 +128,7 @@ pub(crate) fn parse_real(t: &str) -> Option<f64> {
 
 /// Whether `s` is YAML's spelling of a non-finite number or a numeral that overflows f64
 /// (not Rust's `inf` or `nan`, which YAML reads as strings).
-fn is_yaml_non_finite(s: &str) -> bool {
+pub(super) fn is_yaml_non_finite(s: &str) -> bool {
     starhalo_mesh::config::yaml_non_finite(s).is_some()
         || (s.bytes().any(|b| b.is_ascii_digit())
             && s.trim().parse::<f64>().is_ok_and(f64::is_infinite))

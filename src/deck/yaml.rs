@@ -114,9 +114,7 @@ fn as_written(v: Value, at: &serde_saphyr::Location, text: &str) -> Value {
         // Every float: its text as written is also the text `-n` prints (`1e-5`, not `1.0e-5`).
         (Value::Float(f), Some(raw)) if raw.parse() == Ok(*f) => Value::Text(raw.to_string()),
         // A non-finite number (`1e999`, `.Inf`), which the visitor wrote in YAML's spelling.
-        (Value::Str(_), Some(raw))
-            if super::value::parse_real(raw).is_some_and(|f| !f.is_finite()) =>
-        {
+        (Value::Str(_), Some(raw)) if super::value::is_yaml_non_finite(raw) => {
             Value::Text(raw.to_string())
         }
         // An integer beyond 64 bits, which the visitor wrote out without its leading zeros.

@@ -76,7 +76,7 @@ use starhalo_boundary::{
 };
 use starhalo_exec::cuda::Device;
 use starhalo_exec::tasks::{TaskList, TaskRegion, TaskStatus};
-use starhalo_exec::{MemSpace, SpaceError};
+use starhalo_exec::MemSpace;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{BoundaryCondition, Mesh, MeshConfig};
 use starhalo_sf::device::GpuMpi;
@@ -90,7 +90,6 @@ use std::time::{Duration, Instant};
 const BLOCK: &str = "advection";
 const TIME: &str = "parthenon/time";
 const MESH: &str = "parthenon/mesh";
-const EXEC: &str = "parthenon/exec";
 const SPARSE: &str = "parthenon/sparse";
 
 /// The driver's entry for this problem.
@@ -467,14 +466,8 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     let amr = amr::Amr::from_deck(deck, &config, num_vars)?;
 
     let sparse = sparse_thresholds(deck)?;
-    let space: MemSpace = deck
-        .get_str_or(EXEC, "space", "host")?
-        .parse()
-        .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
-    let gpu_mpi: GpuMpi = deck
-        .get_str_or(EXEC, "gpu_mpi", "auto")?
-        .parse()
-        .map_err(|e: String| deck.invalid(EXEC, "gpu_mpi", e))?;
+    let space = crate::run::exec_space(deck)?;
+    let gpu_mpi = crate::run::exec_gpu_mpi(deck)?;
     // The framework leaves `user` faces to the problem, and this one defines no such
     // boundary: its ghosts would stay zero.
     for d in 0..ndim {

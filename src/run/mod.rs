@@ -249,22 +249,30 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
     Ok((info.name, problem))
 }
 
+/// `parthenon/exec/space`: where a run's fields live (default `host`).
+pub fn exec_space(deck: &Deck) -> Result<MemSpace> {
+    deck.get_str_or(EXEC, "space", "host")?
+        .parse()
+        .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()).into())
+}
+
+/// `parthenon/exec/gpu_mpi`: how device fields' messages cross MPI (default `auto`).
+pub fn exec_gpu_mpi(deck: &Deck) -> Result<GpuMpi> {
+    deck.get_str_or(EXEC, "gpu_mpi", "auto")?
+        .parse()
+        .map_err(|e: String| deck.invalid(EXEC, "gpu_mpi", e).into())
+}
+
 /// The GPU keys of a problem without GPU code, read as the GPU problems read them: `space`
 /// other than `host` is refused saying that the problem runs on the host only, rather than
 /// called an unknown key; `gpu_mpi`, which only device fields use, is ignored with a warning.
 fn check_host_only(deck: &Deck, problem: &str) -> Result<()> {
-    let space: MemSpace = deck
-        .get_str_or(EXEC, "space", "host")?
-        .parse()
-        .map_err(|e: SpaceError| deck.invalid(EXEC, "space", e.to_string()))?;
-    if space != MemSpace::Host {
+    if exec_space(deck)? != MemSpace::Host {
         let why = format!("problem {problem} runs on the host only");
         return Err(deck.invalid(EXEC, "space", why).into());
     }
     if deck.has(EXEC, "gpu_mpi") {
-        deck.get_str(EXEC, "gpu_mpi")?
-            .parse::<GpuMpi>()
-            .map_err(|e| deck.invalid(EXEC, "gpu_mpi", e))?;
+        exec_gpu_mpi(deck)?;
         deck.ignore(
             EXEC,
             ["gpu_mpi"],

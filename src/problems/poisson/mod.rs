@@ -191,7 +191,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
     for key in ["kx", "ky", "kz"].iter().skip(ndim) {
         if deck.has(BLOCK, key) {
             deck.get_usize(BLOCK, key)?;
-            tracing::warn!("{BLOCK}/{key} is not used: the mesh has {ndim} dimension(s)");
+            deck.ignore(BLOCK, [*key], &format!("a {ndim}-D mesh"));
         }
     }
     for (d, key) in ["kx", "ky", "kz"].iter().enumerate().take(ndim) {
