@@ -1065,6 +1065,12 @@ fn keys_of_another_file_type_are_ignored_with_a_warning() {
         "{err}"
     );
 
+    // A png slice position on a 2-D mesh, which has one slice.
+    let o = run(2, &[&deck, "-n", "parthenon/output2/x3=0.25"]);
+    common::assert_ok("-n with a png x3 on a 2-D mesh", &o);
+    let warning = "parthenon/output2/x3 (at the command line) does not apply to a 2-D mesh (it has one slice); ignored";
+    assert_eq!(stderr(&o).matches(warning).count(), 1, "{}", stderr(&o));
+
     // And a 2-D poisson deck's second wave number on a 1-D mesh, still checked for its type.
     let poisson = format!("{}/inputs/poisson.yaml", env!("CARGO_MANIFEST_DIR"));
     let one_d = ["parthenon/mesh/nx2=1", "parthenon/meshblock/nx2=1"];

@@ -176,19 +176,7 @@ pub fn check_block(block: &OutputBlock, mesh: &Mesh, fields: &Fields) -> Result<
             &format!("{}/variables", block.block),
         )
         .map(drop),
-        FileType::Png => {
-            if let (Some(at), true) = (block.png_x3, mesh.ndim() < 3) {
-                let key = match at {
-                    config::PngSlice::Position(_) => "x3",
-                    config::PngSlice::RootIndex(_) => "slice",
-                };
-                let (b, n) = (&block.block, mesh.ndim());
-                tracing::warn!(
-                    "{b}/{key} does not apply to a {n}-D mesh (it has one slice); ignored"
-                );
-            }
-            png::slice_of(mesh, fields, block).map(drop)
-        }
+        FileType::Png => png::slice_of(mesh, fields, block).map(drop),
         FileType::Restart | FileType::History => Ok(()),
     }
 }

@@ -530,8 +530,7 @@ fn setup(deck: &Deck, ctx: &RunContext) -> Result<Box<dyn Problem>> {
         }
     };
     for o in &outputs {
-        crate::output::check_block(o, &mesh, &out_fields)
-            .map_err(|e| crate::run::output_blocks::deck_error(deck, e))?;
+        crate::run::output_blocks::check(deck, o, &mesh, &out_fields)?;
     }
     let adv = Advection {
         package: package_params(given_v, cfl, num_vars, fill_derived, &profile),

@@ -3,7 +3,9 @@
 
 use crate::deck::Deck;
 use crate::exit::bad_input;
-use crate::output::{OutputBlock, OutputError};
+use crate::output::{FileType, OutputBlock, OutputError};
+use starhalo_mesh::field::Fields;
+use starhalo_mesh::Mesh;
 
 /// Every `parthenon/outputN` block of `deck`, sorted by block name; two blocks of one file
 /// type with one `id` (which would write the same files) are bad input. A key of another file
@@ -53,6 +55,17 @@ pub fn blocks_of(deck: &Deck) -> anyhow::Result<Vec<OutputBlock>> {
         }
     }
     Ok(outputs)
+}
+
+/// Checks `block` against the mesh and the fields before the first step (see
+/// [`crate::output::check_block`]); a PNG's `x3` or `slice` on a mesh of fewer than three
+/// dimensions, which has one slice, draws a warning naming where it was given.
+pub fn check(deck: &Deck, block: &OutputBlock, mesh: &Mesh, fields: &Fields) -> anyhow::Result<()> {
+    if block.file_type == FileType::Png && mesh.ndim() < 3 {
+        let what = format!("a {}-D mesh (it has one slice)", mesh.ndim());
+        deck.ignore(&block.block, ["x3", "slice"], &what);
+    }
+    crate::output::check_block(block, mesh, fields).map_err(|e| deck_error(deck, e))
 }
 
 /// An output block's error as bad input naming the deck's key, file and line.

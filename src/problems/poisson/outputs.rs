@@ -38,8 +38,7 @@ pub(super) fn from_deck(deck: &Deck, mesh: &Mesh) -> Result<Vec<OutputBlock>> {
                 )
                 .into());
         }
-        crate::output::check_block(o, mesh, &fields)
-            .map_err(|e| crate::run::output_blocks::deck_error(deck, e))?;
+        crate::run::output_blocks::check(deck, o, mesh, &fields)?;
         if let (Some(_), Some(at)) = (o.dt, deck.origin(&o.block, "dt")) {
             tracing::warn!(
                 "{}/dt (at {at}): poisson's time stays 0, so this output writes before the first V-cycle and at the end; dn counts V-cycles",
