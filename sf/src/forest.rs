@@ -12,7 +12,7 @@ use crate::transport::{Basic, Dir, Neighbor, NeighborGraphs, SfType, Side, Trans
 use crate::unit::{reducer, Op, Reducer, Unit};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{for_each_segment, Policy};
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 
 /// Choices made when a forest is set up.
@@ -73,6 +73,13 @@ impl Peers {
 /// Reductions are deterministic: each root combines its own rank's leaves first, then the
 /// other ranks' in ascending rank order, each rank's in ascending leaf index.
 ///
+/// A begin half checks its arguments before any message moves. Those checks are local: if
+/// one fails on one rank (a [`SfError::BufferTooShort`]), that rank's peers still run their halves and wait for it, as MPI's and PETSc's collectives do
+/// with a bad argument on one rank. Treat such an error as fatal for the job (return it from
+/// `main`: `mpiexec` then stops the other ranks). The forest refuses every operation after it
+/// with [`SfError::OutOfStep`], so that a message its peers sent for the failed operation is
+/// never taken for a later one's.
+///
 /// Drop the forest before MPI is finalised (before the `Universe`): it frees its communicators
 /// and persistent requests on drop.
 pub struct StarForest {
@@ -95,6 +102,8 @@ pub struct StarForest {
     /// What the links of its implementation share.
     shared: Shared,
     links: RefCell<Vec<Link>>,
+    /// Set when a begin half's checks failed on this rank (see [`SfError::OutOfStep`]).
+    out_of_step: Cell<bool>,
     /// The multi-SF, set up by the first gather or scatter.
     multi: OnceCell<Box<MultiSf>>,
 }
@@ -202,6 +211,7 @@ impl StarForest {
             reduce_in_place,
             shared,
             links: RefCell::new(Vec::new()),
+            out_of_step: Cell::new(false),
             multi: OnceCell::new(),
         })
     }
@@ -266,9 +276,11 @@ impl StarForest {
         leaf: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
-        check_len("rootdata", root.len(), self.graph.nroots)?;
-        check_len("leafdata", leaf.len(), self.leaf_space)?;
         let red = combine::<U>(op)?;
+        self.in_step(|| {
+            check_len("rootdata", root.len(), self.graph.nroots)?;
+            check_len("leafdata", leaf.len(), self.leaf_space)
+        })?;
         let mut link = self.take_link::<U>(Kind::Bcast)?;
         let replace = red.is_none();
         self.post_recvs::<U>(
@@ -293,9 +305,11 @@ impl StarForest {
         root: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
-        check_len("leafdata", leaf.len(), self.leaf_space)?;
-        check_len("rootdata", root.len(), self.graph.nroots)?;
         let red = combine::<U>(op)?;
+        self.in_step(|| {
+            check_len("leafdata", leaf.len(), self.leaf_space)?;
+            check_len("rootdata", root.len(), self.graph.nroots)
+        })?;
         let mut link = self.take_link::<U>(Kind::Reduce)?;
         let in_place = self.reduce_in_place.filter(|_| red.is_none());
         match in_place {
@@ -333,10 +347,12 @@ impl StarForest {
         leafupdate: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
-        check_len("rootdata", root.len(), self.graph.nroots)?;
-        check_len("leafdata", leaf.len(), self.leaf_space)?;
-        check_len("leafupdate", leafupdate.len(), self.leaf_space)?;
         let red = reducer::<U>(op)?;
+        self.in_step(|| {
+            check_len("rootdata", root.len(), self.graph.nroots)?;
+            check_len("leafdata", leaf.len(), self.leaf_space)?;
+            check_len("leafupdate", leafupdate.len(), self.leaf_space)
+        })?;
         let mut link = self.take_link::<U>(Kind::FetchAndOp)?;
         self.post_recvs::<U>(&mut link, Side::Root, Dir::Reduce, None);
         self.post_recvs::<U>(
@@ -381,6 +397,25 @@ impl StarForest {
     ) -> Result<(), SfError> {
         self.fetch_and_op_begin(root, leaf, leafupdate, op)
             .map(Pending::end)
+    }
+
+    /// Runs a begin half's rank-local checks (buffer lengths): refused once the forest is out
+    /// of step, and out of step from the first that fails. (An unsupported op depends only on
+    /// the unit type and op, which every rank passes alike; an rma forest's ring limit is
+    /// reached alike on ranks that run the same sequence, and it works on after.)
+    pub(crate) fn in_step(
+        &self,
+        checks: impl FnOnce() -> Result<(), SfError>,
+    ) -> Result<(), SfError> {
+        if self.out_of_step.get() {
+            return Err(SfError::OutOfStep);
+        }
+        checks().inspect_err(|_| self.set_out_of_step())
+    }
+
+    /// Refuses every later operation (see [`SfError::OutOfStep`]).
+    pub(crate) fn set_out_of_step(&self) {
+        self.out_of_step.set(true);
     }
 
     fn peers(&self, side: Side) -> &Peers {
@@ -456,10 +491,6 @@ impl StarForest {
         unit_bytes: usize,
         reduce: bool,
     ) -> Result<(), SfError> {
-        let contiguous = |p: &Peers| p.plans.iter().all(|q| q.contiguous_start().is_some());
-        if !contiguous(&self.leaf_ranks) || !contiguous(&self.root_ranks) {
-            return Err(SfError::NotInPlace);
-        }
         let (kind, dir, from, to) = match reduce {
             false => (
                 Kind::Bcast,
@@ -474,6 +505,13 @@ impl StarForest {
                 (Side::Root, root),
             ),
         };
+        self.in_step(|| {
+            let contiguous = |p: &Peers| p.plans.iter().all(|q| q.contiguous_start().is_some());
+            match contiguous(&self.leaf_ranks) && contiguous(&self.root_ranks) {
+                true => Ok(()),
+                false => Err(SfError::NotInPlace),
+            }
+        })?;
         let mut link = self.take_link_bytes(kind, unit_bytes)?;
         let t = &mut link.transport;
         // Receives first, then sends.

@@ -426,7 +426,7 @@ impl NodeAwareSf {
         op: Op,
     ) -> Result<RoutedPending<'a, U>, SfError> {
         if let Some(last) = self.hops.last() {
-            check_len("leafdata", leaf.len(), last.leaf_space())?;
+            self.in_step(|| check_len("leafdata", leaf.len(), last.leaf_space()))?;
         }
         let direct = self.direct.bcast_begin(root, leaf, op)?;
         Ok(RoutedPending {
@@ -453,14 +453,16 @@ impl NodeAwareSf {
         // The op's verdict is the same on every rank; the set-up is collective, so it comes
         // before the checks of this rank's buffers.
         let red = reducer::<U>(op)?;
-        if let ReduceRoute::Backward = self.reduce_route::<U>(op)? {
+        let checks = || {
             check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
-            check_len("rootdata", root.len(), self.graph.nroots)?;
+            check_len("rootdata", root.len(), self.graph.nroots)
+        };
+        if let ReduceRoute::Backward = self.reduce_route::<U>(op)? {
+            self.in_step(checks)?;
             return self.fold_back(leaf, root, op);
         }
         let gather = self.gather()?;
-        check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
-        check_len("rootdata", root.len(), self.graph.nroots)?;
+        self.in_step(checks)?;
         let slots = gather.slots(leaf)?;
         for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
             slots[w[0]..w[1]]
@@ -512,9 +514,11 @@ impl NodeAwareSf {
         }
         let red = reducer::<U>(op)?;
         let gather = self.gather()?;
-        check_len("rootdata", root.len(), self.graph.nroots)?;
-        check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
-        check_len("leafupdate", leafupdate.len(), self.graph.leaf_space())?;
+        self.in_step(|| {
+            check_len("rootdata", root.len(), self.graph.nroots)?;
+            check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
+            check_len("leafupdate", leafupdate.len(), self.graph.leaf_space())
+        })?;
         let mut slots = gather.slots(leaf)?;
         for (r, w) in root.iter_mut().zip(gather.offsets.windows(2)) {
             for v in &mut slots[w[0]..w[1]] {
@@ -537,6 +541,19 @@ impl NodeAwareSf {
             return Ok(ReduceRoute::Backward);
         }
         Ok(ReduceRoute::Reverse(&self.gather()?.route))
+    }
+
+    /// This rank's checks of a routed operation's buffers: the first that fails puts every
+    /// forest the route runs through out of step (see [`SfError::OutOfStep`]).
+    fn in_step(&self, checks: impl FnOnce() -> Result<(), SfError>) -> Result<(), SfError> {
+        checks().inspect_err(|_| self.set_out_of_step())
+    }
+
+    fn set_out_of_step(&self) {
+        self.forests().for_each(StarForest::set_out_of_step);
+        if let Some(g) = self.gather.get() {
+            g.route.set_out_of_step();
+        }
     }
 
     fn gather(&self) -> Result<&Gather, SfError> {

@@ -138,15 +138,18 @@ impl Staged {
         packed_len(&self.leaves)
     }
 
-    /// Checks the lengths of a root and a leaf array, as the forest does.
+    /// Checks the lengths of a root and a leaf array, as the forest does (a failure puts the
+    /// forest out of step, see [`SfError::OutOfStep`]).
     pub fn check(&self, root: usize, leaf: usize) -> Result<(), SfError> {
-        if root < self.nroots {
-            return Err(too_short("rootdata", root, self.nroots));
-        }
-        if leaf < self.leaf_space {
-            return Err(too_short("leafdata", leaf, self.leaf_space));
-        }
-        Ok(())
+        self.packed.in_step(|| {
+            if root < self.nroots {
+                return Err(too_short("rootdata", root, self.nroots));
+            }
+            if leaf < self.leaf_space {
+                return Err(too_short("leafdata", leaf, self.leaf_space));
+            }
+            Ok(())
+        })
     }
 
     /// This rank's own segment, when it has edges to itself: `(root offset, leaf offset,
