@@ -41,6 +41,9 @@ pub enum SfError {
     /// take those messages for its own, so the forest refuses every operation after that.
     #[error("an earlier operation on this forest failed its checks on this rank, out of step with the other ranks, so the forest takes no more operations (treat that first error as fatal)")]
     OutOfStep,
+    /// A graph's `ilocal` and `iremote` differ in length.
+    #[error("ilocal lists {ilocal} leaves but iremote lists {iremote}")]
+    IlocalLength { ilocal: usize, iremote: usize },
     /// The unit type has no such reduction (e.g. a bitwise op on floats).
     #[error("operation `{op}` is not defined for unit type {unit}")]
     UnsupportedOp { op: Op, unit: &'static str },

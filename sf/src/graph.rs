@@ -60,7 +60,7 @@ impl Graph {
     pub fn leaf_space(&self) -> usize {
         match &self.ilocal {
             None => self.iremote.len(),
-            Some(l) => l.iter().max().map_or(0, |m| m + 1),
+            Some(l) => l.iter().max().map_or(0, |m| m.saturating_add(1)),
         }
     }
 
@@ -69,10 +69,18 @@ impl Graph {
     pub(crate) fn check_local(&self, rank: i32, size: usize) -> Result<(), SfError> {
         if let Some(l) = &self.ilocal {
             if l.len() != self.iremote.len() {
-                return Err(SfError::BufferTooShort {
-                    what: "ilocal",
-                    got: l.len(),
-                    need: self.iremote.len(),
+                return Err(SfError::IlocalLength {
+                    ilocal: l.len(),
+                    iremote: self.iremote.len(),
+                });
+            }
+            // A leaf array must be indexable: at most isize::MAX units of at least a byte.
+            let room = isize::MAX as usize;
+            if let Some(&index) = l.iter().find(|&&i| i >= room) {
+                return Err(SfError::IndexOutOfRange {
+                    what: "leaf",
+                    index,
+                    len: room,
                 });
             }
             // Sorted, not a bitmap of the leaf space: sparse leaf indices may be huge.
@@ -113,6 +121,14 @@ mod tests {
 
     #[test]
     fn local_checks_name_the_fault() {
+        let g = Graph::new(1, Some(vec![usize::MAX]), vec![r(0, 0)]);
+        assert!(matches!(
+            g.check_local(0, 1),
+            Err(SfError::IndexOutOfRange { what: "leaf", .. })
+        ));
+        let g = Graph::new(1, Some(vec![0, 1]), vec![r(0, 0)]);
+        let e = g.check_local(0, 1).unwrap_err().to_string();
+        assert_eq!(e, "ilocal lists 2 leaves but iremote lists 1");
         let g = Graph::new(1, Some(vec![3, 1, 3]), vec![r(0, 0); 3]);
         assert_eq!(g.check_local(0, 2), Err(SfError::DuplicateLeaf(3)));
         let g = Graph::new(1, None, vec![r(0, 0), r(2, 0)]);

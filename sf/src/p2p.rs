@@ -25,7 +25,7 @@
 use std::cell::Cell;
 use std::ops::Range;
 
-use mpi::topology::SimpleCommunicator;
+use mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_exec::{Buffer, SpaceError};
 
 use crate::pool::{BufferPool, Owned};
@@ -37,6 +37,12 @@ pub enum P2pError {
     /// The segment list overlaps or is out of order.
     #[error("segments must be ordered and disjoint: {0:?} follows {1:?}")]
     Segments(Range<usize>, Range<usize>),
+    /// A segment that ends before it starts.
+    #[error("segment {0:?} ends before it starts")]
+    Reversed(Range<usize>),
+    /// A peer rank outside the communicator.
+    #[error("rank {rank} is outside the communicator ({size} ranks)")]
+    Rank { rank: i32, size: i32 },
     /// No such segment, or the message does not fit in it.
     #[error("message of {len} values does not fit segment {seg} ({cap} values)")]
     TooLong { seg: usize, len: usize, cap: usize },
@@ -168,6 +174,15 @@ pub struct MsgArena {
     queued: Cell<bool>,
 }
 
+/// A peer must be a rank of the communicator: MPI aborts the job on any other.
+fn check_rank(comm: &SimpleCommunicator, rank: i32) -> Result<(), P2pError> {
+    let size = comm.size();
+    match (0..size).contains(&rank) {
+        true => Ok(()),
+        false => Err(P2pError::Rank { rank, size }),
+    }
+}
+
 impl MsgArena {
     /// An arena over `segs` (ordered, disjoint), with a zeroed buffer that covers them.
     ///
@@ -257,6 +272,9 @@ impl MsgArena {
     /// while nothing is in flight.
     pub fn reshape(&mut self, segs: Vec<Range<usize>>) -> Result<(), P2pError> {
         self.idle()?;
+        if let Some(r) = segs.iter().find(|r| r.start > r.end) {
+            return Err(P2pError::Reversed(r.clone()));
+        }
         for w in segs.windows(2) {
             if w[1].start < w[0].end || w[1].start > w[1].end {
                 return Err(P2pError::Segments(w[1].clone(), w[0].clone()));
@@ -296,12 +314,16 @@ impl MsgArena {
         }
         let mut cap = s.len().max(1);
         while cap < len {
-            cap *= 2;
+            cap = cap.checked_mul(2).ok_or(P2pError::OutOfMemory(len))?;
         }
         let shift = cap - s.len();
         let tail = s.end..self.segs.last().map_or(s.end, |l| l.end);
+        let end = tail
+            .end
+            .checked_add(shift)
+            .ok_or(P2pError::OutOfMemory(len))?;
         // The storage first: should it fail, the segments still lie inside it.
-        self.buf.grow_to(tail.end + shift)?;
+        self.buf.grow_to(end)?;
         self.segs[seg].end += shift;
         for r in &mut self.segs[seg + 1..] {
             r.start += shift;
@@ -561,6 +583,7 @@ impl MsgArena {
         if range.start > range.end || range.end > n || self.receiving > 0 {
             return Err(P2pError::OutOfRange(range, n));
         }
+        check_rank(comm, dest)?;
         self.settle()?;
         let addr = self.buf.address() + range.start * 8;
         // SAFETY: `range` lies in the buffer (checked), whose storage is replaced only while
@@ -590,6 +613,7 @@ impl MsgArena {
         src: i32,
         tag: i32,
     ) -> Result<(), P2pError> {
+        check_rank(comm, src)?;
         let r = self.claim(seg, len)?;
         if let Err(e) = self.settle() {
             self.busy[seg] = false;
@@ -653,6 +677,29 @@ mod tests {
 
     fn host_like() -> Buffer<f64> {
         Buffer::zeroed(MemSpace::Host, 0).unwrap()
+    }
+
+    /// Segment lists and growth that no buffer can hold are errors, not out-of-bounds
+    /// pointers or overflowing arithmetic.
+    #[test]
+    fn impossible_segments_and_growth_are_refused() {
+        assert!(matches!(
+            MsgArena::new(vec![5..2]),
+            Err(P2pError::Reversed(r)) if r == (5..2)
+        ));
+        assert!(matches!(
+            MsgArena::new(vec![0..1, 4..3]),
+            Err(P2pError::Reversed(_))
+        ));
+        let mut a = MsgArena::new(vec![0..0, 0..2]).unwrap();
+        for len in [usize::MAX / 2 + 2, usize::MAX] {
+            assert!(
+                matches!(a.grow(0, len), Err(P2pError::OutOfMemory(_))),
+                "{len}"
+            );
+        }
+        // Nothing moved: the arena is as it was.
+        assert_eq!((a.segment(0), a.segment(1)), (Some(0..0), Some(0..2)));
     }
 
     /// A placed arena reaches its values through the buffer's own operations, and they

@@ -232,7 +232,15 @@ mod tests {
     #[test]
     fn float_ops_and_refusals() {
         assert_eq!(apply(Op::Prod, 1.5f64, -2.0), -3.0);
+        // Both orders, so that neither keeping the destination nor taking the source passes.
+        for (d, s) in [(1.5f64, -2.0), (-2.0, 1.5)] {
+            assert_eq!(apply(Op::Min, d, s), -2.0, "min({d}, {s})");
+            assert_eq!(apply(Op::Max, d, s), 1.5, "max({d}, {s})");
+            assert_eq!(apply(Op::Sum, d, s), -0.5, "sum({d}, {s})");
+            assert_eq!(apply(Op::Replace, d, s), s, "replace({d}, {s})");
+        }
         assert_eq!(apply(Op::Min, 1.5f32, -2.0), -2.0);
+        assert_eq!(apply(Op::Max, -2.0f32, 1.5), 1.5);
         for op in Op::ALL.into_iter().filter(|o| o.integer_only()) {
             assert!(f64::reducer(op).is_none());
             let e = reducer::<[f32; 3]>(op).unwrap_err();
