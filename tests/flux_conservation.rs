@@ -440,7 +440,7 @@ fn lengths_disagree(world: &SimpleCommunicator) {
     let r = FluxCorrection::new_in(world, &mesh, &data, &[0, 1], true, &BufferPool::new());
     match r {
         Err(e) => assert!(
-            involved && e.to_string().contains("coalesced"),
+            involved && e.to_string().contains("channels"),
             "rank {rank}: {e}"
         ),
         Ok(_) => assert!(!involved, "rank {rank}: set up despite rank 0's lengths"),

@@ -310,17 +310,19 @@ pub(crate) fn agree(
         .enumerate()
         .find(|(i, (_, _, d))| got[i * 3..i * 3 + 3] != d[..])
         .map_or(Ok(()), |(i, (peer, _, d))| {
+            let what = match d[0] == got[i * 3] {
+                true => format!("{} channels on both, with other keys or lengths", d[0]),
+                false => format!("{} channels here, {} there", d[0], got[i * 3]),
+            };
             Err(BoundaryError::Mismatch(format!(
-                "rank {rank} expects {} channels from rank {peer} in one coalesced message, \
-                 which lists {} (or they differ in their keys or lengths)",
-                d[0],
-                got[i * 3]
+                "rank {rank} and its sender, rank {peer}, list different channels for one \
+                 message: {what}"
             )))
         });
     collective::agree(
         comm,
         mine,
-        "another rank's coalesced messages list other channels than their senders'",
+        "another rank's messages list other channels than their senders'",
     )
 }
 

@@ -23,3 +23,23 @@ pub(crate) fn agree<T>(
     }
     Ok(v)
 }
+
+/// Fails on every rank of `comm` when the ranks' values of some fact differ (collective):
+/// `facts` are (what, value) pairs of what every rank must hold alike, such as digests of
+/// their inputs; the error names the first fact that differs.
+pub(crate) fn same(comm: &SimpleCommunicator, facts: &[(&str, u64)]) -> Result<(), BoundaryError> {
+    let mine: Vec<u64> = facts.iter().map(|f| f.1).collect();
+    let (mut lo, mut hi) = (vec![0u64; mine.len()], vec![0u64; mine.len()]);
+    comm.all_reduce_into(&mine[..], &mut lo[..], SystemOperation::min());
+    comm.all_reduce_into(&mine[..], &mut hi[..], SystemOperation::max());
+    match facts
+        .iter()
+        .zip(lo.iter().zip(&hi))
+        .find(|(_, (l, h))| l != h)
+    {
+        Some(((what, _), _)) => Err(BoundaryError::Mismatch(format!(
+            "the ranks hold different {what}"
+        ))),
+        None => Ok(()),
+    }
+}

@@ -32,6 +32,7 @@
 //! cross-rank ends go through the same states; only where the bytes come from differs.
 
 use hashbrown::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::Range;
 use std::str::FromStr;
 
@@ -40,13 +41,15 @@ use rand::SeedableRng;
 pub use starhalo_exec::TaskStatus;
 use starhalo_exec::{Buffer, Policy};
 use starhalo_mesh::field::IndexShape;
+use starhalo_mesh::BlockNeighbors;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p::{self, MsgArena, Values, ValuesMut};
 use starhalo_sf::pool::BufferPool;
 
 use crate::block_set::BlockSet;
 use crate::bnd_info::{
-    recv_box, send_box, threshold_flags, BndCache, BndInfo, Space, FLAG_ALLOCATED, FLAG_COARSE,
+    recv_box, send_box, threshold_flags, BlockLayout, BndCache, BndInfo, Space, FLAG_ALLOCATED,
+    FLAG_COARSE,
 };
 use crate::bounds::BlockFinish;
 use crate::channel::{Channel, ChannelKey, RankChannels};
@@ -490,6 +493,27 @@ pub struct Exchange {
     defaults: Vec<f64>,
     /// Per storage slot: its variable's sparse threshold (infinite where it has none).
     thresholds: Vec<f64>,
+    /// The form of the data it was built for, which every call's data must have.
+    form: DataForm,
+}
+
+/// What an exchange's indices into a [`BlockData`] rely on: the block layout, the number of
+/// blocks and each variable's slots.
+#[derive(Debug)]
+struct DataForm {
+    layout: BlockLayout,
+    blocks: usize,
+    slots: Vec<Range<usize>>,
+}
+
+impl DataForm {
+    fn of(data: &BlockData) -> Self {
+        Self {
+            layout: data.layout(),
+            blocks: data.gids().len(),
+            slots: data.vars().iter().map(|v| v.slots.clone()).collect(),
+        }
+    }
 }
 
 const GHOST_TYPES: [BoundaryType; 3] = [
@@ -508,6 +532,74 @@ fn order<T>(items: &[T], ordering: Ordering, key: impl Fn(&T) -> usize) -> Vec<u
         }
     }
     idx
+}
+
+/// The neighbours of every block of `mesh`, each block on a rank of the `nranks` there are.
+fn checked_neighbors<B: BlockSet + ?Sized>(
+    mesh: &B,
+    nranks: usize,
+) -> Result<Vec<BlockNeighbors>, BoundaryError> {
+    let neighbors = mesh.neighbors()?;
+    match neighbors.iter().find(|b| b.rank >= nranks) {
+        Some(b) => Err(BoundaryError::Geometry(format!(
+            "block {} is on rank {}, but the communicator has {nranks} ranks (the mesh was \
+             partitioned for more)",
+            b.gid, b.rank
+        ))),
+        None => Ok(neighbors),
+    }
+}
+
+/// Digests of what every rank must give an exchange alike: the blocks and their neighbours,
+/// the partitions, the exchanged variables, the block shape and the options that shape the
+/// messages.
+fn set_up_digests<B: BlockSet + ?Sized>(
+    mesh: &B,
+    neighbors: &[BlockNeighbors],
+    data: &BlockData,
+    opts: ExchangeOptions,
+    nranks: i32,
+) -> [(&'static str, u64); 5] {
+    fn digest(f: impl FnOnce(&mut DefaultHasher)) -> u64 {
+        let mut h = DefaultHasher::new();
+        f(&mut h);
+        h.finish()
+    }
+    let blocks = digest(|h| {
+        for b in neighbors {
+            (b.gid, b.rank, b.loc).hash(h);
+            for n in &b.neighbors {
+                (
+                    n.gid,
+                    n.rank,
+                    n.loc,
+                    n.level_diff,
+                    n.element,
+                    n.fi,
+                    n.periodic_shift,
+                )
+                    .hash(h);
+            }
+        }
+    });
+    let parts = digest(|h| (0..nranks as usize).for_each(|r| mesh.pack_partitions(r).hash(h)));
+    let vars = digest(|h| {
+        for v in data.vars().iter().filter(|v| v.fill_ghost) {
+            (&v.name, &v.slots, v.threshold.map(f64::to_bits)).hash(h);
+        }
+    });
+    let shape = digest(|h| (data.shape(), data.coarse_shape()).hash(h));
+    let options = digest(|h| (opts.coalesced, opts.split).hash(h));
+    [
+        ("meshes (blocks, their ranks or neighbours)", blocks),
+        ("mesh-data partitions (parthenon/mesh/pack_size)", parts),
+        (
+            "fill-ghost variables (names, components or sparse thresholds)",
+            vars,
+        ),
+        ("block shapes (cells or ghost layers)", shape),
+        ("exchange options (coalesced or split)", options),
+    ]
 }
 
 fn to_i32(x: usize, what: &str) -> Result<i32, BoundaryError> {
@@ -539,27 +631,39 @@ impl Exchange {
         opts: ExchangeOptions,
         pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
-        // A rank whose set-up fails tells the others before anyone waits on its messages.
-        let ex = collective::agree(
+        // A rank whose set-up fails tells the others before anyone waits on its messages, and
+        // ranks given different meshes, fields or options stop before they make different
+        // collective calls or post messages the others never match.
+        let neighbors = collective::agree(
             comm,
-            Self::build(comm, mesh, data, opts, pool),
+            checked_neighbors(mesh, comm.size() as usize),
             "another rank could not set up its ghost exchange",
         )?;
-        if opts.coalesced {
-            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
-            for r in ex.routes.iter().step_by(3) {
-                let listed = |ends: &'_ [End], chs: &'_ [Channel], i: usize| {
-                    Some((chs.get(i)?.key, ends.get(i)?.buf.len()))
-                };
-                sends.extend(coalesce::digests(&r.send_groups, |i| {
-                    listed(&r.send, &r.send_ch, i)
-                }));
-                recvs.extend(coalesce::digests(&r.recv_groups, |i| {
-                    listed(&r.recv, &r.recv_ch, i)
-                }));
-            }
-            coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
+        collective::same(
+            comm,
+            &set_up_digests(mesh, &neighbors, data, opts, comm.size()),
+        )?;
+        let ex = collective::agree(
+            comm,
+            Self::build(comm, mesh, neighbors, data, opts, pool),
+            "another rank could not set up its ghost exchange",
+        )?;
+        // Sender and receiver of each message check that they list the same channels, of the
+        // same lengths; a coalesced message's receiver could not cut it apart otherwise, and
+        // a channel's message would not fit its receive buffer.
+        let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+        for r in ex.routes.iter().step_by(3) {
+            let listed = |ends: &'_ [End], chs: &'_ [Channel], i: usize| {
+                Some((chs.get(i)?.key, ends.get(i)?.buf.len()))
+            };
+            sends.extend(coalesce::digests(&r.send_groups, |i| {
+                listed(&r.send, &r.send_ch, i)
+            }));
+            recvs.extend(coalesce::digests(&r.recv_groups, |i| {
+                listed(&r.recv, &r.recv_ch, i)
+            }));
         }
+        coalesce::agree(&ex.coal_comm, comm.rank(), &ex.pool, &sends, &recvs)?;
         Ok(ex)
     }
 
@@ -568,6 +672,7 @@ impl Exchange {
     fn build<B: BlockSet + ?Sized>(
         comm: &SimpleCommunicator,
         mesh: &B,
+        neighbors: Vec<BlockNeighbors>,
         data: &BlockData,
         opts: ExchangeOptions,
         pool: &BufferPool,
@@ -584,7 +689,6 @@ impl Exchange {
         let coal_comm = comm.duplicate();
         let tag_ub = p2p::tag_ub(&coal_comm);
 
-        let neighbors = mesh.neighbors()?;
         let rc = RankChannels::new(&neighbors, &vars, rank);
         let tags = TagMap::new(&rc, tag_ub)?;
 
@@ -863,7 +967,31 @@ impl Exchange {
             thresholds: (0..data.layout().fine.nvar)
                 .map(|s| slot_threshold(data, s))
                 .collect(),
+            form: DataForm::of(data),
         })
+    }
+
+    /// Refuses data of another form than the exchange was built for (its indices would miss).
+    /// Allocates nothing when the form matches: a warm exchange allocates nothing at all.
+    fn check_data(&self, data: &BlockData) -> Result<(), BoundaryError> {
+        let f = &self.form;
+        if data.layout() == f.layout
+            && data.gids().len() == f.blocks
+            && data.vars().iter().map(|v| &v.slots).eq(&f.slots)
+        {
+            return Ok(());
+        }
+        let got = DataForm::of(data);
+        Err(BoundaryError::Mismatch(format!(
+            "the exchange was built for {} blocks of {} variables ({:?}), not {} blocks of {} \
+             ({:?})",
+            self.form.blocks,
+            self.form.slots.len(),
+            self.form.layout,
+            got.blocks,
+            got.slots.len(),
+            got.layout
+        )))
     }
 
     /// The number of mesh-data partitions of this rank.
@@ -990,6 +1118,7 @@ impl Exchange {
         data: &mut BlockData,
         fields: &mut dyn FieldSpace,
     ) -> Result<TaskStatus, BoundaryError> {
+        self.check_data(data)?;
         let ri = self.route_index(part, ty)?;
         let r = &mut self.routes[ri];
         // Same-rank receivers must have consumed the last exchange.
@@ -1188,6 +1317,7 @@ impl Exchange {
         data: &mut BlockData,
         fields: &mut dyn FieldSpace,
     ) -> Result<TaskStatus, BoundaryError> {
+        self.check_data(data)?;
         let ri = self.route_index(part, ty)?;
         let r = &mut self.routes[ri];
         if !r.all_arrived() {
@@ -1236,6 +1366,7 @@ impl Exchange {
         data: &mut BlockData,
         fields: &mut dyn FieldSpace,
     ) -> Result<TaskStatus, BoundaryError> {
+        self.check_data(data)?;
         let Some(list) = self.finish.get(part) else {
             return Err(BoundaryError::Geometry(format!(
                 "partition {part} of {}",

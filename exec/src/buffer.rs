@@ -80,7 +80,14 @@ impl<T: Element> Buffer<T> {
     /// [`MemSpace::Cuda`] is [`SpaceError::Unavailable`] saying why.
     pub fn zeroed(space: MemSpace, len: usize) -> Result<Self, SpaceError> {
         match space {
-            MemSpace::Host => Ok(Self::host_repr(vec![T::default(); len].into_boxed_slice())),
+            MemSpace::Host => {
+                // Fallible, so that a size no allocation can hold is an error, not a panic.
+                let mut v = Vec::new();
+                v.try_reserve_exact(len)
+                    .map_err(|_| SpaceError::TooLarge(len))?;
+                v.resize(len, T::default());
+                Ok(Self::host_repr(v.into_boxed_slice()))
+            }
             #[cfg(feature = "cuda")]
             MemSpace::Cuda => {
                 let dev = Device::process_default()?;
@@ -412,6 +419,17 @@ impl<T> Buffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_buffer_no_allocation_can_hold_is_an_error() {
+        for len in [usize::MAX / 4, usize::MAX] {
+            let got = Buffer::<f64>::zeroed(MemSpace::Host, len);
+            assert!(
+                matches!(got, Err(SpaceError::TooLarge(n)) if n == len),
+                "{len}"
+            );
+        }
+    }
 
     #[test]
     fn cuda_without_backend_is_an_error_not_a_panic() {

@@ -25,6 +25,9 @@ pub enum SpaceError {
     /// A host slice of the wrong length for a buffer.
     #[error("a buffer of {expected} values was given {got}")]
     Length { expected: usize, got: usize },
+    /// A buffer larger than this process can hold.
+    #[error("a buffer of {0} values does not fit in memory")]
+    TooLarge(usize),
     /// A range outside a buffer.
     #[error("out of range: {0}")]
     Range(String),

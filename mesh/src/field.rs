@@ -248,7 +248,10 @@ impl Metadata {
             .iter()
             .map(|&te| shape.ncells(IndexDomain::Entire, te))
             .sum();
-        let mut b = Buffer::zeroed(space, n * self.ncomp)?;
+        let len = n
+            .checked_mul(self.ncomp)
+            .ok_or(SpaceError::TooLarge(usize::MAX))?;
+        let mut b = Buffer::zeroed(space, len)?;
         if let Some(h) = b.host_mut() {
             h.fill(self.default_value());
         }
@@ -513,6 +516,14 @@ pub fn pack_partitions(gids: Range<usize>, pack_size: Option<usize>) -> Vec<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_variable_too_large_to_allocate_is_an_error() {
+        let shape = IndexShape::new([8, 8, 1], 2, 2).unwrap();
+        let md = Metadata::new(Centering::Cell).components(usize::MAX / 4);
+        let got = md.allocate(&shape, MemSpace::Host);
+        assert!(matches!(got, Err(SpaceError::TooLarge(_))), "{got:?}");
+    }
 
     #[test]
     fn staggered_elements_have_one_more_point_where_staggered() {

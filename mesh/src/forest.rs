@@ -37,6 +37,13 @@ impl RootGrid {
                 )));
             }
         }
+        // Trees are counted and numbered in usize (and i64): their number must fit.
+        let trees = nrb.iter().try_fold(1i64, |n, &k| n.checked_mul(k));
+        if trees.is_none_or(|n| usize::try_from(n).is_err()) {
+            return Err(MeshError::BadLeaves(format!(
+                "root grid {nrb:?} has more blocks than can be counted"
+            )));
+        }
         Ok(Self {
             ndim,
             nrb,
@@ -154,7 +161,7 @@ impl Forest {
         let max_level = leaves.iter().map(|l| l.level()).max().unwrap_or(0);
         let mut volume: u128 = 0;
         for l in &leaves {
-            if l.level() + 2 > MAX_COORD_BITS || !grid.contains(l) {
+            if l.level().saturating_add(2) > MAX_COORD_BITS || !grid.contains(l) {
                 return Err(MeshError::BadLeaves(format!("{l} lies outside the domain")));
             }
             let mut a = *l;
@@ -312,6 +319,16 @@ mod tests {
         assert!(Forest::from_leaves(g, overlap).is_err());
         // Absurd levels and negative coordinates are errors, not panics.
         assert!(Forest::from_leaves(g, vec![LogicalLocation::new(100, [0, 0, 0])]).is_err());
+        for level in [u32::MAX - 1, u32::MAX] {
+            let deep = vec![LogicalLocation::new(level, [0, 0, 0])];
+            assert!(Forest::from_leaves(g, deep).is_err(), "level {level}");
+        }
+        // A root grid whose number of trees overflows is refused when it is made.
+        let e = RootGrid::new(3, [1 << 39; 3], [false; 3]).unwrap_err();
+        assert!(
+            e.to_string().contains("more blocks than can be counted"),
+            "{e}"
+        );
         assert!(Forest::from_leaves(g, vec![LogicalLocation::new(1, [-1, 0, 0])]).is_err());
         leaves.extend(root.children(2));
         let f = Forest::from_leaves(g, leaves).unwrap();

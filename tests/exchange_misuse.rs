@@ -1,0 +1,135 @@
+//! An exchange set up from inputs that differ across ranks, or used with other data than it
+//! was built for, fails with an error on every rank naming what differs: never a hang, an MPI
+//! abort or a panic. Each case makes the last rank differ; on one rank nothing differs, and
+//! the same set-up must succeed (the checks must not refuse agreeing inputs).
+
+mod common;
+
+use starhalo_boundary::{BlockData, BoundaryError, Exchange, ExchangeOptions};
+use starhalo_mesh::config::{BoundaryCondition, MeshConfig};
+use starhalo_mesh::field::{Centering, Fields, IndexShape, Metadata};
+use starhalo_mesh::Mesh;
+use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
+
+fn main() {
+    if std::env::var_os(common::CHILD_ENV).is_some() {
+        child();
+    } else {
+        eprintln!("exchange_misuse: set-ups that differ across ranks, data of another form");
+        common::relaunch_self(&[1, 2, 3], 120);
+    }
+}
+
+fn mesh(nranks: usize, pack_size: Option<usize>) -> Mesh {
+    let mut c = MeshConfig::new([32, 32, 1], [8, 8, 1]);
+    c.bc = [[BoundaryCondition::Periodic; 2]; 3];
+    c.pack_size = pack_size;
+    Mesh::new(c, nranks).unwrap()
+}
+
+fn fields(vars: &[(&str, usize)]) -> Fields {
+    let mut f = Fields::default();
+    for &(name, n) in vars {
+        let md = Metadata::new(Centering::Cell).fill_ghost().components(n);
+        f.add(name, md).unwrap();
+    }
+    f
+}
+
+/// `Exchange::new` on every rank: `Ok` where `agree`, else an error containing `want`.
+fn expect(
+    world: &SimpleCommunicator,
+    case: &str,
+    mesh: &Mesh,
+    data: &BlockData,
+    coalesced: bool,
+    agree: bool,
+    want: &str,
+) {
+    let opts = ExchangeOptions {
+        coalesced,
+        ..ExchangeOptions::default()
+    };
+    let got = Exchange::new(world, mesh, data, opts).map(drop);
+    let rank = world.rank();
+    match (agree, got) {
+        (true, Ok(())) => {}
+        (false, Err(e)) => assert!(
+            e.to_string().contains(want),
+            "{case} (coalesced {coalesced}) on rank {rank}: {e}"
+        ),
+        (_, got) => panic!("{case} (coalesced {coalesced}) on rank {rank}: {got:?}"),
+    }
+}
+
+fn child() {
+    let universe = starhalo_sf::mpi::initialize().expect("MPI init");
+    let world = universe.world();
+    let (me, n) = (world.rank() as usize, world.size() as usize);
+    let odd = me == n - 1;
+    let agree = n == 1;
+    let m = mesh(n, None);
+    let u = fields(&[("u", 1)]);
+    for coalesced in [true, false] {
+        // One more fill-ghost variable on one rank (this hung in set-up: each variable has
+        // a communicator of its own, duplicated collectively).
+        let f = if odd {
+            fields(&[("u", 1), ("v", 1)])
+        } else {
+            u.clone()
+        };
+        let data = BlockData::new(&m, &f, me).unwrap();
+        let vars = "the ranks hold different fill-ghost variables";
+        expect(&world, "a variable more", &m, &data, coalesced, agree, vars);
+
+        // Two components instead of one (this aborted MPI at the first fill, uncoalesced).
+        let f = if odd { fields(&[("u", 2)]) } else { u.clone() };
+        let data = BlockData::new(&m, &f, me).unwrap();
+        expect(&world, "more components", &m, &data, coalesced, agree, vars);
+
+        // Another pack_size on one rank: other partitions, other messages (this hung).
+        let p = mesh(n, odd.then_some(1));
+        let data = BlockData::new(&p, &u, me).unwrap();
+        let parts = "the ranks hold different mesh-data partitions";
+        expect(&world, "pack_size", &p, &data, coalesced, agree, parts);
+
+        // Another ghost width.
+        let shape = IndexShape::new([8, 8, 1], if odd { 3 } else { 2 }, 2).unwrap();
+        let gids = m.partition().blocks_of(me).collect();
+        let data = BlockData::for_blocks(&u, gids, shape, None).unwrap();
+        let shapes = "the ranks hold different block shapes";
+        expect(&world, "nghost", &m, &data, coalesced, agree, shapes);
+
+        // A mesh partitioned for one rank more than there are (this aborted MPI): refused
+        // alike on every rank, one rank too.
+        let more = mesh(n + 1, None);
+        let data = BlockData::new(&more, &u, me).unwrap();
+        let want = format!("but the communicator has {n} ranks");
+        expect(
+            &world,
+            "too many ranks",
+            &more,
+            &data,
+            coalesced,
+            false,
+            &want,
+        );
+    }
+
+    // Data of another form than the exchange was built for (these panicked).
+    let data = BlockData::new(&m, &fields(&[("a", 1), ("b", 1)]), me).unwrap();
+    let mut ex = Exchange::new(&world, &m, &data, ExchangeOptions::default()).unwrap();
+    let mut other = BlockData::new(&m, &fields(&[("u", 2)]), me).unwrap();
+    let got = ex.fill_ghosts(&mut other);
+    assert!(
+        matches!(&got, Err(BoundaryError::Mismatch(e)) if e.contains("the exchange was built for")),
+        "rank {me}: {got:?}"
+    );
+    let first = data.gids()[..1].to_vec();
+    let mut fewer = BlockData::for_blocks(&u, first, *data.shape(), None).unwrap();
+    let got = ex.fill_ghosts(&mut fewer);
+    assert!(matches!(got, Err(BoundaryError::Mismatch(_))), "{got:?}");
+    // The right data still fills (the refusals happened before anything moved).
+    let mut data = data;
+    ex.fill_ghosts(&mut data).unwrap();
+}
