@@ -176,7 +176,9 @@ fn initial(mesh: &Mesh, f: &Fields, rank: usize, seed: u64) -> BlockData {
             data.fine_mut(b, 1)[at(dims, p)] = code(lvl, g, 0);
             data.fine_mut(b, 2)[at(dims, p)] = code(lvl, g, 1);
             if on {
-                data.fine_mut(b, 3)[at(dims, p)] = if big { 1.0 + code(lvl, g, 0) } else { 1e-20 };
+                // Small blocks sit exactly at the threshold, which is not above it.
+                let small = -SparseThresholds::default().allocation;
+                data.fine_mut(b, 3)[at(dims, p)] = if big { 1.0 + code(lvl, g, 0) } else { small };
             }
         }
     }
