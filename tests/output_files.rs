@@ -1,6 +1,7 @@
 //! Outputs on 1 and 3 ranks: `.phdf` (with and without ghosts), `.xdmf`, history, PNG and
 //! restart files of a 2-level AMR mesh in 2-D and 3-D, with a dense scalar, a 3-component
-//! vector, a sparse scalar unallocated on some blocks and a face variable that is not written.
+//! vector, a sparse scalar unallocated on some blocks and a face variable that is not written;
+//! and `.phdf` files of a statically refined and of a single-level mesh (`Info/Refine`).
 //!
 //! The parent relaunches this binary under `mpiexec`; each job writes its files into its own
 //! directory and reads its restart file back on every rank. The parent then checks the files
@@ -16,7 +17,7 @@ mod output;
 use output::{FileNumber, FileType, OutputBlock, OutputError, ParamValue, Snapshot};
 use starhalo_boundary::FieldLayout;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag, RefinementKind};
+use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag, RefinementKind, StaticRegion};
 use std::path::{Path, PathBuf};
 
 const OUT_ENV: &str = "STARHALO_TEST_OUT";
@@ -54,6 +55,7 @@ fn main() {
             check_xdmf(&dir.join(format!("{case}.out0.00000.phdf.xdmf")));
             check_xdmf(&dir.join(format!("{case}.out1.00000.phdf.xdmf")));
             check_hst(case, &dir);
+            check_refine_flags(case, &dir);
             check_single(case, &dir);
             check_storage(case, n, &dir);
             check_png(case, &dir);
@@ -97,6 +99,24 @@ fn mesh(case: &str, nranks: usize) -> Mesh {
     flags[if case == "d2" { 2 } else { 0 }] = RefinementFlag::Refine;
     m.remesh(&flags, None).unwrap();
     m
+}
+
+/// The root grid of `case` refined otherwise: a static region one level deep in a corner
+/// (more than one level, none adaptive), or a single level.
+fn mesh_refined(case: &str, nranks: usize, kind: RefinementKind) -> Mesh {
+    let mut c = mesh(case, 1).config().clone();
+    c.refinement = kind;
+    if kind == RefinementKind::Static {
+        c.static_regions.push(StaticRegion {
+            xmin: c.xmin,
+            xmax: std::array::from_fn(|d| c.xmin[d] + 0.1),
+            level: 1,
+            id: 0,
+        });
+    } else {
+        c.numlevel = 1;
+    }
+    Mesh::new(c, nranks).unwrap()
 }
 
 fn fields() -> Fields {
@@ -241,6 +261,20 @@ fn child() {
             std::fs::write(stale, "stale").unwrap();
         }
         write(&b9).unwrap();
+        // The same variables on a statically refined mesh and on a single level.
+        for (id, kind) in [(10, RefinementKind::Static), (11, RefinementKind::None)] {
+            let m = mesh_refined(case, nranks, kind);
+            let l = local(&m, rank);
+            let other = Snapshot {
+                mesh: &m,
+                gids: &l.gids,
+                data: &l.data,
+                allocated: &l.allocated,
+                ..snap
+            };
+            let b = OutputBlock::new(id, FileType::Hdf5);
+            output::write_output(&world, &other, &b, case, &dir, FileNumber::Step(0)).unwrap();
+        }
         let rst = write(&OutputBlock::new(2, FileType::Restart)).unwrap();
         let hst = OutputBlock::new(3, FileType::History);
         write(&hst).unwrap();
@@ -813,6 +847,31 @@ fn check_storage(case: &str, nranks: usize, dir: &Path) {
     assert_eq!(deflate(&rst, "rho").0, Some(5), "{case}: restart deflated");
 }
 
+/// Parthenon's `Info/Refine` says whether refinement is adaptive, `Info/Multilevel` whether
+/// there may be more than one level: 1/1 on the adaptive mesh (`check_phdf`), 0/1 with
+/// static refinement, 0/0 on a single level.
+fn check_refine_flags(case: &str, dir: &Path) {
+    for (out, max_level, want) in [("out10", 1, [0, 1]), ("out11", 0, [0, 0])] {
+        let path = dir.join(format!("{case}.{out}.00000.phdf"));
+        let file = hdf5::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let info = file.group("Info").unwrap();
+        let get = |name: &str| -> i32 { attr(&info, name, "int32", &[]).read_scalar().unwrap() };
+        // The static region did refine: the file is multilevel in fact.
+        assert_eq!(
+            get("MaxLevel"),
+            max_level,
+            "{}: Info/MaxLevel",
+            path.display()
+        );
+        assert_eq!(
+            [get("Refine"), get("Multilevel")],
+            want,
+            "{}: Info/Refine, Info/Multilevel",
+            path.display()
+        );
+    }
+}
+
 fn check_hst(case: &str, dir: &Path) {
     let text = std::fs::read_to_string(dir.join(format!("{case}.out3.hst"))).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -834,6 +893,25 @@ fn check_hst(case: &str, dir: &Path) {
                 "slot {s}: {got} vs {want}"
             );
         }
+        // The sparse scal: its integral over the blocks that hold it, plus the default over
+        // the volume of those that do not (the default is a value, not a per-cell amount).
+        let (mut held, mut default) = (0.0, 0.0);
+        for gid in 0..m.forest().len() {
+            let (lo, hi) = m.bounds(gid).unwrap();
+            let v: f64 = (0..3).map(|d| hi[d] - lo[d]).product();
+            let mid: [f64; 3] = std::array::from_fn(|d| 0.5 * (lo[d] + hi[d]));
+            match scal_allocated(gid) {
+                true => held += f(4, mid) * v,
+                false => default += SPARSE_DEFAULT * v,
+            }
+        }
+        assert!(default > 0.0, "{case}: every block holds scal");
+        let got: f64 = cols[3 + 4].parse().unwrap();
+        let want = held + default;
+        assert!(
+            (got - want).abs() < 1e-10 * want.abs(),
+            "{case}: history of sparse scal: {got}, want {held} allocated + {default} default"
+        );
     }
 }
 

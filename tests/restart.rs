@@ -17,8 +17,12 @@
 //! - the same holds with sparse fields (a hard sphere, some blocks unallocated at the
 //!   restart), and that file continued with dense fields ends with the same values;
 //! - and on 3 ranks with adaptive refinement, where the mesh still changes after the
-//!   restart point, by the steepness of a Gaussian (`parthenon/refinement0`), and on 2 by
-//!   the advection block's own test on a hard sphere;
+//!   restart point, by the steepness of a Gaussian (`parthenon/refinement0`), with a merge
+//!   that the file's derefinement counts make due at cycle 6, and on 2 by the advection
+//!   block's own test on a hard sphere;
+//! - `Info/Refine` is 1 only with adaptive refinement, `Info/Multilevel` 1 with either;
+//! - restarted with `nlim` at the file's cycle, a run takes no step, writes one history line
+//!   for that cycle (not two) and only its final files;
 //! - a missing file, a `.phdf` file, a truncated file, one damaged byte (in the values, in
 //!   HDF5's own metadata), a file edited through HDF5 (another problem's name, another time,
 //!   a changed value), such edits sealed again (another problem, a cycle beyond int32, an
@@ -79,13 +83,18 @@ fn main() {
     let sparse: &[&str] = &["advection/sparse=true", "advection/profile=hard_sphere"];
     // Adaptive refinement on top of the static region: the mesh keeps changing after the
     // restart point, so the continuation must restore the forest and derefinement counts.
+    // A derefine_tol near refine_tol flags the children of a refined block (their first
+    // derivative about halves) at once; at this cfl the gaussian has just refined a block at
+    // cycle 5, whose children, counted once in the cycle-5 file, merge at cycle 6 only if the
+    // file's counts are taken back.
     let amr: &[&str] = &[
         "parthenon/mesh/refinement=adaptive",
         "parthenon/mesh/derefine_count=2",
         "advection/width=0.05",
+        "advection/cfl=0.6",
         "parthenon/refinement0/field=advected",
         "parthenon/refinement0/refine_tol=0.05",
-        "parthenon/refinement0/derefine_tol=0.01",
+        "parthenon/refinement0/derefine_tol=0.04",
     ];
     // The advection block's own test (Parthenon's example) on a hard sphere.
     let sphere: &[&str] = &[
@@ -124,6 +133,17 @@ fn main() {
             tag == "sparse",
             "unallocated blocks in {tag} run"
         );
+        // Parthenon's Info/Refine: adaptive refinement on; Info/Multilevel: levels may differ
+        // (the static region makes them differ in every case).
+        let adaptive = i64::from(tag == "amr" || tag == "sphere");
+        assert_eq!(
+            (attr::<i64>(&rst, "Refine"), attr::<i64>(&rst, "Multilevel")),
+            (adaptive, 1),
+            "Info/Refine, Info/Multilevel of the {tag} restart file"
+        );
+        if tag == "amr" {
+            pending_merge(&rst, &String::from_utf8_lossy(&out.stdout));
+        }
         if ranks == 1 {
             // A stale history already in the new directory gives way to the one beside the
             // restart file.
@@ -135,6 +155,9 @@ fn main() {
         let out = run(ranks, &args);
         common::assert_ok(&format!("restarted {tag} run on {ranks} ranks"), &out);
         check_continuation(&full, &resumed);
+        if tag == "dense" && ranks == 1 {
+            no_step(deck, &base, &full);
+        }
         if tag == "dense" && ranks == 2 {
             // Restarted in the run's own directory from its cycle-5 file: the history drops
             // the lines after cycle 5 that the continuation writes again.
@@ -271,6 +294,76 @@ fn same_history(full: &Path, resumed: &Path) {
     let expected: Vec<String> = (0..=12).map(|c| c.to_string()).collect();
     assert_eq!(cycles, expected, "one history line per cycle:\n{want}");
     assert_eq!(read(resumed), want, "{}", resumed.display());
+}
+
+/// The amr run's cycle-5 file holds the derefinement counts of a merge still pending (some
+/// leaf counted, below `derefine_count` = 2), and the run merges blocks at the next cycle:
+/// a continuation that lost the counts would merge a cycle late and differ.
+fn pending_merge(rst: &Path, stdout: &str) {
+    let counts: Vec<i32> = hdf5::File::open(rst)
+        .and_then(|f| f.dataset("Blocks/derefinement_count"))
+        .and_then(|d| d.read_raw())
+        .unwrap_or_else(|e| panic!("{}: Blocks/derefinement_count: {e}", rst.display()));
+    assert!(
+        counts.contains(&1),
+        "no merge pending in the derefinement counts of {}: {counts:?}",
+        rst.display()
+    );
+    // "remesh: cycle=C blocks A -> B refined=R merged=M max_level=L"
+    let next = format!("remesh: cycle={} ", RESTART_CYCLE + 1);
+    let merged = stdout
+        .lines()
+        .filter(|l| l.starts_with(&next))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix("merged="));
+    assert!(
+        merged.is_some_and(|m| m != "0"),
+        "no merge at cycle {} in the amr run:\n{stdout}",
+        RESTART_CYCLE + 1
+    );
+}
+
+/// Restarted at its cycle limit (`nlim` = the file's cycle), a run takes no step: its
+/// history is the uninterrupted run's up to that cycle, with one line for it, not two, and
+/// it writes only its final outputs, the restart file the one it started from.
+fn no_step(deck: &str, base: &Path, full: &Path) {
+    let dir = base.join("no-step1");
+    let rst = full.join("adv.out1.00001.rhdf");
+    let nlim = format!("parthenon/time/nlim={RESTART_CYCLE}");
+    let args = [deck, "-d", path_str(&dir), "-r", path_str(&rst), &nlim];
+    common::assert_ok("restart at nlim", &run(1, &args[..]));
+    let read = |d: &Path| {
+        let p = d.join("adv.out2.hst");
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    let (got, all) = (read(&dir), read(full));
+    let cycle = |l: &str| {
+        l.split_whitespace()
+            .nth(2)
+            .and_then(|c| c.parse::<i64>().ok())
+    };
+    let want: String = all
+        .lines()
+        .filter(|l| l.starts_with('#') || cycle(l).is_some_and(|c| c <= RESTART_CYCLE))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        got, want,
+        "history of a restart that takes no step: cycles 0 to {RESTART_CYCLE} once each"
+    );
+    let written = hdf5_files(&dir);
+    let finals: BTreeSet<String> = ["adv.out0.final.phdf", "adv.out1.final.rhdf"]
+        .map(String::from)
+        .into();
+    assert_eq!(written, finals, "files of a restart that takes no step");
+    let last = dir.join("adv.out1.final.rhdf");
+    assert_eq!(
+        attr::<i64>(&last, "NCycle"),
+        RESTART_CYCLE,
+        "{}",
+        last.display()
+    );
+    same_file(&rst, &last);
 }
 
 fn field_bits(path: &Path, name: &str) -> Vec<u64> {

@@ -418,6 +418,7 @@ fn child() {
         }
     }
     invalid_graphs(&world, &mut failures);
+    replace_after_own_leaf(&world, &mut failures);
     // The query links and runs; an MPI cannot move CUDA memory on a machine without a driver.
     let cuda = starhalo_sf::mpi_cuda_support();
     if cuda && !common::has_gpu() {
@@ -428,6 +429,49 @@ fn child() {
     }
     drop(universe);
     std::process::exit(i32::from(!failures.is_empty()));
+}
+
+/// A replace-reduce where a root in the range that remote leaves fill contiguously also has a
+/// leaf on its own rank: the remote value must win (own rank's leaves first, then the others
+/// in rank order), so the remote data cannot land in place, where the own leaf, copied after
+/// the receive started, would overwrite it. Rank 1's message is sent and has arrived (a
+/// barrier) before rank 0 begins, which is when a wrong in-place receive is filled at once.
+fn replace_after_own_leaf(world: &SimpleCommunicator, failures: &mut Vec<String>) {
+    use starhalo_sf::mpi::collective::CommunicatorCollectives;
+    let (rank, n) = (world.rank(), world.size());
+    if n < 2 {
+        return;
+    }
+    let at = |rank, offset| RootRef { rank, offset };
+    let leaves = match rank {
+        0 => vec![at(0, 1)],
+        1 => vec![at(0, 0), at(0, 1), at(0, 2)],
+        _ => vec![],
+    };
+    let nroots = if rank == 0 { 3 } else { 0 };
+    for sf_type in [SfType::Basic, SfType::Neighbor] {
+        let opts = SfOptions {
+            sf_type,
+            ..SfOptions::default()
+        };
+        let sf = StarForest::new(world, &Graph::new(nroots, None, leaves.clone()), opts).unwrap();
+        let leaf: Vec<f64> = (0..sf.leaf_space())
+            .map(|l| (10 * rank + l as i32) as f64)
+            .collect();
+        let mut root = vec![-1.0; nroots];
+        if rank != 0 {
+            sf.reduce(&leaf, &mut root, Op::Replace).unwrap();
+            world.barrier();
+        } else {
+            world.barrier();
+            sf.reduce(&leaf, &mut root, Op::Replace).unwrap();
+            if root != [10.0, 11.0, 12.0] {
+                failures.push(format!(
+                    "{sf_type:?} replace with an own leaf inside the remote range: {root:?}"
+                ));
+            }
+        }
+    }
 }
 
 /// Each invalid graph is an error on every rank, never a hang; the finder names the fault.
