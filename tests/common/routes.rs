@@ -13,6 +13,8 @@ pub struct OffNode<'a> {
     pub per_forest: Vec<usize>,
     /// Every rank's messages to each node: `all[rank * nodes + to]`.
     pub all: Vec<usize>,
+    /// The other-node ranks this rank sends to in the route's middle hop (forest 2).
+    middle: Vec<usize>,
 }
 
 impl<'a> OffNode<'a> {
@@ -21,7 +23,8 @@ impl<'a> OffNode<'a> {
         let rank = world.rank() as usize;
         let mut mine = vec![0usize; nodes.count()];
         let mut per_forest = Vec::new();
-        for f in forests {
+        let mut middle = Vec::new();
+        for (i, f) in forests.iter().enumerate() {
             let off: Vec<usize> = f
                 .leaf_ranks()
                 .into_iter()
@@ -30,6 +33,10 @@ impl<'a> OffNode<'a> {
                 .collect();
             off.iter().for_each(|&to| mine[to] += 1);
             per_forest.push(off.len());
+            if i == 2 {
+                let away = f.leaf_ranks().into_iter().map(|(r, _)| r as usize);
+                middle.extend(away.filter(|&r| nodes.of(r) != nodes.of(rank)));
+            }
         }
         let mut all = vec![0usize; world.size() as usize * nodes.count()];
         world.all_gather_into(&mine[..], &mut all[..]);
@@ -38,6 +45,7 @@ impl<'a> OffNode<'a> {
             rank,
             per_forest,
             all,
+            middle,
         }
     }
 
@@ -69,6 +77,23 @@ impl<'a> OffNode<'a> {
             return Err(format!(
                 "off-node messages per forest {:?}",
                 self.per_forest
+            ));
+        }
+        // 3-step pairs node k's rank (to mod its size) with node to's rank (k mod its size), so
+        // that every rank of a node takes a share of the other nodes.
+        let paired = |n: usize, i: usize| {
+            let m = self.nodes.members(n);
+            m[i % m.len()]
+        };
+        let here = self.nodes.of(self.rank);
+        let spread = self.middle.iter().all(|&q| {
+            let to = self.nodes.of(q);
+            q == paired(to, here) && self.rank == paired(here, to)
+        });
+        if strategy == Strategy::ThreeStep && !spread {
+            return Err(format!(
+                "3-step relays: rank {} sends across to {:?}",
+                self.rank, self.middle
             ));
         }
         let count = self.nodes.count();
