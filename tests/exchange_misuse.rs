@@ -6,7 +6,7 @@
 mod common;
 
 use starhalo_boundary::{BlockData, BoundaryError, Exchange, ExchangeOptions};
-use starhalo_mesh::config::{BoundaryCondition, MeshConfig};
+use starhalo_mesh::config::{BoundaryCondition, MeshConfig, RefinementKind, StaticRegion};
 use starhalo_mesh::field::{Centering, Fields, IndexShape, Metadata};
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
@@ -113,6 +113,34 @@ fn child() {
             coalesced,
             false,
             &want,
+        );
+    }
+
+    // A multilevel mesh with data made without coarse buffers: named as such, on every rank
+    // (was a sub-halo "outside" the layout).
+    let mut c = MeshConfig::new([32, 32, 1], [8, 8, 1]);
+    c.bc = [[BoundaryCondition::Periodic; 2]; 3];
+    c.refinement = RefinementKind::Static;
+    c.numlevel = 2;
+    c.static_regions.push(StaticRegion {
+        xmin: [0.375, 0.375, 0.0],
+        xmax: [0.625, 0.625, 1.0],
+        level: 1,
+        id: 0,
+    });
+    let two = Mesh::new(c, n).unwrap();
+    let gids = two.partition().blocks_of(me).collect();
+    let data = BlockData::for_blocks(&u, gids, two.index_shape().unwrap(), None).unwrap();
+    for coalesced in [true, false] {
+        let want = "the data needs coarse buffers";
+        expect(
+            &world,
+            "no coarse buffers",
+            &two,
+            &data,
+            coalesced,
+            false,
+            want,
         );
     }
 

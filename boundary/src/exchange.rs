@@ -689,6 +689,16 @@ impl Exchange {
         let coal_comm = comm.duplicate();
         let tag_ub = p2p::tag_ub(&coal_comm);
 
+        let levels_differ = neighbors
+            .iter()
+            .any(|b| b.neighbors.iter().any(|n| n.level_diff != 0));
+        if levels_differ && data.coarse_shape().is_none() {
+            return Err(BoundaryError::Geometry(
+                "neighbouring blocks differ in level, so the data needs coarse buffers (as \
+                 BlockData::new gives a multilevel mesh)"
+                    .into(),
+            ));
+        }
         let rc = RankChannels::new(&neighbors, &vars, rank);
         let tags = TagMap::new(&rc, tag_ub)?;
 

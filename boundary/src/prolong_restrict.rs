@@ -90,12 +90,14 @@ impl Geometry {
     ) -> Result<(), BoundaryError> {
         let flen: usize = self.fine.iter().product();
         let clen: usize = self.coarse.iter().product();
-        if fine != flen || coarse != clen {
-            return Err(BoundaryError::Size {
-                what: "fine and coarse arrays (values)",
-                expected: flen + clen,
-                got: fine + coarse,
-            });
+        for (what, expected, got) in [("fine array", flen, fine), ("coarse array", clen, coarse)] {
+            if got != expected {
+                return Err(BoundaryError::Size {
+                    what,
+                    expected,
+                    got,
+                });
+            }
         }
         for d in 0..3 {
             let r = cbox.0[d];

@@ -184,12 +184,25 @@ pub fn plan_moves(
     old: &Partition,
     new: &Partition,
 ) -> Result<Vec<BlockMove>, MeshError> {
-    if old.nblocks() != map.fate.len() || new.nblocks() != map.origin.len() {
-        return Err(MeshError::Length {
-            what: "blocks in the partitions of a remesh",
-            expected: map.fate.len(),
-            got: old.nblocks(),
-        });
+    for (what, p, expected) in [
+        (
+            "blocks in the partition before a remesh",
+            old,
+            map.fate.len(),
+        ),
+        (
+            "blocks in the partition after a remesh",
+            new,
+            map.origin.len(),
+        ),
+    ] {
+        if p.nblocks() != expected {
+            return Err(MeshError::Length {
+                what,
+                expected,
+                got: p.nblocks(),
+            });
+        }
     }
     let rank = |p: &Partition, g: usize| {
         p.rank_of(g)

@@ -41,6 +41,9 @@ pub enum SfError {
     /// take those messages for its own, so the forest refuses every operation after that.
     #[error("an earlier operation on this forest failed its checks on this rank, out of step with the other ranks, so the forest takes no more operations (treat that first error as fatal)")]
     OutOfStep,
+    /// A node map of another number of ranks than the communicator has.
+    #[error("the node map places {ranks} ranks, but the communicator has {size}")]
+    NodeMapSize { ranks: usize, size: usize },
     /// A graph's `ilocal` and `iremote` differ in length.
     #[error("ilocal lists {ilocal} leaves but iremote lists {iremote}")]
     IlocalLength { ilocal: usize, iremote: usize },

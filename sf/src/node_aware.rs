@@ -173,11 +173,7 @@ impl Nodes {
         let comm = comm.duplicate();
         let size = comm.size() as usize;
         let check = match self.node.len() {
-            n if n != size => Err(SfError::BufferTooShort {
-                what: "node map",
-                got: n,
-                need: size,
-            }),
+            n if n != size => Err(SfError::NodeMapSize { ranks: n, size }),
             _ => Ok(()),
         };
         discovery::agree(&comm, check)?;
