@@ -311,7 +311,7 @@ fn child() {
         );
         let exchange = |data: &BlockData| {
             let mut ex = Exchange::new(&world, &mesh, data, opts).unwrap();
-            ex.set_prolongation(1, Prolongation::Constant);
+            ex.set_prolongation(1, Prolongation::Constant).unwrap();
             ex
         };
         if !amr {

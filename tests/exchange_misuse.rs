@@ -5,7 +5,7 @@
 
 mod common;
 
-use starhalo_boundary::{BlockData, BoundaryError, Exchange, ExchangeOptions};
+use starhalo_boundary::{BlockData, BoundaryError, Exchange, ExchangeOptions, Prolongation};
 use starhalo_mesh::config::{BoundaryCondition, MeshConfig, RefinementKind, StaticRegion};
 use starhalo_mesh::field::{Centering, Fields, IndexShape, Metadata};
 use starhalo_mesh::Mesh;
@@ -153,6 +153,11 @@ fn child() {
         matches!(&got, Err(BoundaryError::Mismatch(e)) if e.contains("the exchange was built for")),
         "rank {me}: {got:?}"
     );
+    assert!(
+        ex.set_prolongation(2, Prolongation::Constant).is_err(),
+        "a third variable"
+    );
+    ex.set_prolongation(1, Prolongation::Constant).unwrap();
     let first = data.gids()[..1].to_vec();
     let mut fewer = BlockData::for_blocks(&u, first, *data.shape(), None).unwrap();
     let got = ex.fill_ghosts(&mut fewer);

@@ -33,6 +33,12 @@ fn child() {
         _ => Vec::new(),
     };
     let sf = StarForest::new(&world, &Graph::new(1, None, leaves), SfOptions::default()).unwrap();
+    // Units of zero bytes are refused alike on every rank (they depend on the type only),
+    // and do not put the forest out of step.
+    let none: [[f64; 0]; 1] = [[]];
+    let mut leaf0 = vec![[0.0f64; 0]; sf.leaf_space()];
+    let got = sf.bcast(&none, &mut leaf0, Op::Replace);
+    assert_eq!(got, Err(SfError::Unsupported("units of zero bytes")));
     let bad = n - 1;
     let leaf: Vec<f64> = (0..sf.leaf_space()).map(|q| (q + 1) as f64).collect();
     for call in 0..3 {

@@ -1015,10 +1015,14 @@ impl Exchange {
     }
 
     /// Registers the prolongation operator of variable `var` (default: minmod-limited linear).
-    pub fn set_prolongation(&mut self, var: usize, op: Prolongation) {
-        if let Some(p) = self.prolongation.get_mut(var) {
-            *p = op;
-        }
+    pub fn set_prolongation(&mut self, var: usize, op: Prolongation) -> Result<(), BoundaryError> {
+        let n = self.prolongation.len();
+        let p = self
+            .prolongation
+            .get_mut(var)
+            .ok_or_else(|| BoundaryError::Geometry(format!("no variable {var} (there are {n})")))?;
+        *p = op;
+        Ok(())
     }
 
     /// The pool its message buffers come from.

@@ -425,6 +425,22 @@ impl IndexShape {
                 format!("not a block shape in {ndim} dimensions"),
             ));
         }
+        // Node-centred arrays, the largest, have nx + 2 nghost + 1 points per active direction:
+        // their count must fit in a usize, so that no array length overflows.
+        let points = (0..3).try_fold(1usize, |n, d| {
+            let extra = match d < ndim {
+                true => nghost.checked_mul(2)?.checked_add(1)?,
+                false => 0,
+            };
+            n.checked_mul(nx[d].checked_add(extra)?)
+        });
+        if points.is_none() {
+            return Err(MeshError::invalid(
+                "parthenon/mesh/nghost",
+                nghost.to_string(),
+                format!("a block of {nx:?} cells with {nghost} ghost layers has more cells than can be counted"),
+            ));
+        }
         Ok(Self { nx, nghost, ndim })
     }
 
@@ -516,6 +532,14 @@ pub fn pack_partitions(gids: Range<usize>, pack_size: Option<usize>) -> Vec<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_whose_cells_cannot_be_counted_is_an_error() {
+        assert!(IndexShape::new([8, 8, 1], usize::MAX, 2).is_err());
+        assert!(IndexShape::new([usize::MAX, 1, 1], 0, 1).is_err());
+        assert!(IndexShape::new([1 << 30, 1 << 30, 1 << 30], 0, 3).is_err());
+        assert!(IndexShape::new([1 << 20, 1 << 20, 1], 2, 2).is_ok());
+    }
 
     #[test]
     fn a_variable_too_large_to_allocate_is_an_error() {

@@ -431,6 +431,10 @@ impl StarForest {
             align_of::<U>() <= 16,
             "unit types must be aligned to at most 16 bytes"
         );
+        // The same on every rank (it depends on the type only), so refused alike.
+        if size_of::<U>() == 0 {
+            return Err(SfError::Unsupported("units of zero bytes"));
+        }
         self.take_link_bytes(kind, size_of::<U>())
     }
 

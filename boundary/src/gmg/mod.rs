@@ -245,7 +245,7 @@ impl GmgExchange {
         }
         self.slot_ops[slots].fill(op);
         for ex in &mut self.same {
-            ex.set_prolongation(var, op);
+            ex.set_prolongation(var, op)?;
         }
         Ok(())
     }
