@@ -610,8 +610,10 @@ impl Exchange {
     /// The exchange of this rank of `comm` for the fill-ghost variables of `data` on `mesh`
     /// (the leaves of a [`Mesh`](starhalo_mesh::Mesh), or any other [`BlockSet`] such as a
     /// multigrid level).
-    /// Collective: every rank of `comm` must call it (it duplicates communicators and, when
-    /// coalesced, checks with each peer what each message will hold).
+    /// Collective: every rank of `comm` must call it. Ranks that were given different meshes,
+    /// partitions, fill-ghost variables, block shapes or options all fail, naming the first
+    /// that differs; then it duplicates communicators and checks with each peer what each
+    /// message will hold.
     pub fn new<B: BlockSet + ?Sized>(
         comm: &SimpleCommunicator,
         mesh: &B,
