@@ -5,7 +5,9 @@
 
 mod common;
 
-use starhalo_boundary::{BlockData, BoundaryError, Exchange, ExchangeOptions, Prolongation};
+use starhalo_boundary::{
+    BlockData, BoundaryError, BoundaryType, Exchange, ExchangeOptions, Prolongation,
+};
 use starhalo_mesh::config::{BoundaryCondition, MeshConfig, RefinementKind, StaticRegion};
 use starhalo_mesh::field::{Centering, Fields, IndexShape, Metadata};
 use starhalo_mesh::Mesh;
@@ -79,7 +81,7 @@ fn child() {
             u.clone()
         };
         let data = BlockData::new(&m, &f, me).unwrap();
-        let vars = "the ranks hold different fill-ghost variables";
+        let vars = "the ranks hold different variables";
         expect(&world, "a variable more", &m, &data, coalesced, agree, vars);
 
         // Two components instead of one (this aborted MPI at the first fill, uncoalesced).
@@ -92,6 +94,37 @@ fn child() {
         let data = BlockData::new(&p, &u, me).unwrap();
         let parts = "the ranks hold different mesh-data partitions";
         expect(&world, "pack_size", &p, &data, coalesced, agree, parts);
+
+        // Another boundary condition on one rank: other neighbours across the faces.
+        let mut c = MeshConfig::new([32, 32, 1], [8, 8, 1]);
+        c.bc = [[BoundaryCondition::Outflow; 2]; 3];
+        let outflow = Mesh::new(c, n).unwrap();
+        let on = if odd { &outflow } else { &m };
+        let data = BlockData::new(on, &u, me).unwrap();
+        let meshes = "the ranks hold different meshes";
+        expect(
+            &world,
+            "boundary conditions",
+            on,
+            &data,
+            coalesced,
+            agree,
+            meshes,
+        );
+
+        // Coalesced on all but one rank.
+        let data = BlockData::new(&m, &u, me).unwrap();
+        let options = "the ranks hold different exchange options";
+        let mixed = coalesced != odd;
+        expect(
+            &world,
+            "coalesced on some",
+            &m,
+            &data,
+            mixed,
+            agree,
+            options,
+        );
 
         // Another ghost width.
         let shape = IndexShape::new([8, 8, 1], if odd { 3 } else { 2 }, 2).unwrap();
@@ -149,8 +182,9 @@ fn child() {
     let mut ex = Exchange::new(&world, &m, &data, ExchangeOptions::default()).unwrap();
     let mut other = BlockData::new(&m, &fields(&[("u", 2)]), me).unwrap();
     let got = ex.fill_ghosts(&mut other);
+    let want = "not the form the exchange was built for: 2 variables, not 1";
     assert!(
-        matches!(&got, Err(BoundaryError::Mismatch(e)) if e.contains("the exchange was built for")),
+        matches!(&got, Err(BoundaryError::Invalid(e)) if e.contains(want)),
         "rank {me}: {got:?}"
     );
     assert!(
@@ -161,7 +195,14 @@ fn child() {
     let first = data.gids()[..1].to_vec();
     let mut fewer = BlockData::for_blocks(&u, first, *data.shape(), None).unwrap();
     let got = ex.fill_ghosts(&mut fewer);
-    assert!(matches!(got, Err(BoundaryError::Mismatch(_))), "{got:?}");
+    let want = format!("{} blocks, not 1", data.gids().len());
+    let named = |e: Option<&BoundaryError>| matches!(e, Some(BoundaryError::Invalid(m)) if m.contains(&want));
+    assert!(named(got.as_ref().err()), "{got:?}");
+    // Each phase checks, not only the first send.
+    let set = ex.set_bounds(0, BoundaryType::Any, &mut fewer);
+    let finish = ex.finish(0, &mut fewer);
+    assert!(named(set.as_ref().err()), "{set:?}");
+    assert!(named(finish.as_ref().err()), "{finish:?}");
     // The right data still fills (the refusals happened before anything moved).
     let mut data = data;
     ex.fill_ghosts(&mut data).unwrap();

@@ -64,7 +64,7 @@ pub(crate) fn groups<K: PartialEq>(
         let tag = tag(&key)?;
         if !seen.insert((peer, tag)) {
             return Err(BoundaryError::Mismatch(format!(
-                "two coalesced messages to or from rank {peer} on tag {tag}: the channel ends \
+                "two message groups to or from rank {peer} on tag {tag}: the channel ends \
                  are not held together by peer and key"
             )));
         }
@@ -167,7 +167,7 @@ pub(crate) fn receive<'a>(
 ) -> Result<Option<(Range<usize>, Arrived<'a>)>, BoundaryError> {
     let g = &mut groups[gi];
     if !g.status_in {
-        let Some(n) = p2p::probe(comm, g.peer, g.tag) else {
+        let Some(n) = p2p::probe(comm, g.peer, g.tag)? else {
             return Ok(None);
         };
         if n != g.ends.len() {
@@ -185,7 +185,7 @@ pub(crate) fn receive<'a>(
     if g.data_in {
         return Ok(None);
     }
-    let Some(n) = p2p::probe(comm, g.peer, g.tag + 1) else {
+    let Some(n) = p2p::probe(comm, g.peer, g.tag + 1)? else {
         return Ok(None);
     };
     arena.grow(2 * gi + 1, n)?;
@@ -282,8 +282,8 @@ fn digest(ends: impl IntoIterator<Item = (ChannelKey, usize)>) -> [f64; 3] {
 
 /// Sender and receiver of each group (the channels of one coalesced message pair, which
 /// travel one message each when not coalesced) check that they list the same channels of the
-/// same lengths: each sends the [`digest`] of its group to the other. `sends` and `recvs` are this rank's
-/// groups as (peer, tag, digest). Collective over `comm`: a mismatch is seen by the receiving
+/// same lengths: each sends the [`digest`] of its group to the other. `sends` and `recvs` are
+/// this rank's groups as (peer, tag, digest). Collective over `comm`: a mismatch is seen by the receiving
 /// end only, so every rank learns whether any rank saw one and fails with it.
 pub(crate) fn agree(
     comm: &SimpleCommunicator,
@@ -292,11 +292,18 @@ pub(crate) fn agree(
     sends: &[(i32, i32, [f64; 3])],
     recvs: &[(i32, i32, [f64; 3])],
 ) -> Result<(), BoundaryError> {
-    let mut out = MsgArena::with_len_in(pool, sends.len() * 3)?;
-    for (i, (_, _, d)) in sends.iter().enumerate() {
-        out.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
-    }
-    let mut got = MsgArena::new_in(pool, (0..recvs.len()).map(|i| i * 3..i * 3 + 3).collect())?;
+    // Every rank has its arenas before any posts a message, so that none waits for a rank
+    // that could not make them.
+    let arenas = (|| {
+        let mut out = MsgArena::with_len_in(pool, sends.len() * 3)?;
+        for (i, (_, _, d)) in sends.iter().enumerate() {
+            out.buf_mut()?[i * 3..i * 3 + 3].copy_from_slice(d);
+        }
+        let got = MsgArena::new_in(pool, (0..recvs.len()).map(|i| i * 3..i * 3 + 3).collect())?;
+        Ok((out, got))
+    })();
+    let others = "another rank could not allocate its channel-list check";
+    let (mut out, mut got) = collective::agree(comm, arenas, others)?;
     for (i, (peer, tag, _)) in recvs.iter().enumerate() {
         got.recv(comm, i, 3, *peer, *tag)?;
     }

@@ -47,6 +47,10 @@ pub enum BoundaryError {
     /// sent more than the channel holds).
     #[error(transparent)]
     Messaging(#[from] starhalo_sf::p2p::P2pError),
+    /// An argument that does not fit what it is given to (data of another form than the
+    /// exchange was built for, a variable it does not have, a mesh for other ranks).
+    #[error("{0}")]
+    Invalid(String),
     /// Two ranks disagree about what a channel or message carries.
     #[error("ranks disagree: {0}")]
     Mismatch(String),

@@ -32,7 +32,7 @@
 //! cross-rank ends go through the same states; only where the bytes come from differs.
 
 use hashbrown::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::str::FromStr;
 
@@ -534,72 +534,82 @@ fn order<T>(items: &[T], ordering: Ordering, key: impl Fn(&T) -> usize) -> Vec<u
     idx
 }
 
-/// The neighbours of every block of `mesh`, each block on a rank of the `nranks` there are.
-fn checked_neighbors<B: BlockSet + ?Sized>(
-    mesh: &B,
-    nranks: usize,
-) -> Result<Vec<BlockNeighbors>, BoundaryError> {
-    let neighbors = mesh.neighbors()?;
-    match neighbors.iter().find(|b| b.rank >= nranks) {
-        Some(b) => Err(BoundaryError::Geometry(format!(
-            "block {} is on rank {}, but the communicator has {nranks} ranks (the mesh was \
-             partitioned for more)",
-            b.gid, b.rank
-        ))),
-        None => Ok(neighbors),
+/// What every rank computes alike from the block set before an exchange is built: the
+/// neighbours of every block, and every rank's partitions.
+struct Layout {
+    neighbors: Vec<BlockNeighbors>,
+    /// `parts[rank][p]`: the gids of partition `p` of `rank`.
+    parts: Vec<Vec<Vec<usize>>>,
+}
+
+impl Layout {
+    /// The layout of `mesh`, each block on a rank of the `nranks` there are.
+    fn of<B: BlockSet + ?Sized>(mesh: &B, nranks: usize) -> Result<Self, BoundaryError> {
+        let neighbors = mesh.neighbors()?;
+        if let Some(b) = neighbors.iter().find(|b| b.rank >= nranks) {
+            return Err(BoundaryError::Invalid(format!(
+                "block {} is on rank {}, but the communicator has {nranks} ranks (the mesh was \
+                 partitioned for more)",
+                b.gid, b.rank
+            )));
+        }
+        let parts = (0..nranks).map(|r| mesh.pack_partitions(r)).collect();
+        Ok(Self { neighbors, parts })
+    }
+
+    /// Digests of what every rank must give an exchange alike: the blocks and their
+    /// neighbours, the partitions, the variables, the block shape and the options that shape
+    /// the messages.
+    fn digests(&self, data: &BlockData, opts: ExchangeOptions) -> [(&'static str, u64); 5] {
+        fn digest(f: impl FnOnce(&mut Fnv)) -> u64 {
+            let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+            f(&mut h);
+            h.finish()
+        }
+        let blocks = digest(|h| {
+            for b in &self.neighbors {
+                (b.gid, b.rank, b.loc).hash(h);
+                for n in &b.neighbors {
+                    let at = (n.loc, n.level_diff, n.element, n.fi, n.periodic_shift);
+                    (n.gid, n.rank, at).hash(h);
+                }
+            }
+        });
+        let parts = digest(|h| self.parts.hash(h));
+        let vars = digest(|h| {
+            for v in data.vars() {
+                let threshold = v.threshold.map(f64::to_bits);
+                (&v.name, v.slots.len(), v.fill_ghost, threshold).hash(h);
+            }
+        });
+        let shape = digest(|h| (data.shape(), data.coarse_shape()).hash(h));
+        let options = digest(|h| (opts.coalesced, opts.split).hash(h));
+        [
+            ("meshes (blocks, their ranks or neighbours)", blocks),
+            ("mesh-data partitions (parthenon/mesh/pack_size)", parts),
+            (
+                "variables (names, components, ghost exchange or sparse thresholds)",
+                vars,
+            ),
+            ("block shapes (cells or ghost layers)", shape),
+            ("exchange options (coalesced or split)", options),
+        ]
     }
 }
 
-/// Digests of what every rank must give an exchange alike: the blocks and their neighbours,
-/// the partitions, the exchanged variables, the block shape and the options that shape the
-/// messages.
-fn set_up_digests<B: BlockSet + ?Sized>(
-    mesh: &B,
-    neighbors: &[BlockNeighbors],
-    data: &BlockData,
-    opts: ExchangeOptions,
-    nranks: i32,
-) -> [(&'static str, u64); 5] {
-    fn digest(f: impl FnOnce(&mut DefaultHasher)) -> u64 {
-        let mut h = DefaultHasher::new();
-        f(&mut h);
-        h.finish()
+/// FNV-1a, a digest fixed by its definition: std's default hasher may change between Rust
+/// releases, and the ranks of one job may run binaries built apart.
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
     }
-    let blocks = digest(|h| {
-        for b in neighbors {
-            (b.gid, b.rank, b.loc).hash(h);
-            for n in &b.neighbors {
-                (
-                    n.gid,
-                    n.rank,
-                    n.loc,
-                    n.level_diff,
-                    n.element,
-                    n.fi,
-                    n.periodic_shift,
-                )
-                    .hash(h);
-            }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-    });
-    let parts = digest(|h| (0..nranks as usize).for_each(|r| mesh.pack_partitions(r).hash(h)));
-    let vars = digest(|h| {
-        for v in data.vars().iter().filter(|v| v.fill_ghost) {
-            (&v.name, &v.slots, v.threshold.map(f64::to_bits)).hash(h);
-        }
-    });
-    let shape = digest(|h| (data.shape(), data.coarse_shape()).hash(h));
-    let options = digest(|h| (opts.coalesced, opts.split).hash(h));
-    [
-        ("meshes (blocks, their ranks or neighbours)", blocks),
-        ("mesh-data partitions (parthenon/mesh/pack_size)", parts),
-        (
-            "fill-ghost variables (names, components or sparse thresholds)",
-            vars,
-        ),
-        ("block shapes (cells or ghost layers)", shape),
-        ("exchange options (coalesced or split)", options),
-    ]
+    }
 }
 
 fn to_i32(x: usize, what: &str) -> Result<i32, BoundaryError> {
@@ -636,18 +646,15 @@ impl Exchange {
         // A rank whose set-up fails tells the others before anyone waits on its messages, and
         // ranks given different meshes, fields or options stop before they make different
         // collective calls or post messages the others never match.
-        let neighbors = collective::agree(
+        let layout = collective::agree(
             comm,
-            checked_neighbors(mesh, comm.size() as usize),
+            Layout::of(mesh, comm.size() as usize),
             "another rank could not set up its ghost exchange",
         )?;
-        collective::same(
-            comm,
-            &set_up_digests(mesh, &neighbors, data, opts, comm.size()),
-        )?;
+        collective::same(comm, &layout.digests(data, opts))?;
         let ex = collective::agree(
             comm,
-            Self::build(comm, mesh, neighbors, data, opts, pool),
+            Self::build(comm, mesh, layout, data, opts, pool),
             "another rank could not set up its ghost exchange",
         )?;
         // Sender and receiver of each message check that they list the same channels, of the
@@ -674,13 +681,16 @@ impl Exchange {
     fn build<B: BlockSet + ?Sized>(
         comm: &SimpleCommunicator,
         mesh: &B,
-        neighbors: Vec<BlockNeighbors>,
+        layout: Layout,
         data: &BlockData,
         opts: ExchangeOptions,
         pool: &BufferPool,
     ) -> Result<Self, BoundaryError> {
+        let Layout {
+            neighbors,
+            parts: all_parts,
+        } = layout;
         let rank = comm.rank() as usize;
-        let nranks = comm.size() as usize;
         let shape = *data.shape();
         let vars: Vec<usize> = (0..data.vars().len())
             .filter(|&v| data.vars()[v].fill_ghost)
@@ -695,7 +705,7 @@ impl Exchange {
             .iter()
             .any(|b| b.neighbors.iter().any(|n| n.level_diff != 0));
         if levels_differ && data.coarse_shape().is_none() {
-            return Err(BoundaryError::Geometry(
+            return Err(BoundaryError::Invalid(
                 "neighbouring blocks differ in level, so the data needs coarse buffers (as \
                  BlockData::new gives a multilevel mesh)"
                     .into(),
@@ -705,8 +715,6 @@ impl Exchange {
         let tags = TagMap::new(&rc, tag_ub)?;
 
         // Partitions of every rank, so both ends agree on message groups.
-        let all_parts: Vec<Vec<Vec<usize>>> =
-            (0..nranks).map(|r| mesh.pack_partitions(r)).collect();
         let mut part_of = vec![0; mesh.nblocks()];
         for parts in &all_parts {
             for (p, gids) in parts.iter().enumerate() {
@@ -994,15 +1002,20 @@ impl Exchange {
             return Ok(());
         }
         let got = DataForm::of(data);
-        Err(BoundaryError::Mismatch(format!(
-            "the exchange was built for {} blocks of {} variables ({:?}), not {} blocks of {} \
-             ({:?})",
-            self.form.blocks,
-            self.form.slots.len(),
-            self.form.layout,
-            got.blocks,
-            got.slots.len(),
-            got.layout
+        let what = if got.blocks != f.blocks {
+            format!("{} blocks, not {}", f.blocks, got.blocks)
+        } else if got.slots.len() != f.slots.len() {
+            format!("{} variables, not {}", f.slots.len(), got.slots.len())
+        } else if let Some(v) = (0..f.slots.len()).find(|&v| got.slots[v] != f.slots[v]) {
+            format!(
+                "variable {v} in slots {:?}, not {:?}",
+                f.slots[v], got.slots[v]
+            )
+        } else {
+            format!("the block layout {:?}, not {:?}", f.layout, got.layout)
+        };
+        Err(BoundaryError::Invalid(format!(
+            "the data is not the form the exchange was built for: {what}"
         )))
     }
 
@@ -1022,7 +1035,7 @@ impl Exchange {
         let p = self
             .prolongation
             .get_mut(var)
-            .ok_or_else(|| BoundaryError::Geometry(format!("no variable {var} (there are {n})")))?;
+            .ok_or_else(|| BoundaryError::Invalid(format!("no variable {var} (there are {n})")))?;
         *p = op;
         Ok(())
     }
@@ -1293,7 +1306,7 @@ impl Exchange {
                 }
                 let comm = var_comm(&self.var_comms, e.var)?;
                 // Sparse: the size tells data (full) from null (empty) before receiving.
-                if let Some(n) = p2p::probe(comm, e.peer, e.tag) {
+                if let Some(n) = p2p::probe(comm, e.peer, e.tag)? {
                     r.recv_buf.recv(comm, i, n, e.peer, e.tag)?;
                     e.posted = Some(n);
                 }

@@ -876,7 +876,7 @@ impl FluxCorrection {
             {
                 continue;
             }
-            if let Some(n) = p2p::probe(&self.comm, e.peer, e.tag) {
+            if let Some(n) = p2p::probe(&self.comm, e.peer, e.tag)? {
                 if n != 0 && n != e.buf.len() {
                     return Err(BoundaryError::Mismatch(format!(
                         "rank {} sent {n} flux values for {:?}, expected {}",

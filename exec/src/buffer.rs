@@ -81,12 +81,13 @@ impl<T: Element> Buffer<T> {
     pub fn zeroed(space: MemSpace, len: usize) -> Result<Self, SpaceError> {
         match space {
             MemSpace::Host => {
-                // Fallible, so that a size no allocation can hold is an error, not a panic.
-                let mut v = Vec::new();
-                v.try_reserve_exact(len)
-                    .map_err(|_| SpaceError::TooLarge(len))?;
-                v.resize(len, T::default());
-                Ok(Self::host_repr(v.into_boxed_slice()))
+                // A size no allocation can hold is an error, not a capacity-overflow panic;
+                // `vec!` of zeros then takes zeroed pages from the allocator, untouched.
+                let bytes = len.checked_mul(size_of::<T>().max(1));
+                if bytes.is_none_or(|b| b > isize::MAX as usize) {
+                    return Err(SpaceError::TooLarge(len as u128));
+                }
+                Ok(Self::host_repr(vec![T::default(); len].into_boxed_slice()))
             }
             #[cfg(feature = "cuda")]
             MemSpace::Cuda => {
@@ -425,7 +426,7 @@ mod tests {
         for len in [usize::MAX / 4, usize::MAX] {
             let got = Buffer::<f64>::zeroed(MemSpace::Host, len);
             assert!(
-                matches!(got, Err(SpaceError::TooLarge(n)) if n == len),
+                matches!(got, Err(SpaceError::TooLarge(n)) if n == len as u128),
                 "{len}"
             );
         }

@@ -27,7 +27,7 @@ pub enum SpaceError {
     Length { expected: usize, got: usize },
     /// A buffer larger than this process can hold.
     #[error("a buffer of {0} values does not fit in memory")]
-    TooLarge(usize),
+    TooLarge(u128),
     /// A range outside a buffer.
     #[error("out of range: {0}")]
     Range(String),

@@ -242,15 +242,15 @@ impl Metadata {
     /// Storage for this variable on a block of `shape`: `ncomp` copies of every topological
     /// element's entire range, filled with [`Metadata::default_value`].
     pub fn allocate(&self, shape: &IndexShape, space: MemSpace) -> Result<Buffer<f64>, SpaceError> {
-        let n: usize = self
+        // Counted wide: up to three element arrays of each of `ncomp` components.
+        let n: u128 = self
             .centering
             .elements()
             .iter()
-            .map(|&te| shape.ncells(IndexDomain::Entire, te))
+            .map(|&te| shape.ncells(IndexDomain::Entire, te) as u128)
             .sum();
-        let len = n
-            .checked_mul(self.ncomp)
-            .ok_or(SpaceError::TooLarge(usize::MAX))?;
+        let wanted = n * self.ncomp as u128;
+        let len = usize::try_from(wanted).map_err(|_| SpaceError::TooLarge(wanted))?;
         let mut b = Buffer::zeroed(space, len)?;
         if let Some(h) = b.host_mut() {
             h.fill(self.default_value());
@@ -546,6 +546,14 @@ mod tests {
         let shape = IndexShape::new([8, 8, 1], 2, 2).unwrap();
         let md = Metadata::new(Centering::Cell).components(usize::MAX / 4);
         let got = md.allocate(&shape, MemSpace::Host);
+        let want = 12 * 12 * (usize::MAX / 4) as u128;
+        assert!(
+            matches!(got, Err(SpaceError::TooLarge(n)) if n == want),
+            "{got:?}"
+        );
+        // Three face arrays, each countable, whose sum is not.
+        let wide = IndexShape::new([3 << 30, 3 << 30, 1], 0, 2).unwrap();
+        let got = Metadata::new(Centering::Face).allocate(&wide, MemSpace::Host);
         assert!(matches!(got, Err(SpaceError::TooLarge(_))), "{got:?}");
     }
 

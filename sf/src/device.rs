@@ -331,10 +331,14 @@ mod on_device {
                 false => (0, &self.roots),
                 true => (1, &self.leaves),
             };
+            // A device failure before the move leaves this rank's peers sending for it, as a
+            // failed check does: the forest goes out of step (see `SfError::OutOfStep`).
             for (p, off) in gathers {
-                p.pack(dev, from, 1, &mut self.device[src], *off)?;
+                p.pack(dev, from, 1, &mut self.device[src], *off)
+                    .inspect_err(|_| self.staged.set_out_of_step())?;
             }
-            self.move_packed(dev, reduce)?;
+            self.move_packed(dev, reduce)
+                .inspect_err(|_| self.staged.set_out_of_step())?;
             let scatters = if reduce { &self.roots } else { &self.leaves };
             for (p, off) in scatters {
                 p.unpack(dev, &self.device[1 - src], *off, 1, op, to)?;

@@ -74,9 +74,10 @@ impl Peers {
 /// other ranks' in ascending rank order, each rank's in ascending leaf index.
 ///
 /// A begin half checks its arguments before any message moves. Those checks are local: if
-/// one fails on one rank (a [`SfError::BufferTooShort`]), that rank's peers still run their halves and wait for it, as MPI's and PETSc's collectives do
-/// with a bad argument on one rank. Treat such an error as fatal for the job (return it from
-/// `main`: `mpiexec` then stops the other ranks). The forest refuses every operation after it
+/// one fails on one rank (a [`SfError::BufferTooShort`]), that rank's peers still run their
+/// halves and wait for it, as MPI's and PETSc's collectives do with a bad argument on one
+/// rank. Treat such an error as fatal for the job (return it from `main`: `mpiexec` then
+/// stops the other ranks). The forest refuses every operation after it
 /// with [`SfError::OutOfStep`], so that a message its peers sent for the failed operation is
 /// never taken for a later one's.
 ///

@@ -27,7 +27,7 @@ use crate::unit::{neutral, reducer, Op, Scalar, Unit};
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::str::FromStr;
 
 /// How the off-node part of a bcast travels.
@@ -292,6 +292,8 @@ pub struct NodeAwareSf {
     graph: Graph,
     opts: SfOptions,
     gather: OnceCell<Box<Gather>>,
+    /// Set when this rank's checks of an operation failed (see [`SfError::OutOfStep`]).
+    out_of_step: Cell<bool>,
 }
 
 /// The reverse route of a [`NodeAwareSf`]: a node-aware bcast from the leaves to the multi-roots
@@ -395,6 +397,7 @@ impl NodeAwareSf {
             graph: graph.clone(),
             opts,
             gather: OnceCell::new(),
+            out_of_step: Cell::new(false),
         })
     }
 
@@ -421,9 +424,14 @@ impl NodeAwareSf {
         leaf: &'a mut [U],
         op: Op,
     ) -> Result<RoutedPending<'a, U>, SfError> {
-        if let Some(last) = self.hops.last() {
-            self.in_step(|| check_len("leafdata", leaf.len(), last.leaf_space()))?;
-        }
+        self.in_step(|| {
+            check_len("rootdata", root.len(), self.graph.nroots)?;
+            check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
+            match self.hops.last() {
+                Some(last) => check_len("leafdata", leaf.len(), last.leaf_space()),
+                None => Ok(()),
+            }
+        })?;
         let direct = self.direct.bcast_begin(root, leaf, op)?;
         Ok(RoutedPending {
             sf: self,
@@ -447,7 +455,8 @@ impl NodeAwareSf {
     /// call sets up. Collective.
     pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
         // The op's verdict is the same on every rank; the set-up is collective, so it comes
-        // before the checks of this rank's buffers.
+        // before the checks of this rank's buffers (but never on a route out of step).
+        self.in_step(|| Ok(()))?;
         let red = reducer::<U>(op)?;
         let checks = || {
             check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
@@ -505,6 +514,7 @@ impl NodeAwareSf {
         leafupdate: &mut [U],
         op: Op,
     ) -> Result<(), SfError> {
+        self.in_step(|| Ok(()))?;
         if self.strategy == Strategy::Standard {
             return self.direct.fetch_and_op(root, leaf, leafupdate, op);
         }
@@ -539,13 +549,18 @@ impl NodeAwareSf {
         Ok(ReduceRoute::Reverse(&self.gather()?.route))
     }
 
-    /// This rank's checks of a routed operation's buffers: the first that fails puts every
-    /// forest the route runs through out of step (see [`SfError::OutOfStep`]).
+    /// Runs this rank's checks of a routed operation's buffers: refused once the route is out
+    /// of step, and the first that fails puts the route and every forest it runs through out
+    /// of step (see [`SfError::OutOfStep`]).
     fn in_step(&self, checks: impl FnOnce() -> Result<(), SfError>) -> Result<(), SfError> {
+        if self.out_of_step.get() {
+            return Err(SfError::OutOfStep);
+        }
         checks().inspect_err(|_| self.set_out_of_step())
     }
 
     fn set_out_of_step(&self) {
+        self.out_of_step.set(true);
         self.forests().for_each(StarForest::set_out_of_step);
         if let Some(g) = self.gather.get() {
             g.route.set_out_of_step();

@@ -43,6 +43,9 @@ pub enum P2pError {
     /// A peer rank outside the communicator.
     #[error("rank {rank} is outside the communicator ({size} ranks)")]
     Rank { rank: i32, size: i32 },
+    /// A tag outside `0..=MPI_TAG_UB`.
+    #[error("tag {tag} is outside the communicator's tags (0 to {ub})")]
+    Tag { tag: i32, ub: usize },
     /// No such segment, or the message does not fit in it.
     #[error("message of {len} values does not fit segment {seg} ({cap} values)")]
     TooLong { seg: usize, len: usize, cap: usize },
@@ -142,7 +145,7 @@ impl Store {
             return Ok(());
         }
         match self {
-            Self::Pool(o) => o.resize(len),
+            Self::Pool(o) => o.resize(len).map_err(|_| P2pError::OutOfMemory(len))?,
             Self::Placed(b) => {
                 let mut next = b.zeroed_like(len)?;
                 next.copy_range_from(0, b, 0, b.len())?;
@@ -174,12 +177,17 @@ pub struct MsgArena {
     queued: Cell<bool>,
 }
 
-/// A peer must be a rank of the communicator: MPI aborts the job on any other.
-fn check_rank(comm: &SimpleCommunicator, rank: i32) -> Result<(), P2pError> {
+/// A peer must be a rank of the communicator, and a tag in `0..=MPI_TAG_UB`: MPI aborts the
+/// job on any other.
+fn check_peer(comm: &SimpleCommunicator, rank: i32, tag: i32) -> Result<(), P2pError> {
     let size = comm.size();
-    match (0..size).contains(&rank) {
+    if !(0..size).contains(&rank) {
+        return Err(P2pError::Rank { rank, size });
+    }
+    let ub = tag_ub(comm);
+    match usize::try_from(tag).is_ok_and(|t| t <= ub) {
         true => Ok(()),
-        false => Err(P2pError::Rank { rank, size }),
+        false => Err(P2pError::Tag { tag, ub }),
     }
 }
 
@@ -276,7 +284,7 @@ impl MsgArena {
             return Err(P2pError::Reversed(r.clone()));
         }
         for w in segs.windows(2) {
-            if w[1].start < w[0].end || w[1].start > w[1].end {
+            if w[1].start < w[0].end {
                 return Err(P2pError::Segments(w[1].clone(), w[0].clone()));
             }
         }
@@ -583,7 +591,7 @@ impl MsgArena {
         if range.start > range.end || range.end > n || self.receiving > 0 {
             return Err(P2pError::OutOfRange(range, n));
         }
-        check_rank(comm, dest)?;
+        check_peer(comm, dest, tag)?;
         self.settle()?;
         let addr = self.buf.address() + range.start * 8;
         // SAFETY: `range` lies in the buffer (checked), whose storage is replaced only while
@@ -613,7 +621,7 @@ impl MsgArena {
         src: i32,
         tag: i32,
     ) -> Result<(), P2pError> {
-        check_rank(comm, src)?;
+        check_peer(comm, src, tag)?;
         let r = self.claim(seg, len)?;
         if let Err(e) = self.settle() {
             self.busy[seg] = false;
@@ -660,9 +668,10 @@ impl Drop for MsgArena {
 
 /// The length, in `f64`s, of a message from `src` with `tag` that has arrived and not yet
 /// been received, if there is one.
-pub fn probe(comm: &SimpleCommunicator, src: i32, tag: i32) -> Option<usize> {
-    raw::probe(raw::raw_comm(comm), Some(src), tag, false)
-        .map(|m| m.bytes / std::mem::size_of::<f64>())
+pub fn probe(comm: &SimpleCommunicator, src: i32, tag: i32) -> Result<Option<usize>, P2pError> {
+    check_peer(comm, src, tag)?;
+    let got = raw::probe(raw::raw_comm(comm), Some(src), tag, false);
+    Ok(got.map(|m| m.bytes / std::mem::size_of::<f64>()))
 }
 
 /// The largest tag `comm` accepts (`MPI_TAG_UB`).
@@ -693,7 +702,7 @@ mod tests {
             Err(P2pError::Reversed(_))
         ));
         let mut a = MsgArena::new(vec![0..0, 0..2]).unwrap();
-        for len in [usize::MAX / 2 + 2, usize::MAX] {
+        for len in [1 << 60, usize::MAX / 2 + 2, usize::MAX] {
             assert!(
                 matches!(a.grow(0, len), Err(P2pError::OutOfMemory(_))),
                 "{len}"

@@ -145,21 +145,24 @@ impl Owned {
     /// let pool = BufferPool::new();
     /// let mut a = pool.get(2);
     /// a.copy_from_slice(&[1.0, 2.0]);
-    /// a.resize(3);
+    /// a.resize(3).unwrap();
     /// assert_eq!((&a[..], pool.available(2)), (&[1.0, 2.0, 0.0][..], 1));
     /// ```
-    pub fn resize(&mut self, len: usize) {
+    ///
+    /// A length that does not fit in memory is an error, and the storage is left as it was.
+    pub fn resize(&mut self, len: usize) -> Result<(), std::collections::TryReserveError> {
         if len == self.len() {
-            return;
+            return Ok(());
         }
         let mut next = BufferPool {
             inner: Arc::clone(&self.pool),
         }
-        .get(len);
+        .try_get(len)?;
         let n = len.min(self.len());
         next[..n].copy_from_slice(&self[..n]);
         std::mem::swap(self, &mut next);
         // `next` now holds the old storage and returns it to the pool as it drops.
+        Ok(())
     }
 }
 
@@ -290,7 +293,7 @@ mod tests {
                 (len, 0),
                 "{len} values"
             );
-            a.resize(len + 5);
+            a.resize(len + 5).unwrap();
             assert_eq!((a.len(), a.as_ptr() as usize % 64), (len + 5, 0));
         }
         assert!(pool.get(0).is_empty());

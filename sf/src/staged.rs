@@ -138,8 +138,8 @@ impl Staged {
         packed_len(&self.leaves)
     }
 
-    /// Checks the lengths of a root and a leaf array, as the forest does (a failure puts the
-    /// forest out of step, see [`SfError::OutOfStep`]).
+    /// Checks the lengths of a root and a leaf array, as the forest does. A failure puts the
+    /// forest out of step (see [`SfError::OutOfStep`]): it takes no more operations.
     pub fn check(&self, root: usize, leaf: usize) -> Result<(), SfError> {
         self.packed.in_step(|| {
             if root < self.nroots {
@@ -150,6 +150,12 @@ impl Staged {
             }
             Ok(())
         })
+    }
+
+    /// Refuses every later operation: for a failure between the checks and the move.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn set_out_of_step(&self) {
+        self.packed.set_out_of_step();
     }
 
     /// This rank's own segment, when it has edges to itself: `(root offset, leaf offset,

@@ -231,22 +231,22 @@ impl GmgExchange {
     /// and for the level jumps of the composite levels' ghost fill.
     pub fn set_prolongation(&mut self, var: usize, op: Prolongation) -> Result<(), BoundaryError> {
         let Some(slots) = self.slots.get(var).cloned() else {
-            return Err(BoundaryError::Geometry(format!(
+            return Err(BoundaryError::Invalid(format!(
                 "no variable {var} (there are {})",
                 self.slots.len()
             )));
         };
         if op != Prolongation::Constant && !self.fill_ghost[var] {
-            return Err(BoundaryError::Geometry(format!(
+            return Err(BoundaryError::Invalid(format!(
                 "variable `{}` has no ghosts, so its prolongation cannot read slopes: \
                  only the constant operator applies",
                 self.names[var]
             )));
         }
-        self.slot_ops[slots].fill(op);
         for ex in &mut self.same {
             ex.set_prolongation(var, op)?;
         }
+        self.slot_ops[slots].fill(op);
         Ok(())
     }
 
