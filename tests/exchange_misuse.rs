@@ -5,6 +5,9 @@
 
 mod common;
 
+#[global_allocator]
+static GLOBAL: starhalo_exec::alloc_count::Counting = starhalo_exec::alloc_count::Counting;
+
 use starhalo_boundary::{
     BlockData, BoundaryError, BoundaryType, Exchange, ExchangeOptions, Prolongation,
 };
@@ -203,7 +206,15 @@ fn child() {
     let finish = ex.finish(0, &mut fewer);
     assert!(named(set.as_ref().err()), "{set:?}");
     assert!(named(finish.as_ref().err()), "{finish:?}");
-    // The right data still fills (the refusals happened before anything moved).
+    // The right data still fills (the refusals happened before anything moved), and a warm
+    // fill, checks included, allocates nothing.
     let mut data = data;
     ex.fill_ghosts(&mut data).unwrap();
+    let before = starhalo_exec::alloc_count::allocations();
+    ex.fill_ghosts(&mut data).unwrap();
+    let allocs = starhalo_exec::alloc_count::allocations() - before;
+    assert_eq!(
+        allocs, 0,
+        "rank {me}: a warm fill_ghosts allocated {allocs} times"
+    );
 }
