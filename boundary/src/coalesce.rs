@@ -283,8 +283,8 @@ fn digest(ends: impl IntoIterator<Item = (ChannelKey, usize)>) -> [f64; 3] {
 /// Sender and receiver of each group (the channels of one coalesced message pair, which
 /// travel one message each when not coalesced) check that they list the same channels of the
 /// same lengths: each sends the [`digest`] of its group to the other. `sends` and `recvs` are
-/// this rank's groups as (peer, tag, digest). Collective over `comm`: a mismatch is seen by the receiving
-/// end only, so every rank learns whether any rank saw one and fails with it.
+/// this rank's groups as (peer, tag, digest). Collective over `comm`: a mismatch is seen by
+/// the receiving end only, so every rank learns whether any rank saw one and fails with it.
 pub(crate) fn agree(
     comm: &SimpleCommunicator,
     rank: i32,

@@ -28,14 +28,21 @@ pub(crate) fn agree<T>(
 /// `facts` are (what, value) pairs of what every rank must hold alike, such as digests of
 /// their inputs; the error names the first fact that differs.
 pub(crate) fn same(comm: &SimpleCommunicator, facts: &[(&str, u64)]) -> Result<(), BoundaryError> {
-    let mine: Vec<u64> = facts.iter().map(|f| f.1).collect();
-    let (mut lo, mut hi) = (vec![0u64; mine.len()], vec![0u64; mine.len()]);
-    comm.all_reduce_into(&mine[..], &mut lo[..], SystemOperation::min());
-    comm.all_reduce_into(&mine[..], &mut hi[..], SystemOperation::max());
+    // One reduction gives both extremes: the max of each value and of its complement (whose
+    // max is the complement of the min).
+    let n = facts.len();
+    let mine: Vec<u64> = facts
+        .iter()
+        .map(|f| f.1)
+        .chain(facts.iter().map(|f| !f.1))
+        .collect();
+    let mut max = vec![0u64; 2 * n];
+    comm.all_reduce_into(&mine[..], &mut max[..], SystemOperation::max());
+    let (hi, not_lo) = max.split_at(n);
     match facts
         .iter()
-        .zip(lo.iter().zip(&hi))
-        .find(|(_, (l, h))| l != h)
+        .zip(hi.iter().zip(not_lo))
+        .find(|(_, (h, nl))| **h != !**nl)
     {
         Some(((what, _), _)) => Err(BoundaryError::Mismatch(format!(
             "the ranks hold different {what}"

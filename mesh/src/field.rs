@@ -438,7 +438,10 @@ impl IndexShape {
             return Err(MeshError::invalid(
                 "parthenon/mesh/nghost",
                 nghost.to_string(),
-                format!("a block of {nx:?} cells with {nghost} ghost layers has more cells than can be counted"),
+                format!(
+                    "a block of {nx:?} cells with {nghost} ghost layers has more cells than can \
+                     be counted"
+                ),
             ));
         }
         Ok(Self { nx, nghost, ndim })

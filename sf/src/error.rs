@@ -37,8 +37,9 @@ pub enum SfError {
         got: usize,
         need: usize,
     },
-    /// An operation whose buffer check failed on this rank did not start here, though its peers may have sent for it: a later operation could
-    /// take those messages for its own, so the forest refuses every operation after that.
+    /// An operation whose buffer check failed on this rank did not start here, though its
+    /// peers may have sent for it: a later operation could take those messages for its own,
+    /// so the forest refuses every operation after that.
     #[error("an earlier operation on this forest failed its checks on this rank, out of step with the other ranks, so the forest takes no more operations (treat that first error as fatal)")]
     OutOfStep,
     /// A node map of another number of ranks than the communicator has.

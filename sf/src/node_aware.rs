@@ -27,7 +27,7 @@ use crate::unit::{neutral, reducer, Op, Scalar, Unit};
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
-use std::cell::{Cell, OnceCell};
+use std::cell::OnceCell;
 use std::str::FromStr;
 
 /// How the off-node part of a bcast travels.
@@ -292,8 +292,6 @@ pub struct NodeAwareSf {
     graph: Graph,
     opts: SfOptions,
     gather: OnceCell<Box<Gather>>,
-    /// Set when this rank's checks of an operation failed (see [`SfError::OutOfStep`]).
-    out_of_step: Cell<bool>,
 }
 
 /// The reverse route of a [`NodeAwareSf`]: a node-aware bcast from the leaves to the multi-roots
@@ -397,7 +395,6 @@ impl NodeAwareSf {
             graph: graph.clone(),
             opts,
             gather: OnceCell::new(),
-            out_of_step: Cell::new(false),
         })
     }
 
@@ -550,17 +547,16 @@ impl NodeAwareSf {
     }
 
     /// Runs this rank's checks of a routed operation's buffers: refused once the route is out
-    /// of step, and the first that fails puts the route and every forest it runs through out
-    /// of step (see [`SfError::OutOfStep`]).
+    /// of step, and the first that fails puts every forest the route runs through out of step
+    /// (see [`SfError::OutOfStep`]). The direct forest holds the route's state: it is put out
+    /// of step with the others, and alone by a failed check of its own.
     fn in_step(&self, checks: impl FnOnce() -> Result<(), SfError>) -> Result<(), SfError> {
-        if self.out_of_step.get() {
-            return Err(SfError::OutOfStep);
-        }
-        checks().inspect_err(|_| self.set_out_of_step())
+        self.direct
+            .in_step(checks)
+            .inspect_err(|_| self.set_out_of_step())
     }
 
     fn set_out_of_step(&self) {
-        self.out_of_step.set(true);
         self.forests().for_each(StarForest::set_out_of_step);
         if let Some(g) = self.gather.get() {
             g.route.set_out_of_step();
