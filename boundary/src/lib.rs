@@ -1,6 +1,6 @@
 //! starhalo-boundary: boundary exchange for mesh blocks.
 //!
-//! The MPI-free foundations of a ghost exchange, read top to bottom:
+//! Read top to bottom; the first six modules are MPI-free foundations:
 //!
 //! - [`channel`]: one channel per (sender block, receiver block, variable, sender element),
 //!   built from the mesh's neighbour records;
@@ -11,6 +11,11 @@
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
+//! - [`storage`]: the blocks' field data ([`BlockData`](storage::BlockData)), and [`bounds`]:
+//!   physical boundary conditions;
+//! - [`exchange`]: the MPI ghost exchange ([`Exchange`]), per channel or coalesced into one
+//!   message per peer rank, with fields on the host or (through [`device_pack`] and
+//!   [`device_flux`]) on a CUDA device; [`error`]: what its operations return;
 //! - [`flux_correction`]: face-flux storage and the fine→coarse flux correction;
 //! - [`tasks`]: the whole ghost fill and the whole flux correction added to a task list;
 //! - [`remesh`]: block data moved, prolongated and restricted onto a remeshed mesh;

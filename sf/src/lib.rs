@@ -10,13 +10,14 @@
 //! [`StarForest::invert`], [`StarForest::compose`], [`StarForest::compose_inverse`],
 //! [`StarForest::embed_roots`] and [`StarForest::embed_leaves`].
 //!
-//! Layout: `graph` (the input), `algebra` (forests from forests), `node_aware` (bcasts routed
-//! through paired ranks of other nodes), `cost` (the postal and max-rate models that choose a
+//! Layout: `graph` (the input), `algebra` (forests from forests), `node_aware` (bcasts, reduces
+//! and fetch-and-ops routed through relay ranks of each node: 2-step, 3-step, split), `cost` (the postal and max-rate models that choose a
 //! route), `discovery` (two-sided set-up), `plan` (pack plans), `unit`
 //! (unit types and ops), `forest` (the operations), `link` (pooled in-flight state),
 //! `transport` (how bytes move: one implementation per [`SfType`], the one-sided one in
 //! `rma`), [`shmem`] (an OpenSHMEM-style layer: symmetric heap, puts, gets, atomics, signals,
-//! teams), `raw` (the only MPI FFI), `staged` (the traffic through packed arrays, for data in
+//! teams), `raw` (the only MPI FFI), [`p2p`] (point-to-point message arenas), [`pool`]
+//! (storage pools keyed by size), `staged` (the traffic through packed arrays, for data in
 //! device memory), `device` (pack plans and the staged forest on a CUDA device), `exact_sum`
 //! (reductions whose bits do not depend on the decomposition).
 
