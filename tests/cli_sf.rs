@@ -659,6 +659,10 @@ fn pingpong_device_rows_or_exit_1() {
         "sf-pingpong",
         "--max-bytes",
         "64",
+        "--rounds",
+        "3",
+        "--iters",
+        "20",
         "--json",
         "--device",
     ];

@@ -81,6 +81,12 @@ pub struct Event(CudaEvent);
 impl Event {
     /// True once all work recorded before it has finished.
     pub fn is_complete(&self) -> Result<bool, CudaError> {
+        // cudarc's query leaves the context as it finds it: on a thread new to the driver
+        // there is none current.
+        self.0
+            .context()
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
         self.0.try_is_complete().map_err(driver("cuEventQuery"))
     }
 
@@ -505,6 +511,14 @@ mod tests {
         .unwrap();
         let c = Buffer::<f64>::from_host_to(&dev, &[7.0]).unwrap();
         assert_eq!(c.to_vec().unwrap(), [7.0]);
+        // An event recorded here is polled and waited for on a thread new to the driver.
+        let ev = dev.record().unwrap();
+        std::thread::spawn(move || {
+            while !ev.is_complete().unwrap() {}
+            ev.synchronize().unwrap();
+        })
+        .join()
+        .unwrap();
     }
 
     /// Where NVRTC is (no GPU needed): every kernel set compiles to machine code for the

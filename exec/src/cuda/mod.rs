@@ -46,7 +46,9 @@
 //! `kernels/host_driver.cpp`, a host emulation of the driver and NVRTC loaded in their place:
 //! device memory is host memory, kernels are these sources built by the host's compiler,
 //! and stream work runs only when the host must see it, so a missing synchronisation gives
-//! wrong values. It checks this crate and everything above it, not a GPU.
+//! wrong values; each launch also runs with its blocks in two orders, and stops the process
+//! where the results differ (threads that race for one address). It checks this crate and
+//! everything above it, not a GPU.
 //!
 //! # Running the GPU checks
 //!

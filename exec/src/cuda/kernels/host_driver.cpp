@@ -20,6 +20,13 @@
 // - Launches run blocks one after another, last first (a GPU promises no order), each of one
 //   thread (every kernel strides over blockDim; races within a block are the kernel unit
 //   tests' business), with the argument values copied at launch as the driver does.
+// - Unless STARHALO_EMU_ORDER=0, a launch of more than one thread (but the atomic kernels')
+//   runs twice from the same memory, one emulated block per thread of the launch (a
+//   grid-stride loop then splits its items as the GPU's threads would), first block first,
+//   then last first; where the memory its pointer arguments lie in differs between the two,
+//   two threads or blocks race for one address (a non-atomic update of a repeated index,
+//   overlapping boxes that write different values), which a GPU leaves to chance: the
+//   process stops, naming the kernel.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -168,12 +176,28 @@ struct Event {
 
 struct Module {
     void *so;
-    void (*exec)(void *closure, unsigned grid);
+    // Runs a closure over `grid` blocks of one thread, last block first (or, `forward`, first
+    // first); `last` frees the closure.
+    void (*exec)(void *closure, unsigned grid, int forward, int last);
 };
 struct Function {
     Module *module;
     void *(*bind)(void **params);
+    // Writes up to `cap` of the pointer arguments behind `params` to `out`; returns how many
+    // the kernel takes.
+    int (*ptrs)(void **params, unsigned long long *out, int cap);
+    std::string name;
 };
+// The block-order check (see the top of this file).
+const bool order_check = [] {
+    const char *v = getenv("STARHALO_EMU_ORDER");
+    return !(v && *v == '0');
+}();
+// How many times one launch (kernel, shape and buffers) is checked: a benchmark's loop
+// repeats one launch thousands of times, and copying its memory at each would cost more
+// than all the tests that check.
+constexpr int order_check_repeats = 4;
+std::map<std::string, int> order_checked;
 
 std::vector<Stream *> streams{&null_stream};
 void flush_all() {
@@ -234,17 +258,32 @@ static void *sh_emu_bind(void (*f)(A...), void **p, std::index_sequence<I...>) {
 template <typename... A> static void *sh_emu_bind(void (*f)(A...), void **p) {
     return sh_emu_bind(f, p, std::index_sequence_for<A...>{});
 }
-extern "C" void sh_emu_exec(void *c, unsigned grid) {
+template <typename T> static void sh_emu_ptr(void *p, unsigned long long *out, int cap, int &n) {
+    if constexpr (std::is_pointer_v<T>) {
+        if (n < cap) out[n] = (unsigned long long)*static_cast<T *>(p);
+        ++n;
+    }
+}
+template <typename... A, std::size_t... I>
+static int sh_emu_ptrs(void (*)(A...), void **p, unsigned long long *out, int cap, std::index_sequence<I...>) {
+    int n = 0;
+    (sh_emu_ptr<std::decay_t<A>>(p[I], out, cap, n), ...);
+    return n;
+}
+template <typename... A> static int sh_emu_ptrs(void (*f)(A...), void **p, unsigned long long *out, int cap) {
+    return sh_emu_ptrs(f, p, out, cap, std::index_sequence_for<A...>{});
+}
+extern "C" void sh_emu_exec(void *c, unsigned grid, int forward, int last) {
     auto *f = static_cast<std::function<void()> *>(c);
     gridDim = {grid, 1, 1};
     blockDim = {1, 1, 1};
     threadIdx = {0, 0, 0};
-    // Last block first: a GPU runs blocks in no promised order.
-    for (unsigned b = grid; b-- > 0;) {
-        blockIdx = {b, 0, 0};
+    // Last block first by default: a GPU runs blocks in no promised order.
+    for (unsigned i = 0; i < grid; ++i) {
+        blockIdx = {forward ? i : grid - 1 - i, 0, 0};
         (*f)();
     }
-    delete f;
+    if (last) delete f;
 }
 )";
     // Entry points as exec/src/cuda/kernels.rs finds them.
@@ -255,8 +294,48 @@ extern "C" void sh_emu_exec(void *c, unsigned grid) {
         while (!name.empty() && name.back() == ' ') name.pop_back();
         out += "extern \"C\" void *sh_emu_bind_" + name + "(void **p) { return sh_emu_bind(" +
                name + ", p); }\n";
+        out += "extern \"C\" int sh_emu_ptrs_" + name +
+               "(void **p, unsigned long long *o, int cap) { return sh_emu_ptrs(" + name +
+               ", p, o, cap); }\n";
     }
     return out;
+}
+
+// The block-order check of a launch of `threads` threads: one emulated block per thread, first
+// first from a copy of the allocations its pointer arguments lie in, then last first from the
+// same values (the run that counts); a difference stops the process.
+void run_in_both_orders(Module *m, void *closure, unsigned threads,
+                        const std::vector<CUdeviceptr> &args, const std::string &name) {
+    std::vector<std::pair<char *, size_t>> regions;
+    for (CUdeviceptr p : args) {
+        auto it = sizes.upper_bound(p);
+        if (it == sizes.begin()) continue;
+        --it;
+        if (p >= it->first + it->second) continue;
+        std::pair<char *, size_t> r{reinterpret_cast<char *>(it->first), it->second};
+        if (std::find(regions.begin(), regions.end(), r) == regions.end()) regions.push_back(r);
+    }
+    std::vector<std::vector<char>> before, first;
+    for (auto &[a, n] : regions) before.emplace_back(a, a + n);
+    m->exec(closure, threads, 1, 0);
+    for (size_t i = 0; i < regions.size(); ++i) {
+        auto [a, n] = regions[i];
+        first.emplace_back(a, a + n);
+        memcpy(a, before[i].data(), n);
+    }
+    m->exec(closure, threads, 0, 1);
+    for (size_t i = 0; i < regions.size(); ++i) {
+        auto [a, n] = regions[i];
+        if (memcmp(a, first[i].data(), n) == 0) continue;
+        size_t k = 0;
+        while (a[k] == first[i][k]) ++k;
+        fprintf(stderr,
+                "host-emulated CUDA: `%s` over %u threads writes other values when its blocks run "
+                "in another order (threads race for one address, which a GPU leaves to chance): "
+                "byte %zu of the %zu-byte allocation at %p\n",
+                name.c_str(), threads, k, n, static_cast<void *>(a));
+        abort();
+    }
 }
 } // namespace
 
@@ -684,7 +763,7 @@ CUresult cuModuleLoadData(void **module, const void *image) {
         fprintf(stderr, "host-emulated CUDA: %s\n", dlerror());
         return INVALID_IMAGE;
     }
-    auto exec = reinterpret_cast<void (*)(void *, unsigned)>(dlsym(h, "sh_emu_exec"));
+    auto exec = reinterpret_cast<void (*)(void *, unsigned, int, int)>(dlsym(h, "sh_emu_exec"));
     if (!exec) return INVALID_IMAGE;
     *module = new Module{h, exec};
     return OK;
@@ -702,8 +781,10 @@ CUresult cuModuleGetFunction(void **f, void *module, const char *name) {
     Module *m = static_cast<Module *>(module);
     std::string sym = std::string("sh_emu_bind_") + name;
     auto bind = reinterpret_cast<void *(*)(void **)>(dlsym(m->so, sym.c_str()));
-    if (!bind) return NOT_FOUND;
-    *f = new Function{m, bind};
+    auto ptrs = reinterpret_cast<int (*)(void **, unsigned long long *, int)>(
+        dlsym(m->so, (std::string("sh_emu_ptrs_") + name).c_str()));
+    if (!bind || !ptrs) return NOT_FOUND;
+    *f = new Function{m, bind, ptrs, name};
     return OK;
 }
 CUresult cuFuncGetAttribute(int *v, int, void *) {
@@ -729,7 +810,26 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     void *closure = fn->bind(params);
     Module *m = fn->module;
     unsigned grid = gx * gy * gz;
-    enqueue(of(s), [m, closure, grid] { m->exec(closure, grid); });
+    unsigned long long threads = (unsigned long long)grid * (bx * by * bz);
+    // Atomic kernels may combine in any order (sums round differently), which is allowed.
+    bool check = order_check && threads > 1 && threads <= 0x7fffffffu &&
+                 fn->name.find("atomic") == std::string::npos;
+    if (!check) {
+        enqueue(of(s), [m, closure, grid] { m->exec(closure, grid, 0, 1); });
+        return OK;
+    }
+    unsigned long long p[64];
+    int n = fn->ptrs(params, p, 64);
+    std::vector<CUdeviceptr> args(p, p + (n < 64 ? n : 64));
+    std::string key = fn->name + ' ' + std::to_string(grid) + ' ' + std::to_string(threads);
+    for (CUdeviceptr a : args) key += ' ' + std::to_string(a);
+    if (++order_checked[key] > order_check_repeats) {
+        enqueue(of(s), [m, closure, grid] { m->exec(closure, grid, 0, 1); });
+        return OK;
+    }
+    enqueue(of(s), [m, closure, threads, args, name = fn->name] {
+        run_in_both_orders(m, closure, unsigned(threads), args, name);
+    });
     return OK;
 }
 }

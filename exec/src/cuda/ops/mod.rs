@@ -160,7 +160,82 @@ mod tests {
             len: 2,
         };
         assert!(huge.end().is_err());
+        // A box whose first row ends past the last index, or whose unit count overflows, is
+        // refused, not wrapped into a small range that passes the buffer checks.
+        let wraps = DeviceIndices::Box {
+            start: usize::MAX - 1,
+            dx: 4,
+            dy: 1,
+            dz: 1,
+            sx: 4,
+            sy: 4,
+        };
+        assert!(wraps.end().is_err());
+        let many = DeviceIndices::Box {
+            start: 0,
+            dx: 2,
+            dy: 1,
+            dz: usize::MAX,
+            sx: 2,
+            sy: 2,
+        };
+        assert!(many.end().is_err());
         assert!(fits("x", 4, 3, 12).is_ok() && fits("x", 4, 3, 11).is_err());
         assert!(fits("x", usize::MAX, 2, usize::MAX).is_err());
+    }
+
+    /// Two unpack boxes that write one cell from different values race on a GPU (the
+    /// descriptor checks let receive boxes overlap, as they image the same values in a valid
+    /// exchange). Under the emulated driver, which runs each launch's blocks in two orders,
+    /// such a launch stops the process naming the kernel: checked in a child process. Nothing
+    /// to check where no device opens, or on a real GPU.
+    #[test]
+    fn the_emulation_stops_a_launch_whose_blocks_race() {
+        const CHILD: &str = "STARHALO_RACE_CHILD";
+        let Ok(dev) = crate::cuda::Device::process_default() else {
+            return;
+        };
+        if std::env::var_os(CHILD).is_some() {
+            let f = FieldDims {
+                dims: [4, 1, 1],
+                nvar: 1,
+                nblocks: 1,
+            };
+            let at = |buf_offset| crate::cuda::HaloDesc {
+                e: [1, 0, 0],
+                buf_offset,
+                flags: crate::cuda::FLAG_ALLOCATED,
+                ..Default::default()
+            };
+            let h = DeviceHalos::for_pack(&dev, &[at(0), at(2)], f, None, 4).unwrap();
+            let buf = crate::Buffer::from_host_to(&dev, &[1.0, 2.0, 3.0, 4.0]).unwrap();
+            let mut data = crate::Buffer::from_host_to(&dev, &[0.0; 4]).unwrap();
+            dev.halo_unpack(&h, &buf, &mut data, None, 0.0).unwrap();
+            println!("unpacked {:?}", data.to_vec().unwrap());
+            return;
+        }
+        let emulated = dev.name().contains("host emulation");
+        if !emulated || std::env::var("STARHALO_EMU_ORDER").as_deref() == Ok("0") {
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cuda::ops::tests::the_emulation_stops_a_launch_whose_blocks_race",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            err.contains("`sh_halo_unpack`") && err.contains("race"),
+            "{err}"
+        );
     }
 }

@@ -111,7 +111,10 @@ impl DeviceIndices<'_> {
                 sx,
                 sy,
             } => {
-                if dx * dy * dz == 0 {
+                // Tested one factor at a time: the product may overflow. Once the last unit is
+                // in range, so is the product (rows and planes do not overlap: it is at most
+                // the end), and `len` may be taken.
+                if dx == 0 || dy == 0 || dz == 0 {
                     return Ok(0);
                 }
                 if sx < dx || sy < dy.checked_mul(sx).ok_or_else(over)? {
@@ -120,7 +123,7 @@ impl DeviceIndices<'_> {
                 let last = (dz - 1)
                     .checked_mul(sy)
                     .and_then(|a| (dy - 1).checked_mul(sx).and_then(|b| a.checked_add(b)))
-                    .and_then(|a| a.checked_add(start + dx))
+                    .and_then(|a| a.checked_add(start.checked_add(dx)?))
                     .ok_or_else(over)?;
                 Ok(last)
             }
@@ -191,8 +194,9 @@ impl Device {
         dst_off: usize,
     ) -> Result<(), CudaError> {
         let kind = scalar::<T>()?;
-        let n = idx.len();
+        // The end first: it refuses a box whose unit count would overflow.
         fits("gather source", idx.end()?, lanes, src.len())?;
+        let n = idx.len();
         let count = packed("gather", dst_off, n, lanes, dst.len())?;
         if count == 0 {
             return Ok(());
@@ -229,8 +233,8 @@ impl Device {
         if kind.is_float() && op.integer_only() {
             return invalid(format!("{op:?} is not defined for {}", kind.suffix()));
         }
-        let n = idx.len();
         fits("scatter destination", idx.end()?, lanes, dst.len())?;
+        let n = idx.len();
         let count = packed("scatter", src_off, n, lanes, src.len())?;
         if count == 0 {
             return Ok(());
