@@ -26,7 +26,7 @@
 //   then last first; where the memory its pointer arguments lie in differs between the two,
 //   two threads or blocks race for one address (a non-atomic update of a repeated index,
 //   overlapping boxes that write different values), which a GPU leaves to chance: the
-//   process stops, naming the kernel.
+//   process stops, naming the kernel. Each distinct launch is checked a few times only.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
