@@ -15,7 +15,7 @@ use starhalo_mesh::BoundaryCondition;
 use crate::bnd_info::{FieldLayout, IndexBox, FLAG_MIRROR0};
 use crate::channel::Channel;
 use crate::error::BoundaryError;
-use crate::prolong_restrict::{prolongate, restrict, Prolongation};
+use crate::prolong_restrict::{Prolongation, Resampler};
 
 /// The coarse-buffer box of the region of receiver element offset `o`: the coarse cells that
 /// cover the block's `g` ghost layers there (or its interior, along free directions).
@@ -128,13 +128,14 @@ impl BlockFinish {
     ) -> Result<(), BoundaryError> {
         if !self.prolong.is_empty() {
             let cs = shape.coarse()?;
-            restrict(shape, fine, coarse, &self.interior)?;
+            let r = Resampler::new(shape)?;
+            r.restrict(fine, coarse, &self.interior)?;
             for b in &self.restrict {
-                restrict(shape, fine, coarse, b)?;
+                r.restrict(fine, coarse, b)?;
             }
             physical_bounds(&cs, &self.faces, coarse);
             for b in &self.prolong {
-                prolongate(op, shape, coarse, fine, b)?;
+                r.prolongate(op, coarse, fine, b)?;
             }
         }
         physical_bounds(shape, &self.faces, fine);

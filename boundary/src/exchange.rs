@@ -58,7 +58,7 @@ use crate::collective;
 use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::copy_run::Run;
 use crate::error::BoundaryError;
-use crate::prolong_restrict::{restrict, Prolongation};
+use crate::prolong_restrict::{Prolongation, Resampler};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
 
@@ -337,13 +337,14 @@ pub fn host_restrict(
         return Ok(());
     };
     let interior = crate::bounds::coarse_interior(&cs);
+    let r = Resampler::new(shape)?;
     for &(b, v) in list {
         if !data.is_allocated(b, v) {
             continue;
         }
         for s in data.vars()[v].slots.clone() {
             let (f, c) = data.fine_and_coarse_mut(b, s);
-            restrict(shape, f, c, &interior)?;
+            r.restrict(f, c, &interior)?;
         }
     }
     Ok(())

@@ -61,7 +61,7 @@ pub use exchange::{
 pub use flux_correction::{FluxCorrection, FluxData, FluxFace, FluxSpace};
 pub use gmg::{GmgData, GmgExchange, LevelBlocks};
 pub use pool::{BufferPool, Owned, WeakHandle};
-pub use prolong_restrict::{prolongate, restrict, Prolongation};
+pub use prolong_restrict::{prolongate, restrict, Prolongation, Resampler};
 pub use remesh::redistribute;
 pub use storage::BlockData;
 pub use tags::TagMap;

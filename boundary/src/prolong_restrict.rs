@@ -126,25 +126,58 @@ pub(crate) fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
     (p[2] * dims[1] + p[1]) * dims[0] + p[0]
 }
 
-/// The fine points under coarse point `c`, with their offsets (`-1` lower, `+1` upper child).
-fn children(geo: &Geometry, c: [usize; 3]) -> impl Iterator<Item = ([usize; 3], [f64; 3])> + '_ {
-    let f0 = [0, 1, 2].map(|d| geo.first_child(d, c[d]).unwrap_or(0));
-    let n = [0, 1, 2].map(|d| if d < geo.ndim { 2 } else { 1 });
-    (0..n[2]).flat_map(move |k| {
-        (0..n[1]).flat_map(move |j| {
-            (0..n[0]).map(move |i| {
-                let q = [i, j, k];
-                let off = [0, 1, 2].map(|d| {
-                    if d < geo.ndim {
-                        2.0 * q[d] as f64 - 1.0
-                    } else {
-                        0.0
-                    }
-                });
-                ([0, 1, 2].map(|d| f0[d] + q[d]), off)
-            })
-        })
-    })
+/// The children of any coarse cell, set up once per call rather than per cell: their flat
+/// offsets in the block array from the cell's first (lower) child, x fastest, and their
+/// positions (`-1` lower, `+1` upper child, `0` along inactive directions).
+struct Children {
+    n: usize,
+    flat: [usize; 8],
+    off: [[f64; 3]; 8],
+}
+
+impl Children {
+    fn of(geo: &Geometry) -> Self {
+        let n = [0, 1, 2].map(|d| if d < geo.ndim { 2 } else { 1 });
+        let mut ch = Self {
+            n: 0,
+            flat: [0; 8],
+            off: [[0.0; 3]; 8],
+        };
+        for k in 0..n[2] {
+            for j in 0..n[1] {
+                for i in 0..n[0] {
+                    let q = [i, j, k];
+                    ch.flat[ch.n] = at(geo.fine, q);
+                    ch.off[ch.n] = [0, 1, 2].map(|d| {
+                        if d < geo.ndim {
+                            2.0 * q[d] as f64 - 1.0
+                        } else {
+                            0.0
+                        }
+                    });
+                    ch.n += 1;
+                }
+            }
+        }
+        ch
+    }
+
+    /// Flat indices of coarse cell `c`'s children in the block array, with their positions.
+    fn under<'a>(
+        &'a self,
+        geo: &Geometry,
+        c: [usize; 3],
+    ) -> impl Iterator<Item = (usize, &'a [f64; 3])> + 'a {
+        // `Geometry::check` has put every child of the box inside the block array.
+        let f0 = at(
+            geo.fine,
+            [0, 1, 2].map(|d| geo.first_child(d, c[d]).unwrap_or(0)),
+        );
+        self.flat[..self.n]
+            .iter()
+            .zip(&self.off[..self.n])
+            .map(move |(o, off)| (f0 + o, off))
+    }
 }
 
 /// Restricts the fine cells under every coarse cell of `cbox` (coarse-buffer indices) into
@@ -168,14 +201,7 @@ pub fn restrict(
     coarse: &mut [f64],
     cbox: &IndexBox,
 ) -> Result<(), BoundaryError> {
-    let geo = Geometry::new(shape)?;
-    geo.check(cbox, fine.len(), coarse.len(), false)?;
-    let w = 1.0 / (1usize << geo.ndim) as f64;
-    for c in cbox.points() {
-        let sum: f64 = children(&geo, c).map(|(f, _)| fine[at(geo.fine, f)]).sum();
-        coarse[at(geo.coarse, c)] = sum * w;
-    }
-    Ok(())
+    Resampler::new(shape)?.restrict(fine, coarse, cbox)
 }
 
 /// Prolongates every coarse cell of `cbox` (coarse-buffer indices) onto its children in
@@ -187,27 +213,84 @@ pub fn prolongate(
     fine: &mut [f64],
     cbox: &IndexBox,
 ) -> Result<(), BoundaryError> {
-    let geo = Geometry::new(shape)?;
-    geo.check(cbox, fine.len(), coarse.len(), op != Prolongation::Constant)?;
-    for c in cbox.points() {
-        let u = coarse[at(geo.coarse, c)];
-        let mut slope = [0.0; 3];
-        if op != Prolongation::Constant {
-            for (d, s) in slope.iter_mut().enumerate().take(geo.ndim) {
-                let (mut lo, mut hi) = (c, c);
-                lo[d] -= 1;
-                hi[d] += 1;
-                let dl = u - coarse[at(geo.coarse, lo)];
-                let dr = coarse[at(geo.coarse, hi)] - u;
-                *s = op.slope(dl, dr);
+    Resampler::new(shape)?.prolongate(op, coarse, fine, cbox)
+}
+
+/// [`restrict`] and [`prolongate`] for blocks of one shape, with the geometry worked out once
+/// for all the boxes, blocks and variables of an exchange rather than per box.
+pub struct Resampler {
+    geo: Geometry,
+    kids: Children,
+}
+
+impl Resampler {
+    /// The geometry of blocks of `shape` and of their coarse buffers.
+    pub fn new(shape: &IndexShape) -> Result<Self, BoundaryError> {
+        let geo = Geometry::new(shape)?;
+        let kids = Children::of(&geo);
+        Ok(Self { geo, kids })
+    }
+
+    /// [`restrict`] on a block of this shape.
+    pub fn restrict(
+        &self,
+        fine: &[f64],
+        coarse: &mut [f64],
+        cbox: &IndexBox,
+    ) -> Result<(), BoundaryError> {
+        let geo = &self.geo;
+        geo.check(cbox, fine.len(), coarse.len(), false)?;
+        let w = 1.0 / (1usize << geo.ndim) as f64;
+        each_cell(cbox, |c| {
+            let sum: f64 = self.kids.under(geo, c).map(|(f, _)| fine[f]).sum();
+            coarse[at(geo.coarse, c)] = sum * w;
+        });
+        Ok(())
+    }
+
+    /// [`prolongate`] on a block of this shape.
+    pub fn prolongate(
+        &self,
+        op: Prolongation,
+        coarse: &[f64],
+        fine: &mut [f64],
+        cbox: &IndexBox,
+    ) -> Result<(), BoundaryError> {
+        let geo = &self.geo;
+        geo.check(cbox, fine.len(), coarse.len(), op != Prolongation::Constant)?;
+        let stride = [1, geo.coarse[0], geo.coarse[0] * geo.coarse[1]];
+        each_cell(cbox, |c| {
+            let ci = at(geo.coarse, c);
+            let u = coarse[ci];
+            let mut slope = [0.0; 3];
+            if op != Prolongation::Constant {
+                // `check` has put both face neighbours inside the coarse buffer.
+                for (d, s) in slope.iter_mut().enumerate().take(geo.ndim) {
+                    let dl = u - coarse[ci - stride[d]];
+                    let dr = coarse[ci + stride[d]] - u;
+                    *s = op.slope(dl, dr);
+                }
+            }
+            for (f, off) in self.kids.under(geo, c) {
+                let v: f64 = (0..3).map(|d| 0.25 * off[d] * slope[d]).sum();
+                fine[f] = u + v;
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Calls `f` on every point of `cbox`, x fastest (as [`IndexBox::points`], in plain loops:
+/// boxes here are small and many).
+fn each_cell(cbox: &IndexBox, mut f: impl FnMut([usize; 3])) {
+    let [x, y, z] = cbox.0;
+    for k in z.as_range() {
+        for j in y.as_range() {
+            for i in x.as_range() {
+                f([i, j, k]);
             }
         }
-        for (f, off) in children(&geo, c) {
-            let v: f64 = (0..3).map(|d| 0.25 * off[d] * slope[d]).sum();
-            fine[at(geo.fine, f)] = u + v;
-        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -365,8 +448,8 @@ mod tests {
                         }
                     }
                     let geo = Geometry::new(&s).unwrap();
-                    for (f, _) in children(&geo, c) {
-                        let v = fine[at(fd, f)];
+                    for (f, _) in Children::of(&geo).under(&geo, c) {
+                        let v = fine[f];
                         let out = v < lo - 1e-12 || v > hi + 1e-12;
                         if op == Prolongation::MinmodLinear {
                             assert!(!out, "round {round}: {v} outside [{lo}, {hi}]");
