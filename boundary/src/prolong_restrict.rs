@@ -52,6 +52,7 @@ pub fn minmod(a: f64, b: f64) -> f64 {
     }
 }
 
+#[derive(Debug, Clone)]
 struct Geometry {
     ndim: usize,
     g: usize,
@@ -126,9 +127,10 @@ pub(crate) fn at(dims: [usize; 3], p: [usize; 3]) -> usize {
     (p[2] * dims[1] + p[1]) * dims[0] + p[0]
 }
 
-/// The children of any coarse cell, set up once per call rather than per cell: their flat
+/// The children of any coarse cell, set up once per block shape rather than per cell: their flat
 /// offsets in the block array from the cell's first (lower) child, x fastest, and their
 /// positions (`-1` lower, `+1` upper child, `0` along inactive directions).
+#[derive(Debug, Clone)]
 struct Children {
     n: usize,
     flat: [usize; 8],
@@ -217,7 +219,8 @@ pub fn prolongate(
 }
 
 /// [`restrict`] and [`prolongate`] for blocks of one shape, with the geometry worked out once
-/// for all the boxes, blocks and variables of an exchange rather than per box.
+/// and used for every box, rather than once per box and per cell.
+#[derive(Debug, Clone)]
 pub struct Resampler {
     geo: Geometry,
     kids: Children,
