@@ -11,7 +11,7 @@
 //! - [`bnd_info`]: the index boxes of each channel, `#[repr(C)]` descriptors, and
 //!   pack-in-one / unpack-in-one over all sub-halos;
 //! - [`prolong_restrict`]: restriction and prolongation operators for cell-centred data;
-//! - [`storage`]: the blocks' field data ([`BlockData`](storage::BlockData)), and [`bounds`]:
+//! - [`storage`]: the blocks' field data ([`BlockData`]), and [`bounds`]:
 //!   physical boundary conditions;
 //! - [`exchange`]: the MPI ghost exchange ([`Exchange`]), per channel or coalesced into one
 //!   message per peer rank, with fields on the host or (through [`device_pack`] and
