@@ -39,7 +39,7 @@ use std::str::FromStr;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 pub use starhalo_exec::TaskStatus;
-use starhalo_exec::{Buffer, Policy};
+use starhalo_exec::{Buffer, Fnv, Policy};
 use starhalo_mesh::field::IndexShape;
 use starhalo_mesh::BlockNeighbors;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
@@ -562,8 +562,9 @@ impl Layout {
     /// neighbours, the partitions, the variables, the block shape and the options that shape
     /// the messages.
     fn digests(&self, data: &BlockData, opts: ExchangeOptions) -> [(&'static str, u64); 5] {
+        // FNV: the ranks of one job may run binaries built apart.
         fn digest(f: impl FnOnce(&mut Fnv)) -> u64 {
-            let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+            let mut h = Fnv::default();
             f(&mut h);
             h.finish()
         }
@@ -595,21 +596,6 @@ impl Layout {
             ("block shapes (cells or ghost layers)", shape),
             ("exchange options (coalesced or split)", options),
         ]
-    }
-}
-
-/// FNV-1a, a digest fixed by its definition: std's default hasher may change between Rust
-/// releases, and the ranks of one job may run binaries built apart.
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
     }
 }
 

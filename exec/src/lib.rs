@@ -25,12 +25,14 @@ pub mod alloc_count;
 mod buffer;
 pub mod cuda;
 mod element;
+mod fnv;
 mod hier;
 mod space;
 pub mod tasks;
 
 pub use buffer::Buffer;
 pub use element::{Element, ScalarKind};
+pub use fnv::Fnv;
 pub use hier::{for_each_segment, hier_for, Policy};
 pub use space::{MemSpace, SpaceError};
 pub use tasks::{TaskError, TaskId, TaskList, TaskRegion, TaskStatus};

@@ -14,9 +14,12 @@
 //! one else can write.
 
 use std::ffi::OsString;
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::Fnv;
 
 /// The cache folder, or `None` when caching is off or no folder can be named.
 pub(crate) fn folder() -> Option<PathBuf> {
@@ -48,7 +51,7 @@ pub(crate) fn entry(
         h.write(o.as_bytes());
     }
     h.write(format!("\0nvrtc {}.{}", version.0, version.1).as_bytes());
-    folder.join(format!("{set}-{:016x}.cubin", h.0))
+    folder.join(format!("{set}-{:016x}.cubin", h.finish()))
 }
 
 /// The entry's bytes, if it is there.
@@ -82,23 +85,6 @@ pub(crate) fn write(entry: &Path, image: &[u8]) {
         .and_then(|()| std::fs::rename(&tmp, entry));
     if stored.is_err() {
         let _ = std::fs::remove_file(&tmp);
-    }
-}
-
-/// 64-bit FNV-1a: a hash that stays the same across Rust releases and machines.
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
     }
 }
 
