@@ -352,21 +352,41 @@ pub(super) fn measure(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
 
 fn measure_any_zero(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
     let strides = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
-    let cells = geo.interior().map(|p| geo.at(p));
+    let strides = &strides[..geo.ndim];
+    let nx = geo.n[0];
+    // The start of each interior row: cells are walked row by row, without working out
+    // each one's index from its three coordinates.
+    let rows = (0..geo.n[2]).flat_map(move |k| (0..geo.n[1]).map(move |j| geo.at([0, j, k])));
+    let along = |c: usize, s: usize| (&u[c - s..][..nx], &u[c + s..][..nx]);
     match kind {
-        MeasureKind::FirstDerivative => cells.fold(0.0f64, |m, c| {
-            let scale = 2.0 * u[c].abs() + TINY;
-            (strides[..geo.ndim].iter()).fold(m, |m, &s| m.max((u[c + s] - u[c - s]).abs() / scale))
-        }),
-        MeasureKind::SecondDerivative => cells.fold(0.0f64, |m, c| {
-            let aqt = u[c].abs() + TINY;
-            (strides[..geo.ndim].iter()).fold(m, |m, &s| {
-                let avg = 0.5 * (u[c + s] + u[c - s]);
-                m.max((avg - u[c]).abs() / (avg.abs() + aqt))
+        // Division by the positive scale keeps order, so dividing the largest difference
+        // gives the bits of the largest quotient: one division per cell.
+        MeasureKind::FirstDerivative => rows.fold(0.0f64, |m, c| {
+            let mid = &u[c..][..nx];
+            (0..nx).fold(m, |m, i| {
+                let d = strides.iter().fold(0.0f64, |d, &s| {
+                    let (lo, hi) = along(c, s);
+                    d.max((hi[i] - lo[i]).abs())
+                });
+                m.max(d / (2.0 * mid[i].abs() + TINY))
             })
         }),
-        MeasureKind::Max => cells.fold(f64::NEG_INFINITY, |m, c| m.max(u[c])),
-        MeasureKind::MaxNegated => cells.fold(f64::NEG_INFINITY, |m, c| m.max(-u[c])),
+        MeasureKind::SecondDerivative => rows.fold(0.0f64, |m, c| {
+            let mid = &u[c..][..nx];
+            (strides.iter()).fold(m, |m, &s| {
+                let (lo, hi) = along(c, s);
+                (mid.iter().zip(lo).zip(hi)).fold(m, |m, ((&q, &l), &h)| {
+                    let avg = 0.5 * (h + l);
+                    m.max((avg - q).abs() / (avg.abs() + (q.abs() + TINY)))
+                })
+            })
+        }),
+        MeasureKind::Max => rows.fold(f64::NEG_INFINITY, |m, c| {
+            u[c..][..nx].iter().fold(m, |m, &x| m.max(x))
+        }),
+        MeasureKind::MaxNegated => rows.fold(f64::NEG_INFINITY, |m, c| {
+            u[c..][..nx].iter().fold(m, |m, &x| m.max(-x))
+        }),
         MeasureKind::BlockMax => u.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x)),
         MeasureKind::BlockMaxNegated => u.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(-x)),
     }
@@ -711,6 +731,62 @@ mod tests {
 
     fn first_derivative(u: &[f64], geo: &Geo) -> f64 {
         measure(MeasureKind::FirstDerivative, u, geo)
+    }
+
+    #[test]
+    fn measures_on_a_3d_block_are_those_of_each_cell_in_turn() {
+        // Unequal sides, so a row or plane stride taken for another fails.
+        let mut c = MeshConfig::new([6, 4, 8], [6, 4, 8]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 2;
+        let geo = Geo::new(&Mesh::new(c, 1).unwrap(), 0);
+        let s = [1, geo.dims[0], geo.dims[0] * geo.dims[1]];
+        let cells: Vec<usize> = geo.interior().map(|p| geo.at(p)).collect();
+        let npts: usize = geo.dims.iter().product();
+        // Steep along one direction in turn, so the largest quotient is one along it, plus a
+        // little noise, so a neighbour other than the true one gives other bits.
+        for d in 0..3 {
+            let mut u: Vec<f64> = (0..npts)
+                .map(|i| {
+                    let x = (i / s[d]) % geo.dims[d];
+                    1.0 + 10.0 * (x * x) as f64 + (i * 37 % 101) as f64 / 101.0
+                })
+                .collect();
+            // A ghost a measure must not see.
+            u[0] = 1e9;
+            let biggest =
+                |f: &dyn Fn(usize) -> f64| cells.iter().map(|&c| f(c)).fold(f64::MIN, f64::max);
+            let first = biggest(&|c| {
+                let scale = 2.0 * u[c].abs() + TINY;
+                (s.iter())
+                    .map(|&s| (u[c + s] - u[c - s]).abs() / scale)
+                    .fold(0.0, f64::max)
+            });
+            let second = biggest(&|c| {
+                (s.iter())
+                    .map(|&s| {
+                        let avg = 0.5 * (u[c + s] + u[c - s]);
+                        (avg - u[c]).abs() / (avg.abs() + (u[c].abs() + TINY))
+                    })
+                    .fold(0.0, f64::max)
+            });
+            assert_eq!(
+                measure(MeasureKind::FirstDerivative, &u, &geo),
+                first,
+                "{d}"
+            );
+            assert_eq!(
+                measure(MeasureKind::SecondDerivative, &u, &geo),
+                second,
+                "{d}"
+            );
+            assert_eq!(measure(MeasureKind::Max, &u, &geo), biggest(&|c| u[c]));
+            assert_eq!(
+                measure(MeasureKind::MaxNegated, &u, &geo),
+                biggest(&|c| -u[c])
+            );
+            assert_eq!(measure(MeasureKind::BlockMax, &u, &geo), 1e9);
+        }
     }
 
     #[test]
