@@ -185,6 +185,14 @@ impl RemeshMap {
         Self { origin, fate }
     }
 
+    /// The map of a remesh that changed nothing: each of `n` blocks kept under its gid.
+    pub fn identity(n: usize) -> Self {
+        Self {
+            origin: (0..n).map(|old| BlockOrigin::Kept { old }).collect(),
+            fate: (0..n).map(|new| BlockFate::Kept { new }).collect(),
+        }
+    }
+
     /// True if no block changed.
     pub fn is_identity(&self) -> bool {
         self.origin
@@ -334,11 +342,13 @@ pub fn remesh(
         .filter(|(l, &f)| f == RefinementFlag::Refine && l.level() < rules.max_level)
         .map(|(l, _)| *l)
         .collect();
+    let mut refined = false;
     loop {
         while let Some(b) = queue.pop() {
             if !set.remove(&b) {
                 continue;
             }
+            refined = true;
             set.extend(b.children(ndim));
             if set.len() > rules.max_blocks {
                 return Err(MeshError::TooManyBlocks {
@@ -383,6 +393,13 @@ pub fn remesh(
                 .all(|c| touching(&grid, c).all(|t| covering(&set, &t).is_some()))
         })
         .collect();
+    if !refined && merges.is_empty() {
+        // The leaves are the old ones, and forests are built in one order: the same forest.
+        return Ok(Remesh {
+            forest: forest.clone(),
+            map: RemeshMap::identity(forest.len()),
+        });
+    }
     merges.sort_unstable();
     for p in merges {
         for c in p.children(ndim) {
@@ -430,6 +447,47 @@ mod tests {
         pick: impl Fn(&LogicalLocation) -> RefinementFlag,
     ) -> Vec<RefinementFlag> {
         f.leaves().iter().map(pick).collect()
+    }
+
+    #[test]
+    fn a_remesh_that_changes_nothing_gives_the_same_forest_and_an_identity_map() {
+        // A two-level forest: one family refined in a 2x2 root grid.
+        let grid = RootGrid::new(2, [2, 2, 1], [true, false, false]).unwrap();
+        let rules = RefinementRules::adaptive(2);
+        let mut f = Forest::uniform(grid, 1);
+        let mut flags = vec![RefinementFlag::Same; f.len()];
+        flags[5] = RefinementFlag::Refine;
+        f = remesh(&f, &flags, &rules).unwrap().forest;
+        assert_eq!(f.max_level(), 2);
+        // Nothing to do: all the same; refinement asked past max_level; merges asked by three
+        // of a family of four.
+        let unchanged = [
+            flags_for(&f, |_| RefinementFlag::Same),
+            flags_for(&f, |l| match l.level() {
+                2 => RefinementFlag::Refine,
+                _ => RefinementFlag::Same,
+            }),
+            flags_for(&f, |l| match (l.level(), l.lx()) {
+                (2, [x, _, _]) if x % 2 == 0 => RefinementFlag::Derefine,
+                (2, [_, y, _]) if y % 2 == 0 => RefinementFlag::Derefine,
+                _ => RefinementFlag::Same,
+            }),
+        ];
+        for flags in unchanged {
+            let r = remesh(&f, &flags, &rules).unwrap();
+            assert_eq!(r.forest.leaves(), f.leaves());
+            assert!(r.map.is_identity());
+            assert_eq!(r.map, RemeshMap::between(&f, &r.forest));
+        }
+        // A change still changes: the whole fine family merges.
+        let merge = flags_for(&f, |l| match l.level() {
+            2 => RefinementFlag::Derefine,
+            _ => RefinementFlag::Same,
+        });
+        let r = remesh(&f, &merge, &rules).unwrap();
+        assert_eq!(r.forest.len(), f.len() - 3);
+        assert!(!r.map.is_identity());
+        assert_eq!(RemeshMap::identity(f.len()), RemeshMap::between(&f, &f));
     }
 
     #[test]
