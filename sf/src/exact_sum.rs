@@ -12,6 +12,8 @@
 //! superaccumulator does ("Fast exact summation using small and large superaccumulators",
 //! 2015), and moves those partial sums into the digits every 2048 terms.
 
+use std::cell::RefCell;
+
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 
 /// Digits of 32 bits: 67 hold the 2098 bits of the `f64` range with room for carries.
@@ -181,8 +183,53 @@ impl Extend<f64> for ExactSum {
     /// sign and exponent in `u64` bins (at most 2048 to a bin), and only the bins a
     /// batch touched are moved into the digits.
     fn extend<I: IntoIterator<Item = f64>>(&mut self, terms: I) {
-        let mut bins = [0u64; 1 << 12];
-        let mut touched = [0u16; BATCH];
+        let mut terms = Some(terms.into_iter());
+        let _ = BINS.try_with(|cell| {
+            if let Ok(mut bins) = cell.try_borrow_mut() {
+                if let Some(t) = terms.take() {
+                    self.extend_in(&mut bins, t);
+                }
+            }
+        });
+        // The thread's bins in use (a term that sums something itself) or gone (a thread's
+        // destructors run): fresh ones.
+        if let Some(t) = terms {
+            self.extend_in(&mut Bins::new(), t);
+        }
+    }
+}
+
+/// The bins of [`ExactSum`]'s `extend`, indexed by a term's sign and exponent.
+struct Bins {
+    sums: [u64; 1 << 12],
+    touched: [u16; BATCH],
+    /// Set while a call runs: bins that a call left (its iterator panicked) are cleared by
+    /// the next.
+    dirty: bool,
+}
+
+impl Bins {
+    fn new() -> Self {
+        Self {
+            sums: [0; 1 << 12],
+            touched: [0; BATCH],
+            dirty: false,
+        }
+    }
+}
+
+thread_local! {
+    /// 36 KiB, zero between calls (each call empties the bins it touched) and kept per
+    /// thread: a sum of a few terms does not clear them all first.
+    static BINS: RefCell<Box<Bins>> = RefCell::new(Box::new(Bins::new()));
+}
+
+impl ExactSum {
+    fn extend_in(&mut self, bins: &mut Bins, terms: impl Iterator<Item = f64>) {
+        if bins.dirty {
+            bins.sums.fill(0);
+        }
+        bins.dirty = true;
         let (mut ntouched, mut nterms) = (0, 0);
         for x in terms {
             let bits = x.to_bits();
@@ -192,20 +239,19 @@ impl Extend<f64> for ExactSum {
                 continue;
             }
             // Recorded always, kept only for a bin's first term of the batch: no branch.
-            touched[ntouched] = bin as u16;
-            ntouched += usize::from(bins[bin] == 0);
-            bins[bin] += mantissa(bits);
+            bins.touched[ntouched] = bin as u16;
+            ntouched += usize::from(bins.sums[bin] == 0);
+            bins.sums[bin] += mantissa(bits);
             nterms += 1;
             if nterms == BATCH {
-                self.empty_bins(&mut bins, &touched[..ntouched]);
+                self.empty_bins(&mut bins.sums, &bins.touched[..ntouched]);
                 (ntouched, nterms) = (0, 0);
             }
         }
-        self.empty_bins(&mut bins, &touched[..ntouched]);
+        self.empty_bins(&mut bins.sums, &bins.touched[..ntouched]);
+        bins.dirty = false;
     }
-}
 
-impl ExactSum {
     /// Moves the `touched` bins (sign bit and exponent of their terms) into the digits.
     fn empty_bins(&mut self, bins: &mut [u64; 1 << 12], touched: &[u16]) {
         for &bin in touched {
@@ -311,6 +357,39 @@ mod tests {
             assert_eq!(bulk.value().to_bits(), sum(&[1.0, special, 2.0]).to_bits());
         }
         assert_eq!(ExactSum::dot(&[3.0, 4.0], &[5.0, 6.0, 7.0]).value(), 39.0);
+    }
+
+    /// The bins kept between calls start empty each time: after a sum whose terms stopped
+    /// with a panic half-way, and where a term is itself worked out by a sum.
+    #[test]
+    fn kept_bins_carry_nothing_from_one_sum_to_the_next() {
+        // Integers of many exponents whose sum is exact: a term lost or counted twice shows.
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let terms: Vec<f64> = (0..3 * BATCH + 5)
+            .map(|_| rng.gen_range(-(1i64 << 40)..1 << 40) as f64)
+            .collect();
+        let stopped = std::panic::catch_unwind(|| {
+            let mut s = ExactSum::default();
+            s.extend(terms.iter().enumerate().map(|(i, &x)| {
+                assert!(i < BATCH + 7, "stop");
+                x
+            }));
+        });
+        assert!(stopped.is_err());
+        let mut after = ExactSum::default();
+        after.extend(terms.iter().copied());
+        assert_eq!(after.value().to_bits(), sum(&terms).to_bits());
+        // Each term the sum of a row: the inner sums run while the outer one holds the
+        // thread's bins.
+        let rows: Vec<&[f64]> = terms.chunks(7).collect();
+        let mut outer = ExactSum::default();
+        outer.extend(rows.iter().map(|r| {
+            let mut inner = ExactSum::default();
+            inner.extend(r.iter().copied());
+            inner.value()
+        }));
+        let want: Vec<f64> = rows.iter().map(|r| sum(r)).collect();
+        assert_eq!(outer.value().to_bits(), sum(&want).to_bits());
     }
 
     /// Any order and any split into partial sums merged later give the same bits, with terms
