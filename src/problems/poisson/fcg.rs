@@ -64,10 +64,7 @@ impl Solver<'_> {
         let (grid, len) = (&self.grids[0], self.block_len(0));
         let mut sum = ExactSum::default();
         for (ab, bb) in a.chunks_exact(len).zip(b.chunks_exact(len)) {
-            sum.extend(grid.interior().map(|p| {
-                let i = grid.at(p);
-                ab[i] * (self.scale * bb[i])
-            }));
+            sum.extend(grid.cells().map(|i| ab[i] * (self.scale * bb[i])));
         }
         sum
     }
@@ -104,8 +101,7 @@ impl Solver<'_> {
         let u = self.u.level(0)?;
         for (b, q) in k.q.chunks_exact_mut(len).enumerate() {
             let pb = u.fine(b, 0);
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 q[i] = grid.laplacian(pb, i);
             }
         }

@@ -1,6 +1,8 @@
 //! One multigrid level's cells on this rank: shape, spacing, where each block sits, the
 //! box's faces, and the stencil.
 
+use std::ops::Range;
+
 use super::Face;
 use crate::run::stats::CommTimer;
 use anyhow::{Context as _, Result};
@@ -145,9 +147,22 @@ impl Grid {
         (0..n[2]).flat_map(move |k| (0..n[1]).flat_map(move |j| (0..n[0]).map(move |i| [i, j, k])))
     }
 
+    /// The array indices of interior row `(j, k)` of a block.
+    pub(super) fn row(&self, j: usize, k: usize) -> Range<usize> {
+        let start = self.at([0, j, k]);
+        start..start + self.n[0]
+    }
+
+    /// The array indices of a block's interior cells, in the order of [`Self::interior`],
+    /// found row by row.
+    pub(super) fn cells(&self) -> impl Iterator<Item = usize> + '_ {
+        let n = self.n;
+        (0..n[2]).flat_map(move |k| (0..n[1]).flat_map(move |j| self.row(j, k)))
+    }
+
     /// The interior values of a block array.
     pub(super) fn values<'a>(&'a self, v: &'a [f64]) -> impl Iterator<Item = f64> + 'a {
-        self.interior().map(|p| v[self.at(p)])
+        self.cells().map(|i| v[i])
     }
 
     /// The squares of the interior values of a block array times `scale`: the terms of a

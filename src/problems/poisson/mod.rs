@@ -373,7 +373,7 @@ impl Poisson {
         let mut sum = [ExactSum::default()];
         for b in 0..data.gids().len() {
             let ub = data.fine(b, 0);
-            sum[0].extend(grid.interior().map(|p| ub[grid.at(p)] * cell));
+            sum[0].extend(grid.cells().map(|i| ub[i] * cell));
         }
         comm.time(|| ExactSum::all_reduce(ctx.world, &mut sum));
         Ok(sum[0].value() / volume)

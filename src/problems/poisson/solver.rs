@@ -212,10 +212,12 @@ impl Solver<'_> {
         let data = self.u.level_mut(l)?;
         for b in 0..data.gids().len() {
             let (u, f) = (data.fine_mut(b, 0), &self.f[l][b * len..(b + 1) * len]);
-            let first = grid.first[b];
-            for p in grid.interior() {
-                if (0..grid.ndim).map(|d| first[d] + p[d]).sum::<usize>() % 2 == parity {
-                    let i = grid.at(p);
+            let first: usize = grid.first[b][..grid.ndim].iter().sum();
+            for (k, j) in (0..grid.n[2]).flat_map(|k| (0..grid.n[1]).map(move |j| (k, j))) {
+                // Every other cell of the row, from the first whose indices sum to `parity`
+                // (j and k are 0 along inactive directions).
+                let row = grid.row(j, k);
+                for i in (row.start + (parity + first + j + k) % 2..row.end).step_by(2) {
                     u[i] += w * (grid.laplacian(u, i) - f[i]);
                 }
             }
@@ -241,13 +243,11 @@ impl Solver<'_> {
         for b in 0..data.gids().len() {
             let (u, f) = (data.fine(b, 0), &self.f[l][b * len..(b + 1) * len]);
             let new = &mut self.scratch[b * len..(b + 1) * len];
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 new[i] = u[i] - w * (f[i] - grid.laplacian(u, i));
             }
             let u = data.fine_mut(b, 0);
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 u[i] = new[i];
             }
         }
@@ -263,8 +263,7 @@ impl Solver<'_> {
         for b in 0..u.gids().len() {
             let (ub, f) = (u.fine(b, 0), &self.f[l][b * len..(b + 1) * len]);
             let rb = r.fine_mut(b, 0);
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 rb[i] = f[i] - grid.laplacian(ub, i);
             }
         }
@@ -296,8 +295,7 @@ impl Solver<'_> {
             let (fb, rb) = (&f[b * len..(b + 1) * len], &mut r[b * len..(b + 1) * len]);
             let xb = &mut x[b * len..(b + 1) * len];
             xb.copy_from_slice(u.fine(b, 0));
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 rb[i] = grid.laplacian(xb, i) - fb[i];
             }
             sums[0].extend(grid.values(rb));
@@ -319,8 +317,7 @@ impl Solver<'_> {
         let mut rr = [ExactSum::default()];
         for b in 0..blocks {
             let (rb, pb) = (&mut r[b * len..(b + 1) * len], u.fine_mut(b, 0));
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 rb[i] -= mean;
                 pb[i] = rb[i];
             }
@@ -339,8 +336,7 @@ impl Solver<'_> {
             let mut sums: [ExactSum; 2] = Default::default();
             for b in 0..blocks {
                 let (pb, qb) = (u.fine(b, 0), &mut q[b * len..(b + 1) * len]);
-                sums[0].extend(grid.interior().map(|p| {
-                    let i = grid.at(p);
+                sums[0].extend(grid.cells().map(|i| {
                     qb[i] = -grid.laplacian(pb, i);
                     (pb[i] * scale) * (qb[i] * scale)
                 }));
@@ -361,8 +357,7 @@ impl Solver<'_> {
                     &mut r[b * len..(b + 1) * len],
                 );
                 let (pb, qb) = (u.fine(b, 0), &q[b * len..(b + 1) * len]);
-                for p in grid.interior() {
-                    let i = grid.at(p);
+                for i in grid.cells() {
                     xb[i] += alpha * pb[i];
                     rb[i] -= alpha * (qb[i] - q_mean);
                 }
@@ -375,8 +370,7 @@ impl Solver<'_> {
             let u = self.u.level_mut(l)?;
             for b in 0..blocks {
                 let (pb, rb) = (u.fine_mut(b, 0), &r[b * len..(b + 1) * len]);
-                for p in grid.interior() {
-                    let i = grid.at(p);
+                for i in grid.cells() {
                     pb[i] = rb[i] + beta * pb[i];
                 }
             }
@@ -420,8 +414,7 @@ impl Solver<'_> {
         let u = self.u.level_mut(l)?;
         for b in 0..u.gids().len() {
             let (ub, kept) = (u.fine_mut(b, 0), &self.scratch[b * len..(b + 1) * len]);
-            for p in grid.interior() {
-                let i = grid.at(p);
+            for i in grid.cells() {
                 ub[i] += kept[i];
             }
         }
