@@ -335,7 +335,7 @@ impl Mesh {
             });
         }
         let partition = Partition::balanced(costs, self.partition.nranks())?;
-        let map = RemeshMap::between(&self.forest, &self.forest);
+        let map = RemeshMap::identity(self.forest.len());
         let moves = plan_moves(&map, &self.partition, &partition)?
             .into_iter()
             .filter(|m| !m.is_local())

@@ -12,7 +12,7 @@
 //! superaccumulator does ("Fast exact summation using small and large superaccumulators",
 //! 2015), and moves those partial sums into the digits every 2048 terms.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 
@@ -183,19 +183,12 @@ impl Extend<f64> for ExactSum {
     /// sign and exponent in `u64` bins (at most 2048 to a bin), and only the bins a
     /// batch touched are moved into the digits.
     fn extend<I: IntoIterator<Item = f64>>(&mut self, terms: I) {
-        let mut terms = Some(terms.into_iter());
-        let _ = BINS.try_with(|cell| {
-            if let Ok(mut bins) = cell.try_borrow_mut() {
-                if let Some(t) = terms.take() {
-                    self.extend_in(&mut bins, t);
-                }
-            }
-        });
-        // The thread's bins in use (a term that sums something itself) or gone (a thread's
-        // destructors run): fresh ones.
-        if let Some(t) = terms {
-            self.extend_in(&mut Bins::new(), t);
-        }
+        // The thread's bins, or fresh ones where a sum holds them (a term that sums
+        // something itself) or they are gone (a sum that panicked, or thread-local storage
+        // torn down).
+        let mut bins = BINS.try_with(Cell::take).ok().flatten().unwrap_or_default();
+        self.extend_in(&mut bins, terms.into_iter());
+        let _ = BINS.try_with(|b| b.set(Some(bins)));
     }
 }
 
@@ -203,33 +196,25 @@ impl Extend<f64> for ExactSum {
 struct Bins {
     sums: [u64; 1 << 12],
     touched: [u16; BATCH],
-    /// Set while a call runs: bins that a call left (its iterator panicked) are cleared by
-    /// the next.
-    dirty: bool,
 }
 
-impl Bins {
-    fn new() -> Self {
+impl Default for Bins {
+    fn default() -> Self {
         Self {
             sums: [0; 1 << 12],
             touched: [0; BATCH],
-            dirty: false,
         }
     }
 }
 
 thread_local! {
-    /// 36 KiB, zero between calls (each call empties the bins it touched) and kept per
-    /// thread: a sum of a few terms does not clear them all first.
-    static BINS: RefCell<Box<Bins>> = RefCell::new(Box::new(Bins::new()));
+    /// 36 KiB, zero between sums (each empties the bins it touched) and kept per thread: a
+    /// sum of a few terms does not clear them all first.
+    static BINS: Cell<Option<Box<Bins>>> = const { Cell::new(None) };
 }
 
 impl ExactSum {
     fn extend_in(&mut self, bins: &mut Bins, terms: impl Iterator<Item = f64>) {
-        if bins.dirty {
-            bins.sums.fill(0);
-        }
-        bins.dirty = true;
         let (mut ntouched, mut nterms) = (0, 0);
         for x in terms {
             let bits = x.to_bits();
@@ -249,7 +234,6 @@ impl ExactSum {
             }
         }
         self.empty_bins(&mut bins.sums, &bins.touched[..ntouched]);
-        bins.dirty = false;
     }
 
     /// Moves the `touched` bins (sign bit and exponent of their terms) into the digits.

@@ -359,8 +359,9 @@ fn measure_any_zero(kind: MeasureKind, u: &[f64], geo: &Geo) -> f64 {
     let rows = (0..geo.n[2]).flat_map(move |k| (0..geo.n[1]).map(move |j| geo.at([0, j, k])));
     let along = |c: usize, s: usize| (&u[c - s..][..nx], &u[c + s..][..nx]);
     match kind {
-        // Division by the positive scale keeps order, so dividing the largest difference
-        // gives the bits of the largest quotient: one division per cell.
+        // Rounded division by a positive scale keeps order, so dividing the largest
+        // difference gives the bits of the largest quotient: one division per cell. (A NaN
+        // or infinite scale makes every quotient NaN or 0, which leave m >= +0 as it is.)
         MeasureKind::FirstDerivative => rows.fold(0.0f64, |m, c| {
             let mid = &u[c..][..nx];
             (0..nx).fold(m, |m, i| {

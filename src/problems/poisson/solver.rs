@@ -212,13 +212,16 @@ impl Solver<'_> {
         let data = self.u.level_mut(l)?;
         for b in 0..data.gids().len() {
             let (u, f) = (data.fine_mut(b, 0), &self.f[l][b * len..(b + 1) * len]);
-            let first: usize = grid.first[b][..grid.ndim].iter().sum();
-            for (k, j) in (0..grid.n[2]).flat_map(|k| (0..grid.n[1]).map(move |j| (k, j))) {
-                // Every other cell of the row, from the first whose indices sum to `parity`
-                // (j and k are 0 along inactive directions).
-                let row = grid.row(j, k);
-                for i in (row.start + (parity + first + j + k) % 2..row.end).step_by(2) {
-                    u[i] += w * (grid.laplacian(u, i) - f[i]);
+            let first_sum: usize = grid.first[b][..grid.ndim].iter().sum();
+            for k in 0..grid.n[2] {
+                for j in 0..grid.n[1] {
+                    // Every other cell of the row, from the first whose global indices sum
+                    // to `parity` (j and k are 0 along inactive directions).
+                    let row = grid.row(j, k);
+                    let start = row.start + (parity + first_sum + j + k) % 2;
+                    for i in (start..row.end).step_by(2) {
+                        u[i] += w * (grid.laplacian(u, i) - f[i]);
+                    }
                 }
             }
         }
