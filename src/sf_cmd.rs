@@ -227,6 +227,30 @@ fn runner(unit: &str) -> Result<Runner> {
     })
 }
 
+/// Whether this rank can hold its part of `sf run`: its root and leaf values, and their JSON
+/// text three times over (its own, then all ranks' gathered on rank 0 and the document
+/// written from them), at two bytes a value at the least. A lower bound: a graph refused
+/// here surely does not fit, where an allocation that merely succeeds may still leave too
+/// little (memory is overcommitted) and end the run half-way. Collective.
+fn fits_in_memory<U: CliUnit>(world: &SimpleCommunicator, sf: &StarForest) -> Result<()> {
+    let memory = crate::run::memory::Memory::of(world);
+    let values = sf.nroots().saturating_add(sf.leaf_space()) as u64;
+    let need = values.saturating_mul(std::mem::size_of::<U>() as u64 + 3 * 2);
+    if need <= memory.per_rank {
+        return Ok(());
+    }
+    Err(bad_input!(
+        "the graph's {} root and {} leaf values on rank {} do not fit in memory: they need \
+         at least {}, more than the {} each rank can count on; use a graph with fewer roots \
+         and leaves per rank or more ranks",
+        sf.nroots(),
+        sf.leaf_space(),
+        world.rank(),
+        crate::run::memory::bytes(need),
+        crate::run::memory::bytes(memory.per_rank)
+    ))
+}
+
 /// This rank's data: from the file (which lists every rank's), or the default
 /// `sign * (100*(rank+1) + i)`.
 fn data<U: CliUnit>(
@@ -292,8 +316,9 @@ fn run_typed<U: CliUnit>(
 ) -> Result<()> {
     let rank = world.rank() as usize;
     let ranks = (rank, world.size() as usize);
-    // Every rank checks its data, then all agree, so a bad file on one rank stops them all.
     let (plain, routed) = (&forest.plain, forest.routed.as_ref());
+    agree(world, fits_in_memory::<U>(world, plain))?;
+    // Every rank checks its data, then all agree, so a bad file on one rank stops them all.
     let loaded =
         data::<U>(a.root_data.as_deref(), ranks, plain.nroots(), 1.0, "root").and_then(|r| {
             Ok((

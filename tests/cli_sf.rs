@@ -283,9 +283,9 @@ fn invalid_graph_stops_every_rank() {
 }
 
 /// What one rank alone finds wrong stops every rank with one exit code: root data that only
-/// rank 2's part of the file gets wrong (2; also a file listing a rank too many), a graph too large for memory (1, not an
-/// allocation abort), a result file rank 0 cannot write (1); an oversized ping-pong is bad
-/// input (2), not a panic.
+/// rank 2's part of the file gets wrong (2; also a file listing a rank too many), a graph too
+/// large for memory (2, before its values are made, not an allocation abort), a result file
+/// rank 0 cannot write (1); an oversized ping-pong is bad input (2), not a panic.
 #[test]
 fn failures_on_one_rank_give_every_rank_one_code() {
     let dir = scratch("onerank");
@@ -320,6 +320,35 @@ fn failures_on_one_rank_give_every_rank_one_code() {
     let huge = r#"{"ranks":[{"nroots":18446744073709551615},{"nroots":3}]}"#;
     let (out, _) = sf_run(&scratch("huge"), 2, huge, &["--op", "reduce:sum"]);
     common::assert_bad_input("huge graph", &out, "do not fit in memory");
+    // Values an allocation would still grant (memory is overcommitted, or here 2 GiB of 3
+    // GiB of address space) but that the run cannot hold beside their JSON text: refused
+    // before any is made (this was exit 1, out of memory, after seconds of work).
+    let (big, big_out) = (dir.join("big.json"), dir.join("big-out.json"));
+    std::fs::write(
+        &big,
+        r#"{"ranks":[{"nroots":268435456,"leaves":[[0,0,1]]}]}"#,
+    )
+    .unwrap();
+    let script = "ulimit -v 3145728 && exec \"$0\" \"$@\"";
+    let args = [
+        "-c",
+        script,
+        EXE,
+        "sf",
+        "run",
+        "--graph",
+        big.to_str().unwrap(),
+        "--op",
+        "bcast:replace",
+        "--out",
+        big_out.to_str().unwrap(),
+    ];
+    let out = common::mpirun(1, 120, Path::new("sh"), &args, &[]);
+    common::assert_bad_input(
+        "big graph",
+        &out,
+        "do not fit in memory: they need at least",
+    );
     // A sum that overflows to inf cannot be written as JSON (it was written as null).
     let (roots, leaves) = (dir.join("roots.json"), dir.join("leaves.json"));
     let m = "1e308";

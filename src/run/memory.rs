@@ -139,7 +139,7 @@ impl Budget {
 }
 
 /// `b` bytes in the largest binary unit that keeps one digit before the point.
-fn bytes(b: u64) -> String {
+pub fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut u = 0;
