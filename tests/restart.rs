@@ -584,6 +584,19 @@ fn bad_restarts(base: &Path, deck: &str) {
         &[],
         "parthenon/output0/next_time = NaN: not a finite time",
     );
+    // Strings whose bytes are not UTF-8, sealed again: named, not read as text (hdf5's
+    // as_str took them unchecked, and the message printing them panicked).
+    let mut not_utf8 = bytes.clone();
+    let mut at = 512;
+    while let Some(i) = not_utf8[at..].windows(8).position(|w| w == b"periodic") {
+        not_utf8[at + i + 2] = 0x8d;
+        at += i + 8;
+    }
+    assert!(at > 512, "the deck's boundary conditions are in the file");
+    let path = base.join("not_utf8.rhdf");
+    std::fs::write(&path, &not_utf8).expect("edited copy");
+    seal(&path);
+    expect_bad(deck, &dir, &path, &[], "is not UTF-8 at byte");
 
     // A directory where the history beside the restart file should be.
     let beside = base.join("beside");

@@ -253,9 +253,8 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         .group("Input")
         .and_then(|g| g.attr("File"))
         .and_then(|a| a.read_scalar::<VarLenUnicode>())
-        .map_err(|e| bad(format!("Input/File: {e}")))?
-        .as_str()
-        .to_string();
+        .map_err(|e| bad(format!("Input/File: {e}")))
+        .and_then(|t| text(t.as_bytes()).map_err(|e| bad(format!("Input/File: {e}"))))?;
 
     let read = |name: &str, shape: &[usize]| -> Result<hdf5::Dataset, OutputError> {
         let ds = file
@@ -306,15 +305,18 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     if dom.len() != 9 {
         return Err(bad(format!("Info/RootGridDomain has {} values", dom.len())));
     }
-    let bcs: Vec<VarLenUnicode> = info
-        .attr("BoundaryConditions")
-        .and_then(|a| a.read_raw())
-        .map_err(|e| bad(format!("Info/BoundaryConditions: {e}")))?;
-
-    let names: Vec<VarLenUnicode> = info
-        .attr("OutputDatasetNames")
-        .and_then(|a| a.read_raw())
-        .map_err(|e| bad(format!("Info/OutputDatasetNames: {e}")))?;
+    let texts = |attr: &hdf5::Attribute, what: &str| -> Result<Vec<String>, OutputError> {
+        let raw: Vec<VarLenUnicode> = attr.read_raw().map_err(|e| bad(format!("{what}: {e}")))?;
+        (raw.iter().map(|t| text(t.as_bytes())))
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(format!("{what}: {e}")))
+    };
+    let attr = |name: &str| {
+        info.attr(name)
+            .map_err(|e| bad(format!("Info/{name}: {e}")))
+    };
+    let bcs = texts(&attr("BoundaryConditions")?, "Info/BoundaryConditions")?;
+    let names = texts(&attr("OutputDatasetNames")?, "Info/OutputDatasetNames")?;
     let ncomps: Vec<u64> = info
         .attr("NumComponents")
         .and_then(|a| a.read_raw())
@@ -327,25 +329,22 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
     let mut variables = BTreeMap::new();
     for (name, &nc) in names.iter().zip(&ncomps) {
         let nc = nc as usize;
-        read(name.as_str(), &[nb, nc, stored[2], stored[1], stored[0]])?;
-        variables.insert(name.as_str().to_string(), nc);
+        read(name, &[nb, nc, stored[2], stored[1], stored[0]])?;
+        variables.insert(name.clone(), nc);
     }
     let mut sparse = BTreeMap::new();
     if let Ok(ds) = file.dataset("SparseInfo") {
-        let fields: Vec<VarLenUnicode> = ds
+        let fields = ds
             .attr("SparseFields")
-            .and_then(|a| a.read_raw())
-            .map_err(|e| bad(format!("SparseInfo/SparseFields: {e}")))?;
+            .map_err(|e| bad(format!("SparseInfo/SparseFields: {e}")))
+            .and_then(|a| texts(&a, "SparseInfo/SparseFields"))?;
         let ns = fields.len();
         if ds.shape() != [nb, ns] {
             return Err(bad(format!("SparseInfo has shape {:?}", ds.shape())));
         }
         let flags: Vec<bool> = raw(&ds, path)?;
         for (s, f) in fields.iter().enumerate() {
-            sparse.insert(
-                f.as_str().to_string(),
-                (0..nb).map(|b| flags[b * ns + s]).collect(),
-            );
+            sparse.insert(f.clone(), (0..nb).map(|b| flags[b * ns + s]).collect());
         }
     }
     let params = read_params(&file).map_err(|e| bad(format!("Params: {e}")))?;
@@ -373,11 +372,31 @@ pub fn read_restart(path: &Path) -> Result<RestartData, OutputError> {
         derefine_counts,
         root_grid_size: [rgs[0] as usize, rgs[1] as usize, rgs[2] as usize],
         domain: [0, 1, 2].map(|d| [dom[3 * d], dom[3 * d + 1]]),
-        boundary_conditions: bcs.iter().map(|b| b.as_str().to_string()).collect(),
+        boundary_conditions: bcs,
         blocks_per_rank,
         variables,
         sparse,
         params,
+    })
+}
+
+/// A string of the file as text. hdf5's `as_str` takes the bytes for UTF-8 unchecked, and
+/// a file can hold any bytes: checked here, so other bytes are an error naming the value
+/// rather than an invalid `str`.
+fn text(bytes: &[u8]) -> hdf5::Result<String> {
+    String::from_utf8(bytes.to_vec()).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let before: String = String::from_utf8_lossy(&bytes[..at])
+            .chars()
+            .rev()
+            .take(24)
+            .collect();
+        let before: String = before.chars().rev().collect();
+        let msg = format!(
+            "a string of {} bytes is not UTF-8 at byte {at}, after {before:?}",
+            bytes.len()
+        );
+        hdf5::Error::from(msg.as_str())
     })
 }
 
@@ -398,13 +417,12 @@ fn read_params(file: &hdf5::File) -> hdf5::Result<BTreeMap<String, ParamValue>> 
             T::Float(_) => ParamValue::Real(a.read_scalar::<f64>()?),
             T::Boolean => ParamValue::Bool(a.read_scalar::<bool>()?),
             T::VarLenUnicode => {
-                ParamValue::Str(a.read_scalar::<VarLenUnicode>()?.as_str().to_string())
+                ParamValue::Str(text(a.read_scalar::<VarLenUnicode>()?.as_bytes())?)
             }
-            T::VarLenAscii => ParamValue::Str(
-                a.read_scalar::<hdf5::types::VarLenAscii>()?
-                    .as_str()
-                    .to_string(),
-            ),
+            T::VarLenAscii => {
+                let t = a.read_scalar::<hdf5::types::VarLenAscii>()?;
+                ParamValue::Str(text(t.as_bytes())?)
+            }
             _ => continue,
         };
         out.insert(name, v);
