@@ -492,7 +492,7 @@ impl MeshConfig {
                 return Err(MeshError::invalid(
                     mesh_key(&format!("x{dn}max")),
                     self.xmax[d],
-                    format!("must exceed x{dn}min = {}", self.xmin[d]),
+                    format!("must exceed x{dn}min = {:?}", self.xmin[d]),
                 ));
             }
             if d < ndim {

@@ -275,6 +275,16 @@ impl Deck {
     /// `parthenon/static_refinementN`), read by `MeshConfig::from_map`; a key it rejects is
     /// reported at its file and line like the getters' errors. Marks the keys it reads.
     pub fn mesh_config(&self) -> anyhow::Result<MeshConfig> {
+        // The mesh's blocks hold values only; the mesh reads them from a flat map, where a
+        // value written as a block would look absent.
+        for b in &self.blocks {
+            let parts: Vec<&str> = b.name.splitn(4, '/').collect();
+            if let ["parthenon", mesh, key, ..] = parts[..] {
+                if ["mesh", "meshblock"].contains(&mesh) || mesh.starts_with("static_refinement") {
+                    self.value_not_block(&format!("parthenon/{mesh}"), key, "a single value")?;
+                }
+            }
+        }
         let (config, read) =
             MeshConfig::from_map_keys(&self.flat_map()).map_err(|e| self.mesh_error(e))?;
         for path in &read {
@@ -345,6 +355,22 @@ impl Deck {
         DeckError::Missing {
             path: format!("{block}/{key}"),
             where_,
+        }
+    }
+
+    /// An error where `block/key`, which its reader takes as `expected`, was written as a
+    /// block of keys (`ix1_bc: {a: 1}`): the reader would otherwise find no value there and
+    /// take its default, or report the key missing.
+    pub fn value_not_block(&self, block: &str, key: &str, expected: &str) -> Result<(), DeckError> {
+        let path = format!("{block}/{key}");
+        let inside = format!("{path}/");
+        match (self.blocks.iter()).find(|b| b.name == path || b.name.starts_with(&inside)) {
+            None => Ok(()),
+            Some(b) => Err(DeckError::Invalid {
+                path,
+                origin: Some(b.origin.clone()),
+                msg: format!("expected {expected}, found a block of keys"),
+            }),
         }
     }
 
@@ -505,11 +531,13 @@ macro_rules! getters {
     ($($get:ident, $get_or:ident, $t:ty, $dt:ty, $conv:ident, $what:literal;)*) => {$(
         #[doc = concat!("The required key `block/key` as ", $what, ".")]
         pub fn $get(&self, block: &str, key: &str) -> Result<$t, DeckError> {
+            self.value_not_block(block, key, $what)?;
             typed(self.required(block, key)?, block, $what, $conv)
         }
 
         #[doc = concat!("`block/key` as ", $what, ", or `default` when absent.")]
         pub fn $get_or(&self, block: &str, key: &str, default: $dt) -> Result<$t, DeckError> {
+            self.value_not_block(block, key, $what)?;
             match self.entry(block, key) {
                 Some(e) => typed(e, block, $what, $conv),
                 None => Ok(default.into()),
@@ -550,6 +578,7 @@ impl Deck {
     /// `block/key` as a file path; a relative path is taken relative to the directory of the
     /// deck file that gave it (overrides: the current directory). `None` when absent.
     pub fn get_path(&self, block: &str, key: &str) -> Result<Option<PathBuf>, DeckError> {
+        self.value_not_block(block, key, "a file path")?;
         let Some(e) = self.entry(block, key) else {
             return Ok(None);
         };

@@ -86,6 +86,37 @@ fn nested_yaml_mappings_are_sub_blocks() {
     assert!(d.block("empty").is_some_and(|b| b.entries.is_empty()));
 }
 
+/// A value written as a mapping is an error at its line for the reader that takes the key,
+/// not an absent key (its default) or a missing one; the mesh's keys too, which it reads
+/// from a flat map.
+#[test]
+fn a_value_written_as_a_block_is_named() {
+    let text = "parthenon/mesh:\n  nx1: 16\n  ix1_bc: {a: 1}\n  ox1_bc: periodic\n  \
+                nx2: {b: {c: 2}}\nheat2d:\n  nx: 8\n  file: {a: 1}\n";
+    let d = Deck::from_str_auto(text, "v.yaml").unwrap();
+    let e = d
+        .get_str_or("parthenon/mesh", "ix1_bc", "outflow")
+        .unwrap_err();
+    let want = "parthenon/mesh/ix1_bc at v.yaml:3: expected a single value, found a block of keys";
+    assert_eq!(e.to_string(), want);
+    let e = d.get_i64("parthenon/mesh", "nx2").unwrap_err().to_string();
+    assert!(
+        e.starts_with("parthenon/mesh/nx2 at v.yaml:5: expected an integer"),
+        "{e}"
+    );
+    let e = d.get_path("heat2d", "file").unwrap_err().to_string();
+    assert!(
+        e.starts_with("heat2d/file at v.yaml:8: expected a file path"),
+        "{e}"
+    );
+    let e = d.mesh_config().unwrap_err().to_string();
+    assert!(e.starts_with("parthenon/mesh/"), "{e}");
+    assert!(e.contains("found a block of keys"), "{e}");
+    // Keys beside them read as before.
+    assert_eq!(d.get_i64("heat2d", "nx").unwrap(), 8);
+    assert_eq!(d.get_i64_or("heat2d", "ny", 3).unwrap(), 3);
+}
+
 #[test]
 fn in_format_reads_into_the_same_tree() {
     let d = Deck::from_str_auto(IN, "d.in").unwrap();

@@ -66,6 +66,7 @@ impl Memory {
         let nvars = nvars as u64;
         Budget {
             memory: self,
+            block_nx: config.block_nx,
             local: nvars.saturating_mul(
                 (copies * 8)
                     .saturating_mul(cells)
@@ -81,6 +82,8 @@ impl Memory {
 pub struct Budget {
     /// What the ranks have.
     pub memory: Memory,
+    /// A block's cells per direction.
+    pub block_nx: [usize; 3],
     /// Bytes a block costs the rank that holds it.
     pub local: u64,
     /// Bytes a block costs every rank.
@@ -109,11 +112,12 @@ impl Budget {
     /// `e` of building the mesh a deck asks for, as bad input; a mesh that outgrew the
     /// budget says why.
     pub fn deck_error(&self, deck: &Deck, e: MeshError) -> anyhow::Error {
+        let advice = match e {
+            MeshError::TooManyBlocks { limit: 0 } => "use smaller blocks",
+            _ => "use fewer or larger blocks, fewer refinement levels or more ranks",
+        };
         match self.outgrown(&e) {
-            Some(why) => bad_input!(
-                "{}: {why}; use fewer or larger blocks, fewer refinement levels or more ranks",
-                deck.file()
-            ),
+            Some(why) => bad_input!("{}: {why}; {advice}", deck.file()),
             None => deck.mesh_error(e),
         }
     }
@@ -127,10 +131,20 @@ impl Budget {
             1 => "the one rank has".to_string(),
             n => format!("each of the {n} ranks has"),
         };
+        let [nx1, nx2, nx3] = self.block_nx;
+        let what = match limit {
+            // The block's size comes from the deck's meshblock keys or, without them, the mesh.
+            0 => format!(
+                "not one block of {nx1} x {nx2} x {nx3} cells (parthenon/meshblock/nx1..nx3, \
+                 or the mesh's own size where they are not given) fits in memory"
+            ),
+            _ => {
+                format!("the mesh would have more than {limit} blocks, the most that fit in memory")
+            }
+        };
         Some(format!(
-            "the mesh would have more than {limit} blocks, the most that fit in memory: {ranks} \
-             {} to spare, and a block needs at least {} on the rank that holds it and {} on \
-             every rank",
+            "{what}: {ranks} {} to spare, and a block needs at least {} on the rank that holds \
+             it and {} on every rank",
             bytes(self.memory.per_rank),
             bytes(self.local),
             bytes(self.global)
@@ -225,6 +239,7 @@ mod tests {
         };
         let b = Budget {
             memory,
+            block_nx: [16, 8, 1],
             local: 30,
             global: 5,
         };
@@ -249,6 +264,11 @@ mod tests {
         let why = b.outgrown(&MeshError::TooManyBlocks { limit: 80 }).unwrap();
         assert!(
             why.starts_with("the mesh would have more than 80 blocks, the most that fit in memory: each of the 4 ranks has 1000 B to spare"),
+            "{why}"
+        );
+        let why = b.outgrown(&MeshError::TooManyBlocks { limit: 0 }).unwrap();
+        assert!(
+            why.starts_with("not one block of 16 x 8 x 1 cells (parthenon/meshblock/nx1..nx3"),
             "{why}"
         );
         assert_eq!(b.outgrown(&MeshError::BadLeaves(String::new())), None);
