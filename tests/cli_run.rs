@@ -802,7 +802,7 @@ fn bad_yaml_input_exits_2_on_every_rank() {
     assert_bad_input_everywhere(
         "mapping for a value",
         &[&nested],
-        &format!("heat2d/nx at {nested}:4: problem heat2d reads a value here, not a block"),
+        &format!("heat2d/nx at {nested}:4: expected a non-negative integer, found a block of keys"),
     );
     // A block under a name the problem does not read is an unknown key, not a misread value.
     let unknown = write(
