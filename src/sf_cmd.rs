@@ -227,15 +227,16 @@ fn runner(unit: &str) -> Result<Runner> {
     })
 }
 
-/// Whether this rank can hold its part of `sf run`: its root and leaf values, and their JSON
-/// text three times over (its own, then all ranks' gathered on rank 0 and the document
-/// written from them), at two bytes a value at the least. A lower bound: a graph refused
+/// Whether this rank can hold its part of `sf run`: its root and leaf values and their JSON
+/// text, at two bytes a value at the least, which rank 0 holds three times (its own, all
+/// ranks' gathered, and the document written from them). A lower bound: a graph refused
 /// here surely does not fit, where an allocation that merely succeeds may still leave too
 /// little (memory is overcommitted) and end the run half-way. Collective.
 fn fits_in_memory<U: CliUnit>(world: &SimpleCommunicator, sf: &StarForest) -> Result<()> {
     let memory = crate::run::memory::Memory::of(world);
     let values = sf.nroots().saturating_add(sf.leaf_space()) as u64;
-    let need = values.saturating_mul(std::mem::size_of::<U>() as u64 + 3 * 2);
+    let copies = if world.rank() == 0 { 3 } else { 1 };
+    let need = values.saturating_mul(std::mem::size_of::<U>() as u64 + copies * 2);
     if need <= memory.per_rank {
         return Ok(());
     }
