@@ -4,6 +4,8 @@
 //! The exchange needs only four facts about its block set, so the ghost fill of a multigrid
 //! level (`gmg_same`) is the same machinery as the leaf fill, built on another block set.
 
+use std::sync::Arc;
+
 use starhalo_mesh::{BlockNeighbors, BoundaryCondition, Mesh, MeshError};
 
 /// What an exchange needs to know about the blocks it fills.
@@ -11,7 +13,7 @@ pub trait BlockSet {
     /// Number of blocks (gids are `0..nblocks()`).
     fn nblocks(&self) -> usize;
     /// Neighbour records of every block, with ranks.
-    fn neighbors(&self) -> Result<Vec<BlockNeighbors>, MeshError>;
+    fn neighbors(&self) -> Result<Arc<[BlockNeighbors]>, MeshError>;
     /// Mesh-data partitions of `rank`'s blocks (gids, ascending).
     fn pack_partitions(&self, rank: usize) -> Vec<Vec<usize>>;
     /// Physical boundary condition of face `side` (0 inner, 1 outer) of direction `dir` of
@@ -23,7 +25,7 @@ impl BlockSet for Mesh {
     fn nblocks(&self) -> usize {
         self.forest().len()
     }
-    fn neighbors(&self) -> Result<Vec<BlockNeighbors>, MeshError> {
+    fn neighbors(&self) -> Result<Arc<[BlockNeighbors]>, MeshError> {
         Mesh::neighbors(self)
     }
     fn pack_partitions(&self, rank: usize) -> Vec<Vec<usize>> {

@@ -35,6 +35,7 @@ use hashbrown::HashMap;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -538,7 +539,7 @@ fn order<T>(items: &[T], ordering: Ordering, key: impl Fn(&T) -> usize) -> Vec<u
 /// What every rank computes alike from the block set before an exchange is built: the
 /// neighbours of every block, and every rank's partitions.
 struct Layout {
-    neighbors: Vec<BlockNeighbors>,
+    neighbors: Arc<[BlockNeighbors]>,
     /// `parts[rank][p]`: the gids of partition `p` of `rank`.
     parts: Vec<Vec<Vec<usize>>>,
 }
@@ -569,7 +570,7 @@ impl Layout {
             h.finish()
         }
         let blocks = digest(|h| {
-            for b in &self.neighbors {
+            for b in self.neighbors.iter() {
                 (b.gid, b.rank, b.loc).hash(h);
                 for n in &b.neighbors {
                     let at = (n.loc, n.level_diff, n.element, n.fi, n.periodic_shift);

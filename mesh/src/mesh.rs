@@ -1,5 +1,7 @@
 //! [`Mesh`]: configuration, forest, partition and derefinement counters in one place.
 
+use std::sync::{Arc, OnceLock};
+
 use crate::config::{BoundaryCondition, MeshConfig, RefinementKind};
 use crate::error::MeshError;
 use crate::field::{pack_partitions, IndexShape};
@@ -49,6 +51,9 @@ pub struct Mesh {
     forest: Forest,
     partition: Partition,
     counter: DerefineCounter,
+    /// The neighbour records of the forest and partition, found once for the exchanges and
+    /// flux corrections built on them; cleared when either changes.
+    neighbors: OnceLock<Arc<[BlockNeighbors]>>,
 }
 
 impl Mesh {
@@ -66,6 +71,7 @@ impl Mesh {
             rules,
             forest,
             partition,
+            neighbors: OnceLock::new(),
         })
     }
 
@@ -154,6 +160,7 @@ impl Mesh {
             forest,
             partition,
             counter,
+            neighbors: OnceLock::new(),
         })
     }
 
@@ -190,9 +197,14 @@ impl Mesh {
         self.forest.ndim()
     }
 
-    /// Neighbour records of every block.
-    pub fn neighbors(&self) -> Result<Vec<BlockNeighbors>, MeshError> {
-        find_neighbors(&self.forest, &self.partition.ranks())
+    /// Neighbour records of every block, found at the first call after the blocks or their
+    /// ranks change and shared after that.
+    pub fn neighbors(&self) -> Result<Arc<[BlockNeighbors]>, MeshError> {
+        if let Some(n) = self.neighbors.get() {
+            return Ok(n.clone());
+        }
+        let found = find_neighbors(&self.forest, &self.partition.ranks())?;
+        Ok(self.neighbors.get_or_init(|| found.into()).clone())
     }
 
     /// Index ranges of every block.
@@ -317,6 +329,7 @@ impl Mesh {
         let moves = plan_moves(&r.map, &self.partition, &partition)?;
         self.forest = r.forest;
         self.partition = partition;
+        self.neighbors = OnceLock::new();
         self.counter = counter;
         Ok(RemeshOutcome {
             map: r.map,
@@ -341,6 +354,7 @@ impl Mesh {
             .filter(|m| !m.is_local())
             .collect();
         self.partition = partition;
+        self.neighbors = OnceLock::new();
         Ok(moves)
     }
 
@@ -366,6 +380,34 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn neighbors_are_found_once_and_again_after_a_change() {
+        let mut c = MeshConfig::new([32, 32, 1], [8, 8, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = 2;
+        let mut m = Mesh::new(c, 2).unwrap();
+        let fresh = |m: &Mesh| find_neighbors(m.forest(), &m.partition().ranks()).unwrap();
+        let first = m.neighbors().unwrap();
+        assert!(Arc::ptr_eq(&first, &m.neighbors().unwrap()));
+        assert_eq!(*first, *fresh(&m));
+        // A remesh changes the blocks, a repartition their ranks: found anew each time.
+        let mut flags = vec![RefinementFlag::Same; 16];
+        flags[5] = RefinementFlag::Refine;
+        m.remesh(&flags, None).unwrap();
+        let refined = m.neighbors().unwrap();
+        assert_eq!(refined.len(), 19);
+        assert_eq!(*refined, *fresh(&m));
+        let mut costs = vec![1.0; 19];
+        costs[0] = 30.0;
+        assert!(!m.repartition(&costs).unwrap().is_empty());
+        let moved = m.neighbors().unwrap();
+        assert_ne!(*moved, *refined);
+        assert_eq!(*moved, *fresh(&m));
+        // A copy shares them until it changes.
+        let copy = m.clone();
+        assert!(Arc::ptr_eq(&moved, &copy.neighbors().unwrap()));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use starhalo_mesh::field::{Fields, IndexShape};
 use starhalo_mesh::multigrid::{GmgLevel, Multigrid};
+use std::sync::Arc;
+
 use starhalo_mesh::{BlockNeighbors, BoundaryCondition, Mesh, MeshError};
 
 use crate::block_set::BlockSet;
@@ -22,8 +24,8 @@ impl BlockSet for LevelBlocks<'_> {
     fn nblocks(&self) -> usize {
         self.level.forest.len()
     }
-    fn neighbors(&self) -> Result<Vec<BlockNeighbors>, MeshError> {
-        self.level.neighbors()
+    fn neighbors(&self) -> Result<Arc<[BlockNeighbors]>, MeshError> {
+        self.level.neighbors().map(Arc::from)
     }
     fn pack_partitions(&self, rank: usize) -> Vec<Vec<usize>> {
         let mine = level_blocks_of(self.level, rank);
