@@ -483,7 +483,7 @@ fn mesh_sequences_keep_balance_and_balanced_partitions() {
                 .sum();
             assert_eq!(out.moves.len(), pairs);
             // Neighbour ranks come from the partition.
-            for b in mesh.neighbors().unwrap() {
+            for b in mesh.neighbors().unwrap().iter() {
                 assert_eq!(b.rank, ranks[b.gid]);
             }
             // Multigrid levels: each tiles the domain, is balanced, links to its coarser level.
