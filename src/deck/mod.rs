@@ -277,14 +277,9 @@ impl Deck {
     pub fn mesh_config(&self) -> anyhow::Result<MeshConfig> {
         // The mesh's blocks hold values only; the mesh reads them from a flat map, where a
         // value written as a block would look absent.
-        for b in &self.blocks {
-            let parts: Vec<&str> = b.name.splitn(4, '/').collect();
-            if let ["parthenon", mesh, key, ..] = parts[..] {
-                if ["mesh", "meshblock"].contains(&mesh) || mesh.starts_with("static_refinement") {
-                    self.value_not_block(&format!("parthenon/{mesh}"), key, "a single value")?;
-                }
-            }
-        }
+        self.values_only(|b| {
+            ["mesh", "meshblock"].contains(&b) || b.starts_with("static_refinement")
+        })?;
         let (config, read) =
             MeshConfig::from_map_keys(&self.flat_map()).map_err(|e| self.mesh_error(e))?;
         for path in &read {
@@ -372,6 +367,20 @@ impl Deck {
                 msg: format!("expected {expected}, found a block of keys"),
             }),
         }
+    }
+
+    /// [`value_not_block`](Self::value_not_block) for every key of each block
+    /// `parthenon/<name>` with `holds_values(name)`: blocks whose keys are single values.
+    pub fn values_only(&self, holds_values: impl Fn(&str) -> bool) -> Result<(), DeckError> {
+        for b in &self.blocks {
+            let parts: Vec<&str> = b.name.splitn(4, '/').collect();
+            if let ["parthenon", name, key, ..] = parts[..] {
+                if holds_values(name) {
+                    self.value_not_block(&format!("parthenon/{name}"), key, "a single value")?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn required(&self, block: &str, key: &str) -> Result<&Entry, DeckError> {

@@ -202,10 +202,7 @@ impl Amr {
         for (n, block) in blocks {
             if n == usize::MAX {
                 // `parthenon/refinement0/method` as a block: a value written as a mapping.
-                let parts: Vec<&str> = block.splitn(4, '/').collect();
-                if let ["parthenon", criterion, key, ..] = parts[..] {
-                    deck.value_not_block(&format!("parthenon/{criterion}"), key, "a single value")?;
-                }
+                deck.values_only(|b| b.starts_with("refinement"))?;
                 return Err(bad_input!(
                     "block {block}: refinement criteria are named parthenon/refinementN"
                 ));
