@@ -4,7 +4,8 @@ use crate::exit::bad_input;
 use anyhow::Result;
 use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::Deserialize;
-use starhalo_sf::{Graph, RootRef};
+use serde_json::value::RawValue;
+use starhalo_sf::{Graph, RootRef, SfError};
 use std::marker::PhantomData;
 use std::path::Path;
 
@@ -114,6 +115,59 @@ pub fn read_graph(path: &Path) -> Result<Vec<Graph>> {
             Ok(Graph::new(g.nroots.0, Some(ilocal), iremote))
         })
         .collect()
+}
+
+/// The line of graph file `path` that holds the leaf `err` names, for an error that set-up
+/// found on rank `rank` after the file parsed. The file is read again: only a failing run
+/// pays for finding lines.
+pub fn leaf_line(path: &Path, rank: usize, err: &SfError) -> Option<usize> {
+    #[derive(Deserialize)]
+    struct File<'a> {
+        #[serde(borrow)]
+        ranks: Vec<Leaves<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Leaves<'a> {
+        #[serde(borrow, default)]
+        leaves: Vec<&'a RawValue>,
+    }
+    use SfError::{DuplicateLeaf, OffsetOutOfRange, RankOutOfRange};
+    if !matches!(
+        err,
+        RankOutOfRange { .. } | OffsetOutOfRange { .. } | DuplicateLeaf(_)
+    ) {
+        return None;
+    }
+    let text = crate::input_file::read_text(path).ok()?;
+    let file: File = serde_json::from_str(&text).ok()?;
+    let leaves = |r: usize| {
+        let raw = file.ranks.get(r).map_or(&[][..], |g| &g.leaves[..]);
+        raw.iter().filter_map(|&raw| {
+            let Leaf(l) = serde_json::from_str(raw.get()).ok()?;
+            Some((raw, l))
+        })
+    };
+    let index = |i: usize| i64::try_from(i).ok();
+    let (raw, _) = match *err {
+        RankOutOfRange {
+            leaf, rank: root, ..
+        } => leaves(rank).find(|(_, l)| Some(l[0]) == index(leaf) && l[1] == root),
+        OffsetOutOfRange {
+            leaf_rank,
+            rank: root,
+            offset,
+            ..
+        } => leaves(usize::try_from(leaf_rank).ok()?)
+            .find(|(_, l)| l[1] == i64::from(root) && u64::try_from(l[2]) == Ok(offset)),
+        // The second time it is given.
+        DuplicateLeaf(leaf) => leaves(rank)
+            .filter(|(_, l)| Some(l[0]) == index(leaf))
+            .nth(1),
+        _ => None,
+    }?;
+    // The raw value borrows from `text`: its address gives its place there.
+    let at = (raw.get().as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    Some(text.get(..at)?.matches('\n').count() + 1)
 }
 
 /// Reads a data file: one list of values per rank, as written (an integer stays exact).

@@ -3,7 +3,7 @@
 use crate::cli::{SfRunArgs, SfSetup, SfViewArgs};
 use crate::comm::gather_bytes;
 use crate::exit::bad_input;
-use crate::graph_file::{read_data, read_graph};
+use crate::graph_file::{leaf_line, read_data, read_graph};
 use crate::run::collective::{agree, same_inputs};
 use anyhow::{Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -100,8 +100,11 @@ fn parse_action(s: &str) -> Result<Action> {
 fn setup(world: &SimpleCommunicator, s: &SfSetup) -> Result<(Graph, StarForest)> {
     let (graph, opts) = agree(world, read_setup(world, s))?;
     same_inputs(world)?;
-    let sf = StarForest::new(world, &graph, opts)
-        .with_context(|| format!("invalid graph in {}", s.graph.display()))?;
+    let sf = StarForest::new(world, &graph, opts).map_err(|e| {
+        let rank = world.rank() as usize;
+        let line = leaf_line(&s.graph, rank, &e).map_or(String::new(), |l| format!(":{l}"));
+        anyhow::Error::new(e).context(format!("invalid graph in {}{line}", s.graph.display()))
+    })?;
     Ok((graph, sf))
 }
 

@@ -230,18 +230,32 @@ fn wrong_rank_count_is_bad_input() {
 
 #[test]
 fn invalid_graph_stops_every_rank() {
-    // Rank 0 reads root offset 5 of rank 2, which has 3 roots: only rank 2 can see it.
-    let g = r#"{"ranks":[{"nroots":1,"leaves":[[0,2,5]]},{"nroots":1},{"nroots":3}]}"#;
+    // Rank 0 reads root offset 5 of rank 2, which has 3 roots: only rank 2 can see it, and
+    // names the line of rank 0's leaf (the same root read by rank 1 comes later).
+    let g = "{\"ranks\":[{\"nroots\":1,\"leaves\":[[1,2,0],\n[0,2,5]]},\n\
+             {\"nroots\":1,\"leaves\":[[0,2,5]]},{\"nroots\":3}]}";
     let (out, _) = sf_run(&scratch("invalid"), 3, g, &["--op", "bcast:sum"]);
-    common::assert_bad_input("offset beyond nroots", &out, "rank 2 has only 3 roots");
-    let g = r#"{"ranks":[{"nroots":1,"leaves":[[0,7,0]]},{"nroots":1}]}"#;
+    common::assert_bad_input(
+        "offset beyond nroots",
+        &out,
+        "g.json:2: rank 0 has a leaf on root (2, 5), but rank 2 has only 3 roots",
+    );
+    let g = "{\"ranks\":[{\"nroots\":1,\"leaves\":[[0,0,0],\n[1,0,0],\n[2,7,0]]},{\"nroots\":1}]}";
     let (out, _) = sf_run(
         &scratch("invalid2"),
         2,
         g,
         &["--op", "bcast:sum", "--discovery", "nbx"],
     );
-    common::assert_bad_input("root rank out of range", &out, "names root rank 7");
+    common::assert_bad_input(
+        "root rank out of range",
+        &out,
+        "g.json:3: leaf 2 names root rank 7",
+    );
+    // The second time a leaf index is given is the line named.
+    let g = "{\"ranks\":[{\"nroots\":1,\"leaves\":[[4,0,0],\n[3,0,0],\n[4,0,0]]}]}";
+    let (out, _) = sf_run(&scratch("invalid5"), 1, g, &["--op", "bcast:sum"]);
+    common::assert_bad_input("a leaf given twice", &out, "g.json:3: leaf index 4");
     let (out, _) = sf_run(
         &scratch("invalid3"),
         1,
