@@ -12,7 +12,8 @@ use rand_chacha::ChaCha8Rng;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::mpi::traits::{CommunicatorCollectives, Root};
 use starhalo_sf::{
-    load, CostModel, NodeAwareSf, Nodes, Op, SfError, SfOptions, SfType, StarForest, Strategy,
+    load, CostModel, Discovery, NodeAwareSf, Nodes, Op, SfError, SfOptions, SfType, StarForest,
+    Strategy,
 };
 
 fn main() {
@@ -187,6 +188,25 @@ fn child() {
         let refused = NodeAwareSf::new(&world, &w.graph(rank), SfOptions::default(), &nodes, mixed);
         if !matches!(refused, Err(SfError::Disagree("strategies"))) {
             fail(format!("mixed strategies: {:?}", refused.err()));
+        }
+        // So are plain forests of different types or discoveries (their collectives differ).
+        for opts in [
+            SfOptions {
+                sf_type: [SfType::Basic, SfType::Neighbor][rank % 2],
+                ..SfOptions::default()
+            },
+            SfOptions {
+                discovery: [Discovery::Nbx, Discovery::Allreduce][rank % 2],
+                ..SfOptions::default()
+            },
+        ] {
+            let refused = StarForest::new(&world, &w.graph(rank), opts);
+            if !matches!(
+                refused,
+                Err(SfError::Disagree("star-forest options (discovery, type)"))
+            ) {
+                fail(format!("mixed options {opts:?}: {:?}", refused.err()));
+            }
         }
     }
     for bad in ["4-step", "split:0", "split:x", "split:"] {

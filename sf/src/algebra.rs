@@ -113,12 +113,12 @@ impl StarForest {
 
     /// [`gather_begin`](Self::gather_begin) and its end.
     pub fn gather<U: Unit>(&self, leaf: &[U], multi_root: &mut [U]) -> Result<(), SfError> {
-        self.gather_begin(leaf, multi_root).map(Pending::end)
+        self.multi()?.forest.reduce(leaf, multi_root, Op::Replace)
     }
 
     /// [`scatter_begin`](Self::scatter_begin) and its end.
     pub fn scatter<U: Unit>(&self, multi_root: &[U], leaf: &mut [U]) -> Result<(), SfError> {
-        self.scatter_begin(multi_root, leaf).map(Pending::end)
+        self.multi()?.forest.bcast(multi_root, leaf, Op::Replace)
     }
 
     /// The forest with every edge reversed (`PetscSFCreateInverseSF`): its roots are this

@@ -139,6 +139,10 @@ impl StarForest {
         let comm = comm.duplicate();
         let raw = raw::raw_comm(&comm);
         let (rank, size) = (comm.rank(), comm.size() as usize);
+        // The options choose the collectives that set-up and operations run: ranks with
+        // different ones would mismatch them and hang.
+        let kinds = discovery::fingerprint([opts.discovery as u64, opts.sf_type as u64]);
+        discovery::same_everywhere(&comm, kinds, "star-forest options (discovery, type)")?;
         discovery::agree(&comm, graph.check_local(rank, size))?;
 
         // Group leaves by root rank, each group in ascending leaf index.
@@ -277,25 +281,43 @@ impl StarForest {
         leaf: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
+        self.start_bcast(root, leaf, op, Access::Staged)
+    }
+
+    /// [`bcast_begin`](Self::bcast_begin), with MPI given the caller's slices where
+    /// `access` allows.
+    pub(crate) fn start_bcast<'a, U: Unit>(
+        &'a self,
+        root: &'a [U],
+        leaf: &'a mut [U],
+        op: Op,
+        access: Access,
+    ) -> Result<Pending<'a, U>, SfError> {
         let red = combine::<U>(op)?;
+        let in_place = access == Access::InPlace;
         self.in_step(|| {
             check_len("rootdata", root.len(), self.graph.nroots)?;
             check_len("leafdata", leaf.len(), self.leaf_space)
         })?;
         let mut link = self.take_link::<U>(Kind::Bcast)?;
-        let replace = red.is_none();
+        // Replacing values may land in place; combining needs the old ones.
+        let in_place = in_place && red.is_none();
         self.post_recvs::<U>(
             &mut link,
             Side::Leaf,
             Dir::Bcast,
-            replace.then_some(leaf.as_mut_ptr()),
+            in_place.then_some(leaf.as_mut_ptr()),
         );
-        self.pack_and_send(&mut link, Side::Root, Dir::Bcast, root);
+        self.pack_and_send(&mut link, Side::Root, Dir::Bcast, root, access);
         scatter(leaf, &self.self_leaves, root, &self.self_roots, red);
         Ok(Pending {
             sf: self,
             link: Some(link),
-            work: Work::Bcast { leaf, red },
+            work: Work::Bcast {
+                leaf,
+                red,
+                in_place,
+            },
         })
     }
 
@@ -306,18 +328,33 @@ impl StarForest {
         root: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
+        self.start_reduce(leaf, root, op, Access::Staged)
+    }
+
+    /// [`reduce_begin`](Self::reduce_begin), with MPI given the caller's slices where
+    /// `access` allows.
+    pub(crate) fn start_reduce<'a, U: Unit>(
+        &'a self,
+        leaf: &'a [U],
+        root: &'a mut [U],
+        op: Op,
+        access: Access,
+    ) -> Result<Pending<'a, U>, SfError> {
         let red = combine::<U>(op)?;
         self.in_step(|| {
             check_len("leafdata", leaf.len(), self.leaf_space)?;
             check_len("rootdata", root.len(), self.graph.nroots)
         })?;
         let mut link = self.take_link::<U>(Kind::Reduce)?;
-        let in_place = self.reduce_in_place.filter(|_| red.is_none());
+        let in_place = self
+            .reduce_in_place
+            .filter(|_| red.is_none() && access == Access::InPlace);
         match in_place {
             Some(start) => {
                 let base = root[start..].as_mut_ptr().cast_const();
                 let peers = &self.leaf_ranks;
-                // SAFETY: every segment lies in `root`, which `Pending` borrows until the wait.
+                // SAFETY: every segment lies in `root`, which `Pending` borrows until the wait
+                // (in place: the call that began it ends it).
                 unsafe {
                     bind_and_start(&mut *link.transport, peers, Side::Root, Dir::Reduce, |i| {
                         base.wrapping_add(peers.offsets[i])
@@ -326,7 +363,7 @@ impl StarForest {
             }
             None => self.post_recvs::<U>(&mut link, Side::Root, Dir::Reduce, None),
         }
-        self.pack_and_send(&mut link, Side::Leaf, Dir::Reduce, leaf);
+        self.pack_and_send(&mut link, Side::Leaf, Dir::Reduce, leaf, access);
         scatter(root, &self.self_roots, leaf, &self.self_leaves, red);
         Ok(Pending {
             sf: self,
@@ -348,7 +385,21 @@ impl StarForest {
         leafupdate: &'a mut [U],
         op: Op,
     ) -> Result<Pending<'a, U>, SfError> {
+        self.start_fetch_and_op(root, leaf, leafupdate, op, Access::Staged)
+    }
+
+    /// [`fetch_and_op_begin`](Self::fetch_and_op_begin), with MPI given the caller's slices
+    /// where `access` allows.
+    fn start_fetch_and_op<'a, U: Unit>(
+        &'a self,
+        root: &'a mut [U],
+        leaf: &'a [U],
+        leafupdate: &'a mut [U],
+        op: Op,
+        access: Access,
+    ) -> Result<Pending<'a, U>, SfError> {
         let red = reducer::<U>(op)?;
+        let in_place = access == Access::InPlace;
         self.in_step(|| {
             check_len("rootdata", root.len(), self.graph.nroots)?;
             check_len("leafdata", leaf.len(), self.leaf_space)?;
@@ -360,9 +411,9 @@ impl StarForest {
             &mut link,
             Side::Leaf,
             Dir::Bcast,
-            Some(leafupdate.as_mut_ptr()),
+            in_place.then_some(leafupdate.as_mut_ptr()),
         );
-        self.pack_and_send(&mut link, Side::Leaf, Dir::Reduce, leaf);
+        self.pack_and_send(&mut link, Side::Leaf, Dir::Reduce, leaf, access);
         for (r, l) in self.self_roots.iter().zip(self.self_leaves.iter()) {
             leafupdate[l] = root[r];
             combine_unit(&mut root[r], &leaf[l], red);
@@ -374,18 +425,21 @@ impl StarForest {
                 root,
                 leafupdate,
                 red,
+                in_place,
             },
         })
     }
 
     /// [`bcast_begin`](Self::bcast_begin) and its end.
     pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
-        self.bcast_begin(root, leaf, op).map(Pending::end)
+        self.start_bcast(root, leaf, op, Access::InPlace)
+            .map(Pending::end)
     }
 
     /// [`reduce_begin`](Self::reduce_begin) and its end.
     pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
-        self.reduce_begin(leaf, root, op).map(Pending::end)
+        self.start_reduce(leaf, root, op, Access::InPlace)
+            .map(Pending::end)
     }
 
     /// [`fetch_and_op_begin`](Self::fetch_and_op_begin) and its end.
@@ -396,7 +450,7 @@ impl StarForest {
         leafupdate: &mut [U],
         op: Op,
     ) -> Result<(), SfError> {
-        self.fetch_and_op_begin(root, leaf, leafupdate, op)
+        self.start_fetch_and_op(root, leaf, leafupdate, op, Access::InPlace)
             .map(Pending::end)
     }
 
@@ -538,8 +592,8 @@ impl StarForest {
     }
 
     /// Binds and starts the receives of `(side, dir)`: in place at `direct` (the start of a
-    /// user slice that `Pending` borrows) for peers whose indices are contiguous, into staging
-    /// otherwise.
+    /// user slice that `Pending` borrows, given only where [`Access::InPlace`]) for peers
+    /// whose indices are contiguous, into staging otherwise.
     fn post_recvs<U: Unit>(&self, link: &mut Link, side: Side, dir: Dir, direct: Option<*mut U>) {
         let peers = self.peers(side);
         let staging = match (side, link.kind) {
@@ -548,8 +602,9 @@ impl StarForest {
             (Side::Leaf, _) => &mut link.leafbuf,
         };
         let stage = link::view::<U>(staging, peers.total()).as_ptr();
-        // SAFETY: each message is either in the user's slice, borrowed by `Pending` until the
-        // wait, or in the link's staging buffer, which the link owns and never resizes.
+        // SAFETY: each message is either in the user's slice, borrowed until the wait by a
+        // `Pending` that the call which began it ends (`Access::InPlace`), or in the link's
+        // staging buffer, which the link owns and never resizes.
         unsafe {
             bind_and_start(&mut *link.transport, peers, side, dir, |i| {
                 match (direct, peers.plans[i].contiguous_start()) {
@@ -560,9 +615,21 @@ impl StarForest {
         };
     }
 
-    /// Packs `data` for every peer of `side` whose indices are not contiguous (one dispatch),
-    /// binds each message (contiguous ones in place) and starts the sends.
-    fn pack_and_send<U: Unit>(&self, link: &mut Link, side: Side, dir: Dir, data: &[U]) {
+    /// Packs `data` for every peer of `side` whose indices are not contiguous, or for every
+    /// peer where `access` is [`Access::Staged`] (one dispatch), binds each message
+    /// (contiguous ones in place otherwise) and starts the sends.
+    fn pack_and_send<U: Unit>(
+        &self,
+        link: &mut Link,
+        side: Side,
+        dir: Dir,
+        data: &[U],
+        access: Access,
+    ) {
+        let in_place = |plan: &Plan| match access {
+            Access::InPlace => plan.contiguous_start(),
+            Access::Staged => None,
+        };
         let peers = self.peers(side);
         let staging = match side {
             Side::Root => &mut link.rootbuf,
@@ -571,16 +638,17 @@ impl StarForest {
         let stage = link::view::<U>(staging, peers.total());
         for_each_segment(self.opts.policy, stage, &peers.offsets, |i, seg| {
             let plan = &peers.plans[i];
-            if plan.contiguous_start().is_none() {
+            if in_place(plan).is_none() {
                 gather(seg, plan, data);
             }
         });
         let stage = stage.as_ptr();
-        // SAFETY: each message is in `data`, borrowed by `Pending` until the wait, or in the
-        // link's staging buffer, which the link owns and never resizes.
+        // SAFETY: each message is in `data`, borrowed until the wait by a `Pending` that the
+        // call which began it ends (`Access::InPlace`), or in the link's staging buffer,
+        // which the link owns and never resizes.
         unsafe {
             bind_and_start(&mut *link.transport, peers, side, dir, |i| {
-                match peers.plans[i].contiguous_start() {
+                match in_place(&peers.plans[i]) {
                     Some(start) => data[start..].as_ptr(),
                     None => stage.wrapping_add(peers.offsets[i]),
                 }
@@ -761,11 +829,22 @@ pub(crate) fn unpack<U: Unit>(dst: &mut [U], plan: &Plan, src: &[U], red: Combin
     }
 }
 
+/// Whether MPI may read and write the caller's slices in place (contiguous messages) or only
+/// the link's staging buffers. In place only where the call that begins an operation also
+/// ends it: a [`Pending`] handed to the caller could be leaked (`mem::forget` is safe), which
+/// would end the borrow of its slices while MPI still uses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    InPlace,
+    Staged,
+}
+
 /// The data an operation in flight still has to finish.
 enum Work<'a, U: Unit> {
     Bcast {
         leaf: &'a mut [U],
         red: Combine<U>,
+        in_place: bool,
     },
     Reduce {
         root: &'a mut [U],
@@ -776,11 +855,14 @@ enum Work<'a, U: Unit> {
         root: &'a mut [U],
         leafupdate: &'a mut [U],
         red: Reducer<U::Scalar>,
+        in_place: bool,
     },
 }
 
 /// An operation in flight. Its data stays borrowed until [`end`](Self::end); dropping it
-/// without `end` completes it too, so a buffer can never be freed under MPI.
+/// without `end` completes it too. MPI reads and writes only the buffers of its link, which
+/// it owns: one leaked with `mem::forget` takes them along (the operation never completes,
+/// and its link is lost), so a caller's buffer is never freed under MPI.
 #[must_use = "an operation in flight completes at `end`"]
 pub struct Pending<'a, U: Unit> {
     sf: &'a StarForest,
@@ -810,9 +892,13 @@ impl<'a, U: Unit> Pending<'a, U> {
         let sf = self.sf;
         let t = &mut link.transport;
         match &mut self.work {
-            Work::Bcast { leaf, red } => {
+            Work::Bcast {
+                leaf,
+                red,
+                in_place,
+            } => {
                 t.wait(Side::Leaf, Dir::Bcast);
-                unpack_peers(leaf, &sf.root_ranks, &mut link.leafbuf, *red, red.is_none());
+                unpack_peers(leaf, &sf.root_ranks, &mut link.leafbuf, *red, *in_place);
                 t.wait(Side::Root, Dir::Bcast);
             }
             Work::Reduce {
@@ -830,6 +916,7 @@ impl<'a, U: Unit> Pending<'a, U> {
                 root,
                 leafupdate,
                 red,
+                in_place,
             } => {
                 t.wait(Side::Root, Dir::Reduce);
                 // Fetch each root's value before combining, in peer order, and send it back
@@ -851,7 +938,13 @@ impl<'a, U: Unit> Pending<'a, U> {
                 };
                 t.wait(Side::Leaf, Dir::Reduce);
                 t.wait(Side::Leaf, Dir::Bcast);
-                unpack_peers(leafupdate, &sf.root_ranks, &mut link.fetchbuf, None, true);
+                unpack_peers(
+                    leafupdate,
+                    &sf.root_ranks,
+                    &mut link.fetchbuf,
+                    None,
+                    *in_place,
+                );
                 t.wait(Side::Root, Dir::Bcast);
             }
         }

@@ -20,7 +20,7 @@
 
 use crate::discovery::{self, Discovery};
 use crate::error::SfError;
-use crate::forest::{check_len, combine_unit, Pending, SfOptions, StarForest};
+use crate::forest::{check_len, combine_unit, Access, Pending, SfOptions, StarForest};
 use crate::graph::{Graph, RootRef};
 use crate::raw;
 use crate::unit::{neutral, reducer, Op, Scalar, Unit};
@@ -421,6 +421,18 @@ impl NodeAwareSf {
         leaf: &'a mut [U],
         op: Op,
     ) -> Result<RoutedPending<'a, U>, SfError> {
+        self.start_bcast(root, leaf, op, Access::Staged)
+    }
+
+    /// [`bcast_begin`](Self::bcast_begin), the on-node edges moved in place where `access`
+    /// allows.
+    fn start_bcast<'a, U: Unit>(
+        &'a self,
+        root: &'a [U],
+        leaf: &'a mut [U],
+        op: Op,
+        access: Access,
+    ) -> Result<RoutedPending<'a, U>, SfError> {
         self.in_step(|| {
             check_len("rootdata", root.len(), self.graph.nroots)?;
             check_len("leafdata", leaf.len(), self.graph.leaf_space())?;
@@ -429,7 +441,7 @@ impl NodeAwareSf {
                 None => Ok(()),
             }
         })?;
-        let direct = self.direct.bcast_begin(root, leaf, op)?;
+        let direct = self.direct.start_bcast(root, leaf, op, access)?;
         Ok(RoutedPending {
             sf: self,
             root,
@@ -440,7 +452,7 @@ impl NodeAwareSf {
 
     /// [`bcast_begin`](Self::bcast_begin) and its end.
     pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
-        self.bcast_begin(root, leaf, op)?.end()
+        self.start_bcast(root, leaf, op, Access::InPlace)?.end()
     }
 
     /// Combines leaf values into their roots (`root = root op leaf`), the off-node ones along
