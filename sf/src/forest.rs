@@ -457,7 +457,9 @@ impl StarForest {
     /// Runs a begin half's rank-local checks (buffer lengths): refused once the forest is out
     /// of step, and out of step from the first that fails. (An unsupported op depends only on
     /// the unit type and op, which every rank passes alike; an rma forest's ring limit is
-    /// reached alike on ranks that run the same sequence, and it works on after.)
+    /// reached alike on ranks that begin and end operations in the same order, and it works
+    /// on after. A rank that ends them in another order can be refused alone: its peers then
+    /// run an operation it did not, so such a refusal is fatal.)
     pub(crate) fn in_step(
         &self,
         checks: impl FnOnce() -> Result<(), SfError>,

@@ -85,7 +85,9 @@ pub enum SfType {
     /// One-sided: each receiver posts where its message goes, and the sender puts the bytes
     /// there and raises a signal (put + signal over MPI-3 RMA windows, in the manner of
     /// OpenSHMEM). Operations in flight on a rank may be at most 64 apart in begin order
-    /// (the next is refused with [`SfError::TooManyInFlight`] on that rank). A send whose
+    /// (the next is refused with [`SfError::TooManyInFlight`] on that rank: on every rank
+    /// alike where all begin and end operations in the same order, else a fatal error, as
+    /// its peers go on with an operation it refused). A send whose
     /// receiver had not yet begun moves only inside a later start or wait of this forest's
     /// operations, so a rank must not block in another MPI call (a barrier, another forest)
     /// between begin and end while others wait for its data.
