@@ -27,9 +27,10 @@ use starhalo_exec::Policy;
 use starhalo_mesh::config::BoundaryCondition;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::Mesh;
+use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::datatype::PartitionMut;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
-use starhalo_sf::mpi::traits::Root;
+use starhalo_sf::mpi::traits::{CommunicatorCollectives, Root};
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 use std::collections::BTreeMap;
 
@@ -334,6 +335,7 @@ fn child() {
     let nranks = world.size() as usize;
     let f = fields();
     one_rank_fails(&world);
+    let mut compared = [0u64; 2];
     for seed in 0..MESHES {
         let mesh = random_mesh(seed, nranks);
         let mut results = Vec::new();
@@ -388,7 +390,9 @@ fn child() {
             }
         }
         let (_, first) = &results[0];
-        check(&mesh, first, seed);
+        let (s, m) = check(&mesh, first, seed);
+        compared[0] += s as u64;
+        compared[1] += m as u64;
         for (name, d) in &results[1..] {
             assert!(
                 d.data() == first.data(),
@@ -414,10 +418,18 @@ fn child() {
             println!("DIGEST {seed} {d:016x}");
         }
     }
+    // The value checks compared something: same-level and across-level ghosts, somewhere.
+    let mut total = [0u64; 2];
+    world.all_reduce_into(&compared[..], &mut total[..], SystemOperation::sum());
+    assert!(
+        total[0] > 0 && total[1] > 0,
+        "ghosts compared (same level, across levels): {total:?}"
+    );
 }
 
-/// Checks the values of one filled state on this rank's blocks.
-fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
+/// Checks the values of one filled state on this rank's blocks; returns how many same-level
+/// code ghosts and how many linear ghosts across levels it compared.
+fn check(mesh: &Mesh, data: &BlockData, seed: u64) -> (usize, usize) {
     let rank = data
         .gids()
         .first()
@@ -428,6 +440,23 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
     let rc = RankChannels::new(&nb, &[LIN, CODE, SPARSE], rank);
     let c = mesh.config();
     let (mut same, mut multi) = (0usize, 0usize);
+    // A sparse variable is allocated after the fill where it was before, or where some
+    // sender sent data (allocated and above threshold); null messages allocate nothing.
+    let mut allocated: Vec<bool> = (data.gids().iter())
+        .map(|&g| sparse_state(seed, g).0)
+        .collect();
+    for ch in rc.recv.iter().filter(|ch| ch.key.var == SPARSE) {
+        let (on, big) = sparse_state(seed, ch.key.sender);
+        allocated[data.local(ch.key.receiver).unwrap()] |= on && big;
+    }
+    for (b, &want) in allocated.iter().enumerate() {
+        assert_eq!(
+            data.is_allocated(b, SPARSE),
+            want,
+            "seed {seed}: block {} sparse allocation",
+            data.gids()[b]
+        );
+    }
     for ch in &rc.recv {
         let b = data.local(ch.key.receiver).unwrap();
         let gid = ch.key.receiver;
@@ -527,7 +556,6 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
             }
         }
     }
-    let _ = (same, multi);
 
     // No two channels write the same cell of one array: the GPU unpacks every box at once,
     // in no set order, and a null channel's default would race another's data.
@@ -552,4 +580,5 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) {
             }
         }
     }
+    (same, multi)
 }

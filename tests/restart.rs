@@ -430,19 +430,8 @@ fn expect_bad(deck: &str, dir: &Path, file: &Path, extra: &[&str], what: &str) {
     let mut args = vec![deck, "-d", path_str(dir), "-r", path_str(file)];
     args.extend_from_slice(extra);
     let out = run(2, &args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "-r {} {extra:?}: expected exit 2 (124 = a rank hung)\n{err}",
-        file.display()
-    );
-    assert!(err.contains(what), "expected '{what}' in:\n{err}");
-    assert!(
-        !err.contains("panicked"),
-        "-r {}: a rank panicked\n{err}",
-        file.display()
-    );
+    // Exit 2 (124: a rank hung), the message, no panic, and one rank speaking for all.
+    common::assert_bad_input(&format!("-r {} {extra:?}", file.display()), &out, what);
 }
 
 /// Seals `path` again after an edit: the CRC-32 of every byte after the 512-byte user block,

@@ -36,19 +36,55 @@ fn values<U: TestUnit>(seed: u64, r: usize, len: usize) -> Vec<U> {
     (0..len).map(|_| U::random(&mut rng)).collect()
 }
 
-trait TestUnit: Unit + PartialEq + std::fmt::Debug {
+trait TestUnit: Unit<Scalar: Reference> + PartialEq + std::fmt::Debug {
     fn random(rng: &mut ChaCha8Rng) -> Self;
     fn bits_eq(&self, other: &Self) -> bool {
         bytemuck::bytes_of(self) == bytemuck::bytes_of(other)
     }
+}
+/// Each op written out again, apart from the library's reducers, so that a wrong reducer
+/// cannot hide in the reference (`None`: the op is not defined for the type).
+trait Reference: Scalar {
+    fn combine(op: Op, d: Self, s: Self) -> Option<Self>;
 }
 macro_rules! test_int {
     ($($t:ty),*) => {$(impl TestUnit for $t {
         fn random(rng: &mut ChaCha8Rng) -> Self {
             if rng.gen_bool(0.25) { 0 } else { rng.gen_range(1..100) as $t }
         }
+    }
+    impl Reference for $t {
+        fn combine(op: Op, d: Self, s: Self) -> Option<Self> {
+            Some(match op {
+                Op::Replace => s,
+                Op::Sum => d.wrapping_add(s),
+                Op::Prod => d.wrapping_mul(s),
+                Op::Min => d.min(s),
+                Op::Max => d.max(s),
+                Op::Land => <$t>::from(d != 0 && s != 0),
+                Op::Lor => <$t>::from(d != 0 || s != 0),
+                Op::Band => d & s,
+                Op::Bor => d | s,
+                Op::Bxor => d ^ s,
+            })
+        }
     })*};
 }
+macro_rules! reference_float {
+    ($($t:ty),*) => {$(impl Reference for $t {
+        fn combine(op: Op, d: Self, s: Self) -> Option<Self> {
+            match op {
+                Op::Replace => Some(s),
+                Op::Sum => Some(d + s),
+                Op::Prod => Some(d * s),
+                Op::Min => Some(d.min(s)),
+                Op::Max => Some(d.max(s)),
+                _ => None,
+            }
+        }
+    })*};
+}
+reference_float!(f64, f32);
 test_int!(i64, i32, u8);
 impl TestUnit for f64 {
     fn random(rng: &mut ChaCha8Rng) -> Self {
@@ -62,18 +98,19 @@ impl TestUnit for f32 {
 }
 impl<T: TestUnit + Scalar, const N: usize> TestUnit for [T; N]
 where
-    [T; N]: Unit,
+    [T; N]: Unit<Scalar: Reference>,
 {
     fn random(rng: &mut ChaCha8Rng) -> Self {
         std::array::from_fn(|_| T::random(rng))
     }
 }
 
-fn apply<U: Unit>(op: Op, dst: &mut U, src: &U) {
-    let f = <U::Scalar as Scalar>::reducer(op).expect("op checked by caller");
+fn apply<U: TestUnit>(op: Op, dst: &mut U, src: &U) {
     let d: &mut [U::Scalar] = bytemuck::cast_slice_mut(std::slice::from_mut(dst));
     let s: &[U::Scalar] = bytemuck::cast_slice(std::slice::from_ref(src));
-    f(d, s);
+    for (d, &s) in d.iter_mut().zip(s) {
+        *d = Reference::combine(op, *d, s).expect("op checked by caller");
+    }
 }
 
 struct Case<'a> {
@@ -153,7 +190,21 @@ impl Case<'_> {
         let me = self.rank;
         let name = std::any::type_name::<U>();
         for op in Op::ALL {
-            if <U::Scalar as Scalar>::reducer(op).is_none() {
+            let defined = <U::Scalar as Scalar>::reducer(op).is_some();
+            if defined
+                != U::Scalar::combine(
+                    op,
+                    bytemuck::Zeroable::zeroed(),
+                    bytemuck::Zeroable::zeroed(),
+                )
+                .is_some()
+            {
+                self.failures.push(format!(
+                    "{name} {op}: defined {defined} in the library only"
+                ));
+                continue;
+            }
+            if !defined {
                 let mut leaf = leaves[me].clone();
                 let refused = self.sf.bcast(&roots[me], &mut leaf, op);
                 if !matches!(refused, Err(SfError::UnsupportedOp { .. })) {

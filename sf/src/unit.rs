@@ -217,8 +217,15 @@ mod tests {
         assert_eq!(apply(Op::Replace, 3i32, 5), 5);
         assert_eq!(apply(Op::Sum, 3i32, 5), 8);
         assert_eq!(apply(Op::Prod, 3i32, 5), 15);
+        // Both orders, so that neither keeping the destination nor taking the source passes.
         assert_eq!(apply(Op::Min, 3i32, 5), 3);
+        assert_eq!(apply(Op::Min, 5i32, 3), 3);
         assert_eq!(apply(Op::Max, 3i32, 5), 5);
+        assert_eq!(apply(Op::Max, 5i32, 3), 5);
+        assert_eq!(apply(Op::Min, 9i64, -4), -4);
+        assert_eq!(apply(Op::Max, -4i64, 9), 9);
+        assert_eq!(apply(Op::Min, 200u8, 7), 7);
+        assert_eq!(apply(Op::Max, 7u8, 200), 200);
         assert_eq!(apply(Op::Land, 3i32, 0), 0);
         assert_eq!(apply(Op::Land, 3i32, 7), 1);
         assert_eq!(apply(Op::Lor, 0u8, 0), 0);
