@@ -1,5 +1,6 @@
 //! The ghost exchange over MPI on seeded random AMR meshes (2-D and 3-D, up to 3 levels,
-//! periodic and outflow boundaries, a sparse variable allocated at random), on 1, 2, 3, 4
+//! periodic and outflow boundaries, a sparse variable allocated at random; the last mesh one
+//! periodic root block tall, each root its own neighbour), on 1, 2, 3, 4
 //! and 8 ranks, coalesced and per channel, in every posting order, as `any` and as `local`
 //! then `nonlocal`. Checked:
 //!
@@ -7,7 +8,8 @@
 //!   its global index, so any misplaced value is caught);
 //! - ghosts of a linear field are exact to 1e-12 through restriction and prolongation,
 //!   wherever their stencils stay clear of the domain edges and periodic wraps;
-//! - a sparse receiver of real data becomes allocated, null channels fill the default;
+//! - a sparse receiver of real data becomes allocated, one of null messages only does not,
+//!   and null channels fill the default;
 //! - no two channels' receive boxes share a cell of one array;
 //! - every mode gives bit-identical blocks, equal to the reference path (a plain star-forest
 //!   bcast over the same cells), and the digest printed per mesh is the same on every rank
@@ -26,7 +28,8 @@ use starhalo_boundary::{
 use starhalo_exec::Policy;
 use starhalo_mesh::config::BoundaryCondition;
 use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
-use starhalo_mesh::Mesh;
+use starhalo_mesh::config::RefinementKind;
+use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
 use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::datatype::PartitionMut;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
@@ -34,7 +37,7 @@ use starhalo_sf::mpi::traits::{CommunicatorCollectives, Root};
 use starhalo_sf::{Graph, Op, RootRef, SfOptions, StarForest};
 use std::collections::BTreeMap;
 
-const MESHES: u64 = 6;
+const MESHES: u64 = 7;
 const LIN: usize = 0;
 const CODE: usize = 1;
 const SPARSE: usize = 2;
@@ -69,8 +72,32 @@ fn sparse_state(seed: u64, gid: usize) -> (bool, bool) {
 
 fn random_mesh(seed: u64, nranks: usize) -> Mesh {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    if seed == MESHES - 1 {
+        return thin_mesh(&mut rng, nranks);
+    }
     let ndim = if seed.is_multiple_of(2) { 2 } else { 3 };
     common::amr::random_amr_mesh(&mut rng, ndim, nranks, &[BoundaryCondition::Outflow])
+}
+
+/// A periodic 2-D mesh one root block tall (32x4 cells in 4x4 blocks), some blocks refined:
+/// each root block is its own neighbour across its y faces, and two children of one root are
+/// each other's on both sides.
+fn thin_mesh(rng: &mut ChaCha8Rng, nranks: usize) -> Mesh {
+    let mut c = MeshConfig::new([32, 4, 1], [4, 4, 1]);
+    c.bc[0] = [BoundaryCondition::Periodic; 2];
+    c.bc[1] = [BoundaryCondition::Periodic; 2];
+    c.refinement = RefinementKind::Adaptive;
+    c.numlevel = 2;
+    c.validate().unwrap();
+    let mut mesh = Mesh::new(c, nranks).unwrap();
+    let flags: Vec<RefinementFlag> = (0..mesh.forest().len())
+        .map(|_| match rng.gen_bool(0.4) {
+            true => RefinementFlag::Refine,
+            false => RefinementFlag::Same,
+        })
+        .collect();
+    mesh.remesh(&flags, None).unwrap();
+    mesh
 }
 
 fn fields() -> Fields {
