@@ -27,8 +27,8 @@ use starhalo_boundary::{
 };
 use starhalo_exec::Policy;
 use starhalo_mesh::config::BoundaryCondition;
-use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::config::RefinementKind;
+use starhalo_mesh::field::{Centering, Fields, Metadata, SparseThresholds};
 use starhalo_mesh::{Mesh, MeshConfig, RefinementFlag};
 use starhalo_sf::mpi::collective::SystemOperation;
 use starhalo_sf::mpi::datatype::PartitionMut;
