@@ -6,6 +6,7 @@
 //!
 //! - same-level ghosts hold exactly the neighbour's interior value (each cell holds a code of
 //!   its global index, so any misplaced value is caught);
+//! - ghosts from a finer neighbour are the mean of the codes of the cells they cover;
 //! - ghosts of a linear field are exact to 1e-12 through restriction and prolongation,
 //!   wherever their stencils stay clear of the domain edges and periodic wraps;
 //! - a sparse receiver of real data becomes allocated, one of null messages only does not,
@@ -362,7 +363,7 @@ fn child() {
     let nranks = world.size() as usize;
     let f = fields();
     one_rank_fails(&world);
-    let mut compared = [0u64; 2];
+    let mut compared = [0u64; 3];
     for seed in 0..MESHES {
         let mesh = random_mesh(seed, nranks);
         let mut results = Vec::new();
@@ -417,9 +418,9 @@ fn child() {
             }
         }
         let (_, first) = &results[0];
-        let (s, m) = check(&mesh, first, seed);
-        compared[0] += s as u64;
-        compared[1] += m as u64;
+        for (total, n) in compared.iter_mut().zip(check(&mesh, first, seed)) {
+            *total += n as u64;
+        }
         for (name, d) in &results[1..] {
             assert!(
                 d.data() == first.data(),
@@ -446,17 +447,17 @@ fn child() {
         }
     }
     // The value checks compared something: same-level and across-level ghosts, somewhere.
-    let mut total = [0u64; 2];
+    let mut total = [0u64; 3];
     world.all_reduce_into(&compared[..], &mut total[..], SystemOperation::sum());
     assert!(
-        total[0] > 0 && total[1] > 0,
-        "ghosts compared (same level, across levels): {total:?}"
+        total.iter().all(|&n| n > 0),
+        "ghosts compared (same level, restricted, linear across levels): {total:?}"
     );
 }
 
 /// Checks the values of one filled state on this rank's blocks; returns how many same-level
-/// code ghosts and how many linear ghosts across levels it compared.
-fn check(mesh: &Mesh, data: &BlockData, seed: u64) -> (usize, usize) {
+/// code ghosts, restricted code ghosts and linear ghosts across levels it compared.
+fn check(mesh: &Mesh, data: &BlockData, seed: u64) -> [usize; 3] {
     let rank = data
         .gids()
         .first()
@@ -466,7 +467,7 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) -> (usize, usize) {
     let nb = mesh.neighbors().unwrap();
     let rc = RankChannels::new(&nb, &[LIN, CODE, SPARSE], rank);
     let c = mesh.config();
-    let (mut same, mut multi) = (0usize, 0usize);
+    let (mut same, mut multi, mut restricted) = (0usize, 0usize, 0usize);
     // A sparse variable is allocated after the fill where it was before, or where some
     // sender sent data (allocated and above threshold); null messages allocate nothing.
     let mut allocated: Vec<bool> = (data.gids().iter())
@@ -501,6 +502,32 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) -> (usize, usize) {
                     );
                 }
                 same += 1;
+            }
+        }
+        if ch.key.var == CODE && ch.level_diff == -1 && rs == Space::Block {
+            // From a finer sender, restricted: each ghost is the mean of the codes of the
+            // 2^ndim cells it covers one level up (global indices, so nothing else matches).
+            let kids = 1usize << geo.ndim;
+            for p in rb.points() {
+                let (lvl, g) = global(mesh, gid, p);
+                for comp in 0..2 {
+                    let sum: f64 = (0..kids)
+                        .map(|k| {
+                            let child: [i64; 3] = std::array::from_fn(|d| match d < geo.ndim {
+                                true => 2 * g[d] + ((k >> d) & 1) as i64,
+                                false => g[d],
+                            });
+                            code(lvl + 1, child, comp)
+                        })
+                        .sum();
+                    let want = sum / kids as f64;
+                    let got = data.fine(b, 1 + comp)[at(dims, p)];
+                    assert!(
+                        (got - want).abs() <= 1e-9 * want.abs(),
+                        "seed {seed}: restricted ghost {p:?} of block {gid} ({ch:?}): {got} vs {want}"
+                    );
+                }
+                restricted += 1;
             }
         }
         if ch.key.var == SPARSE {
@@ -607,5 +634,5 @@ fn check(mesh: &Mesh, data: &BlockData, seed: u64) -> (usize, usize) {
             }
         }
     }
-    (same, multi)
+    [same, restricted, multi]
 }
