@@ -932,6 +932,27 @@ fn check_png(case: &str, dir: &Path) {
     assert_ne!(inside, [0, 0, 0], "field pixel");
     // The field varies: two cells far apart differ.
     assert_ne!(px(5, 5), px(w - 6, h - 6));
+    // Oriented as the domain, y up: viridis's green rises with the value, and the field
+    // rises with x (by 2 per unit) and y (by 3). Sampled a tenth in from the corners (clear
+    // of block outlines): bottom left, bottom right, top left. A flip or a transpose swaps
+    // two of them.
+    let green = |fx: f64, fy: f64| {
+        let p = px((fx * w as f64) as usize, ((1.0 - fy) * h as f64) as usize);
+        assert_ne!(p, [0, 0, 0], "{case}: outline at ({fx}, {fy})");
+        p[1]
+    };
+    let (a, b, c) = (green(0.1, 0.1), green(0.9, 0.1), green(0.1, 0.9));
+    // d2 spans 2 x 1 (values 0.7, 3.9, 3.1 above the corner); the 3-D slice 1 x 1 (0.5,
+    // 2.1, 2.9).
+    let order = if case == "d2" {
+        a < c && c < b
+    } else {
+        a < b && b < c
+    };
+    assert!(
+        order,
+        "{case}: greens bottom-left {a}, bottom-right {b}, top-left {c}"
+    );
 }
 
 /// Two files hold the same datasets with the same values, apart from the partition.
