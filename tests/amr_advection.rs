@@ -39,6 +39,7 @@ struct Run {
     bounds: Vec<[f64; 4]>,
     field: Vec<f64>,
     l1: f64,
+    linf: f64,
 }
 
 fn run(ranks: usize, overrides: &[&str]) -> Run {
@@ -66,12 +67,15 @@ fn run(ranks: usize, overrides: &[&str]) -> Run {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let hst = std::fs::read_to_string(dir.join("advection_amr.out1.hst")).unwrap();
     let errors = std::fs::read_to_string(dir.join("advection_amr-errors.dat")).unwrap();
-    let l1 = errors
-        .lines()
-        .last()
-        .and_then(|l| l.split_whitespace().nth(4))
-        .and_then(|x| x.parse().ok())
-        .unwrap();
+    let column = |k: usize| -> f64 {
+        errors
+            .lines()
+            .last()
+            .and_then(|l| l.split_whitespace().nth(k))
+            .and_then(|x| x.parse().ok())
+            .unwrap()
+    };
+    let (l1, linf) = (column(4), column(5));
     let file = hdf5::File::open(dir.join("advection_amr.out0.final.phdf")).unwrap();
     let levels: Vec<i64> = file.dataset("Levels").unwrap().read_raw().unwrap();
     let faces = |axis: &str| -> Vec<f64> {
@@ -102,6 +106,7 @@ fn run(ranks: usize, overrides: &[&str]) -> Run {
         bounds,
         field,
         l1,
+        linf,
     }
 }
 
@@ -245,8 +250,28 @@ fn main() {
     check_physics(&one);
     // The uniform root grid, for scale.
     let coarse = run(1, &["parthenon/mesh/refinement=none"]);
-    eprintln!("  L1 error: AMR {:e}, root grid {:e}", one.l1, coarse.l1);
+    // And the uniform grid at the finest level, which the AMR run should nearly match where
+    // it refines (the peak): ghosts across levels of the wrong order would cost accuracy.
+    let finest = run(
+        1,
+        &[
+            "parthenon/mesh/refinement=none",
+            "parthenon/mesh/nx1=128",
+            "parthenon/mesh/nx2=128",
+        ],
+    );
+    eprintln!(
+        "  L1 error: AMR {:e}, root grid {:e}, finest grid {:e}",
+        one.l1, coarse.l1, finest.l1
+    );
     assert!(one.l1 * 4.0 < coarse.l1);
+    assert!(one.l1 < 1.3 * finest.l1, "AMR L1 {:e}", one.l1);
+    assert!(
+        (one.linf - finest.linf).abs() < 0.01 * finest.linf,
+        "AMR Linf {:e}, finest grid {:e}",
+        one.linf,
+        finest.linf
+    );
     // The deck's refinement block replaces the advection block's own test, whose tolerances
     // then change nothing; with the block's max_level at 1, nothing goes finer.
     let ignored = run(1, &["advection/refine_tol=5", "advection/derefine_tol=4"]);
