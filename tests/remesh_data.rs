@@ -307,4 +307,40 @@ fn child() {
             println!("DIGEST {ndim}-D {d:016x} blocks {}", mesh.forest().len());
         }
     }
+    refusals(&world);
+}
+
+/// Storage that does not fit the remesh on one rank (the last) fails on every rank rather
+/// than leaving the others waiting for its messages; storage of no variables moves without
+/// failing.
+fn refusals(world: &SimpleCommunicator) {
+    let (rank, nranks) = (world.rank() as usize, world.size() as usize);
+    let mut mesh = mesh(2, nranks);
+    // The last rank's storage: the same blocks (so the same gids), of 8^2 cells where the
+    // mesh's have 4^2.
+    let mut other = mesh.config().clone();
+    other.nx = [32, 32, 1];
+    other.block_nx = [8, 8, 1];
+    let other = Mesh::new(other, nranks).unwrap();
+    let misfit = BlockData::new(
+        if rank + 1 == nranks { &other } else { &mesh },
+        &fields(),
+        rank,
+    );
+    let empty = BlockData::new(&mesh, &Fields::default(), rank).unwrap();
+    let old_forest = mesh.forest().clone();
+    let mut flags = vec![RefinementFlag::Same; mesh.forest().len()];
+    flags[0] = RefinementFlag::Refine;
+    let costs: Vec<f64> = (0..mesh.forest().len()).map(|g| 1.0 + g as f64).collect();
+    let out = mesh.remesh(&flags, Some(&costs)).unwrap();
+    let got = redistribute(world, &old_forest, &mesh, &out, &misfit.unwrap(), &[]);
+    assert!(
+        got.is_err(),
+        "rank {rank}: storage of another shape was redistributed"
+    );
+    let moved = redistribute(world, &old_forest, &mesh, &out, &empty, &[]).unwrap();
+    assert_eq!(
+        moved.gids(),
+        &mesh.partition().blocks_of(rank).collect::<Vec<_>>()[..]
+    );
 }

@@ -1,10 +1,11 @@
 //! A message of more than 2 GiB (beyond a C `int` count of bytes) crosses ranks intact: the
-//! MPI calls use MPI-4's large counts. 2 ranks, about 2 GiB of memory each.
+//! MPI calls use MPI-4's large counts; while it is in flight its buffer takes no receive.
+//! 2 ranks, about 2 GiB of memory each.
 
 mod common;
 
 use starhalo_sf::mpi::topology::Communicator;
-use starhalo_sf::p2p::MsgArena;
+use starhalo_sf::p2p::{MsgArena, P2pError};
 
 /// Values sent: 2^28 + 3 f64, 24 bytes past 2 GiB.
 const LEN: usize = (1 << 28) + 3;
@@ -28,8 +29,14 @@ fn child() {
             *v = i as f64;
         }
         arena.send(&world, 0..LEN, 1, 7).expect("send");
+        // MPI may still be reading any of it: no receive may be posted into it meanwhile.
+        let refused = arena.recv(&world, 0, 1, 1, 8);
         arena.wait();
-        true
+        let ok = matches!(refused, Err(P2pError::InFlight(1)));
+        if !ok {
+            eprintln!("a receive beside a send in flight gave {refused:?}");
+        }
+        ok
     } else {
         arena.recv(&world, 0, LEN, 0, 7).expect("receive");
         arena.wait();

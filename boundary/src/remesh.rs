@@ -74,16 +74,9 @@ pub fn redistribute(
     ops: &[Prolongation],
 ) -> Result<BlockData, BoundaryError> {
     let rank = comm.rank() as usize;
-    // A rank whose inputs do not fit the plan must not leave the others waiting for it.
-    collective::agree(
-        comm,
-        check(comm, old_forest, mesh, outcome, old),
-        "another rank's storage does not fit the remesh",
-    )?;
-    let mut new = old.for_blocks_of(mesh, rank)?;
-    let nvar = old.vars().len();
-    let item = nvar + old.layout().fine.block_len();
-
+    let (nvar, block_len) = (old.vars().len(), old.layout().fine.block_len());
+    // At least one value per block, so that every block is a chunk (none without variables).
+    let item = (nvar + block_len).max(1);
     // Who sends what to whom: (peer, old gid), each pair once.
     let mut sends = BTreeSet::new();
     let mut recvs = BTreeSet::new();
@@ -95,20 +88,30 @@ pub fn redistribute(
             recvs.insert((m.from_rank, m.old_gid));
         }
     }
-    let own = comm.duplicate();
-    let mut out = MsgArena::with_len(sends.len() * item)?;
-    {
+    let (recv_peers, recv_segs) = peer_runs(&recvs, item);
+    // Everything that can fail on one rank (inputs that do not fit the plan, memory for the
+    // new storage and the messages) comes before the agreement: a rank that fails must not
+    // leave the others waiting for it.
+    let prepared = check(comm, old_forest, mesh, outcome, old).and_then(|()| {
+        let new = old.for_blocks_of(mesh, rank)?;
+        let mut out = MsgArena::with_len(sends.len() * item)?;
         let buf = out.buf_mut()?;
         for (chunk, &(_, gid)) in buf.chunks_exact_mut(item).zip(&sends) {
             let b = old.local(gid).ok_or_else(|| missing(gid, rank))?;
             for (v, x) in chunk[..nvar].iter_mut().enumerate() {
                 *x = f64::from(u8::from(old.is_allocated(b, v)));
             }
-            chunk[nvar..].copy_from_slice(old.fine_block(b));
+            chunk[nvar..nvar + block_len].copy_from_slice(old.fine_block(b));
         }
-    }
-    let (recv_peers, recv_segs) = peer_runs(&recvs, item);
-    let mut inbox = MsgArena::new(recv_segs.clone())?;
+        let inbox = MsgArena::new(recv_segs.clone())?;
+        Ok((new, out, inbox))
+    });
+    let (mut new, mut out, mut inbox) = collective::agree(
+        comm,
+        prepared,
+        "another rank's storage does not fit the remesh, or did not fit in memory",
+    )?;
+    let own = comm.duplicate();
     for (seg, (&peer, r)) in recv_peers.iter().zip(&recv_segs).enumerate() {
         inbox.recv(&own, seg, r.len(), peer as i32, 0)?;
     }
@@ -126,7 +129,7 @@ pub fn redistribute(
             gid,
             Source {
                 allocated: chunk[..nvar].iter().map(|&x| x != 0.0).collect(),
-                fine: &chunk[nvar..],
+                fine: &chunk[nvar..nvar + block_len],
             },
         );
     }

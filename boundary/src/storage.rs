@@ -288,8 +288,12 @@ impl BlockData {
     }
 
     /// Allocates or deallocates variable `var` on local block `b`. Either way the values
-    /// (block array and coarse buffer) start at the default, as Parthenon's do.
+    /// (block array and coarse buffer) start at the default, as Parthenon's do. Only sparse
+    /// variables come and go: a dense one stays allocated, as in Parthenon, so that every
+    /// exchange mode sends its values (a receiver tells a null message from data by its
+    /// length only where a variable is sparse).
     pub fn set_allocated(&mut self, b: usize, var: usize, on: bool) {
+        let on = on || self.vars[var].threshold.is_none();
         let i = b * self.vars.len() + var;
         if self.allocated[i] == on {
             return;
@@ -315,5 +319,33 @@ impl BlockData {
         (0..self.gids.len())
             .flat_map(|b| self.data[self.block_range(b)][..n].iter().copied())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starhalo_mesh::field::{Metadata, SparseThresholds};
+    use starhalo_mesh::MeshConfig;
+
+    #[test]
+    fn only_sparse_variables_are_deallocated() {
+        let mesh = Mesh::new(MeshConfig::new([8, 8, 1], [4, 4, 1]), 1).unwrap();
+        let mut f = Fields::default();
+        f.add("u", Metadata::new(Centering::Cell)).unwrap();
+        let sparse = Metadata::new(Centering::Cell).sparse(SparseThresholds::default());
+        f.add("s", sparse).unwrap();
+        let mut data = BlockData::new(&mesh, &f, 0).unwrap();
+        assert!(data.is_allocated(0, 0) && !data.is_allocated(0, 1));
+        data.set_allocated(0, 1, true);
+        data.fine_mut(0, 0).fill(3.0);
+        data.set_allocated(0, 0, false);
+        data.set_allocated(0, 1, false);
+        assert!(data.is_allocated(0, 0), "a dense variable stays allocated");
+        assert!(
+            data.fine(0, 0).iter().all(|&x| x == 3.0),
+            "and keeps its values"
+        );
+        assert!(!data.is_allocated(0, 1));
     }
 }

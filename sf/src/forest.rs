@@ -294,14 +294,13 @@ impl StarForest {
         access: Access,
     ) -> Result<Pending<'a, U>, SfError> {
         let red = combine::<U>(op)?;
-        let in_place = access == Access::InPlace;
         self.in_step(|| {
             check_len("rootdata", root.len(), self.graph.nroots)?;
             check_len("leafdata", leaf.len(), self.leaf_space)
         })?;
         let mut link = self.take_link::<U>(Kind::Bcast)?;
         // Replacing values may land in place; combining needs the old ones.
-        let in_place = in_place && red.is_none();
+        let in_place = access == Access::InPlace && red.is_none();
         self.post_recvs::<U>(
             &mut link,
             Side::Leaf,
@@ -333,7 +332,7 @@ impl StarForest {
 
     /// [`reduce_begin`](Self::reduce_begin), with MPI given the caller's slices where
     /// `access` allows.
-    pub(crate) fn start_reduce<'a, U: Unit>(
+    fn start_reduce<'a, U: Unit>(
         &'a self,
         leaf: &'a [U],
         root: &'a mut [U],

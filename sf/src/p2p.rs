@@ -476,12 +476,23 @@ impl MsgArena {
             return Err(P2pError::OutOfRange(range, src.buf.len()));
         }
         let at = r.start;
+        // Receives may be in flight into other segments of this buffer: a host destination
+        // is written through a slice of the segments alone, never the whole buffer.
+        let to_host = |buf: &mut Store| -> Option<&mut [f64]> {
+            let base = buf.host_mut()?.as_mut_ptr();
+            // SAFETY: `at..at + n` lies in the segments `writable` checked (inside the
+            // buffer, with no request touching them), and the slice lives only while `self`
+            // is borrowed here, so the buffer does not move.
+            Some(unsafe { std::slice::from_raw_parts_mut(base.add(at), n) })
+        };
         match (&mut self.buf, &src.buf) {
-            (Store::Pool(to), Store::Pool(from)) => {
-                to[at..at + n].copy_from_slice(&from[range]);
+            (to @ Store::Pool(_), Store::Pool(from)) => {
+                to_host(to)
+                    .ok_or(P2pError::NotHost)?
+                    .copy_from_slice(&from[range]);
             }
-            (Store::Pool(to), Store::Placed(from)) => {
-                from.read_at(range.start, &mut to[at..at + n])?;
+            (to @ Store::Pool(_), Store::Placed(from)) => {
+                from.read_at(range.start, to_host(to).ok_or(P2pError::NotHost)?)?;
             }
             (Store::Placed(to), Store::Pool(from)) => {
                 to.write_at(at, &from[range])?;
@@ -622,6 +633,11 @@ impl MsgArena {
         tag: i32,
     ) -> Result<(), P2pError> {
         check_peer(comm, src, tag)?;
+        // A send in flight may be reading any part of the buffer.
+        let sending = self.reqs.len() - self.receiving;
+        if sending > 0 {
+            return Err(P2pError::InFlight(sending));
+        }
         let r = self.claim(seg, len)?;
         if let Err(e) = self.settle() {
             self.busy[seg] = false;

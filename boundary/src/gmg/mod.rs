@@ -177,21 +177,30 @@ impl GmgExchange {
                 tag_ub,
             });
         }
-        let mut restrict = Vec::new();
-        let mut prolong = Vec::new();
-        for i in 0..levels.len().saturating_sub(1) {
-            let fine = (&levels[i], data.level(i)?);
-            let coarse = (&levels[i + 1], data.level(i + 1)?);
-            let tag = 2 * i as i32;
-            restrict.push(Transfer::new(Kind::Restrict, tag, rank, fine, coarse)?);
-            prolong.push(Transfer::new(
-                Kind::Prolongate,
-                tag + 1,
-                rank,
-                fine,
-                coarse,
-            )?);
-        }
+        // Each rank builds only its own links, which can fail (geometry, memory) on one rank
+        // alone: agreed, so that no rank goes on to wait in a round for one that stopped.
+        let transfers = (0..levels.len().saturating_sub(1)).try_fold(
+            (Vec::new(), Vec::new()),
+            |(mut restrict, mut prolong), i| {
+                let fine = (&levels[i], data.level(i)?);
+                let coarse = (&levels[i + 1], data.level(i + 1)?);
+                let tag = 2 * i as i32;
+                restrict.push(Transfer::new(Kind::Restrict, tag, rank, fine, coarse)?);
+                prolong.push(Transfer::new(
+                    Kind::Prolongate,
+                    tag + 1,
+                    rank,
+                    fine,
+                    coarse,
+                )?);
+                Ok((restrict, prolong))
+            },
+        );
+        let (restrict, prolong) = collective::agree(
+            comm,
+            transfers,
+            "another rank could not set up its multigrid transfers",
+        )?;
         let vars = data.level(0)?.vars();
         let mut ex = Self {
             same,
