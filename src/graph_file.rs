@@ -167,7 +167,7 @@ pub fn leaf_line(path: &Path, rank: usize, err: &SfError) -> Option<usize> {
     }?;
     // The raw value borrows from `text`: its address gives its place there.
     let at = (raw.get().as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
-    Some(text.get(..at)?.matches('\n').count() + 1)
+    (at <= text.len()).then(|| crate::input_file::line_at(text.as_bytes(), at))
 }
 
 /// Reads a data file: one list of values per rank, as written (an integer stays exact).

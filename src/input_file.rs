@@ -23,6 +23,11 @@ pub fn read_so_far() -> Vec<(PathBuf, u32)> {
         .clone()
 }
 
+/// The line (from 1) of byte `at` of a file's `bytes`.
+pub fn line_at(bytes: &[u8], at: usize) -> usize {
+    bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
 /// The text of the regular file at `path`. Anything else (a device such as `/dev/zero`, a
 /// FIFO, a directory) is refused before it is opened: reading one could block or never end.
 pub fn read_text(path: &Path) -> std::io::Result<String> {
@@ -32,7 +37,7 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
     String::from_utf8(std::fs::read(path)?).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
-        let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = line_at(bytes, at);
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("line {line}: not UTF-8 text (byte 0x{:02x})", bytes[at]),

@@ -164,6 +164,16 @@ impl Store {
     }
 }
 
+/// Values `r` of a host store, for writing while receives may be in flight into other parts
+/// of it: a slice of `r` alone, never of the whole buffer. The caller has checked that `r`
+/// lies inside the store and that no request touches it (`MsgArena::writable`).
+fn host_values_mut(buf: &mut Store, r: Range<usize>) -> Result<&mut [f64], P2pError> {
+    let base = buf.host_mut().ok_or(P2pError::NotHost)?.as_mut_ptr();
+    // SAFETY: `r` lies inside the buffer and no request touches it (the caller's checks),
+    // and the returned borrow of the store keeps the buffer from moving while it lives.
+    Ok(unsafe { std::slice::from_raw_parts_mut(base.add(r.start), r.len()) })
+}
+
 /// A buffer of `f64` cut into segments, with at most one message in flight per segment.
 #[derive(Debug)]
 pub struct MsgArena {
@@ -368,6 +378,15 @@ impl MsgArena {
         }
     }
 
+    /// A send in flight may be reading any part of the buffer.
+    #[inline]
+    fn no_sends(&self) -> Result<(), P2pError> {
+        match self.reqs.len() - self.receiving {
+            0 => Ok(()),
+            n => Err(P2pError::InFlight(n)),
+        }
+    }
+
     #[inline]
     fn readable(&self) -> Result<(), P2pError> {
         match self.receiving {
@@ -411,10 +430,7 @@ impl MsgArena {
     /// gives its range.
     #[inline]
     fn writable(&self, seg: usize) -> Result<Range<usize>, P2pError> {
-        let sending = self.reqs.len() - self.receiving;
-        if sending > 0 {
-            return Err(P2pError::InFlight(sending));
-        }
+        self.no_sends()?;
         let Some(r) = self.segs.get(seg).cloned() else {
             return Err(P2pError::TooLong {
                 seg,
@@ -436,12 +452,7 @@ impl MsgArena {
     /// nothing; host memory only.
     pub fn segment_mut(&mut self, seg: usize) -> Result<&mut [f64], P2pError> {
         let r = self.writable(seg)?;
-        // Writing through a subslice leaves the other segments to the receives in flight.
-        let base = self.buf.host_mut().ok_or(P2pError::NotHost)?.as_mut_ptr();
-        // SAFETY: `r` lies inside the buffer (`writable` checks); no request touches it (it
-        // is not busy and no sends are in flight), and the returned borrow of `self` keeps
-        // the buffer from moving while the slice lives.
-        Ok(unsafe { std::slice::from_raw_parts_mut(base.add(r.start), r.len()) })
+        host_values_mut(&mut self.buf, r)
     }
 
     /// Copies `range` of `src`'s buffer (no receive in flight there) to the start of
@@ -476,23 +487,12 @@ impl MsgArena {
             return Err(P2pError::OutOfRange(range, src.buf.len()));
         }
         let at = r.start;
-        // Receives may be in flight into other segments of this buffer: a host destination
-        // is written through a slice of the segments alone, never the whole buffer.
-        let to_host = |buf: &mut Store| -> Option<&mut [f64]> {
-            let base = buf.host_mut()?.as_mut_ptr();
-            // SAFETY: `at..at + n` lies in the segments `writable` checked (inside the
-            // buffer, with no request touching them), and the slice lives only while `self`
-            // is borrowed here, so the buffer does not move.
-            Some(unsafe { std::slice::from_raw_parts_mut(base.add(at), n) })
-        };
         match (&mut self.buf, &src.buf) {
             (to @ Store::Pool(_), Store::Pool(from)) => {
-                to_host(to)
-                    .ok_or(P2pError::NotHost)?
-                    .copy_from_slice(&from[range]);
+                host_values_mut(to, at..at + n)?.copy_from_slice(&from[range]);
             }
             (to @ Store::Pool(_), Store::Placed(from)) => {
-                from.read_at(range.start, to_host(to).ok_or(P2pError::NotHost)?)?;
+                from.read_at(range.start, host_values_mut(to, at..at + n)?)?;
             }
             (Store::Placed(to), Store::Pool(from)) => {
                 to.write_at(at, &from[range])?;
@@ -633,11 +633,7 @@ impl MsgArena {
         tag: i32,
     ) -> Result<(), P2pError> {
         check_peer(comm, src, tag)?;
-        // A send in flight may be reading any part of the buffer.
-        let sending = self.reqs.len() - self.receiving;
-        if sending > 0 {
-            return Err(P2pError::InFlight(sending));
-        }
+        self.no_sends()?;
         let r = self.claim(seg, len)?;
         if let Err(e) = self.settle() {
             self.busy[seg] = false;
