@@ -215,6 +215,10 @@ pub struct PingpongArgs {
     /// (device pointers to an MPI with CUDA support; exit 1 if this MPI has none) or auto.
     #[arg(long, default_value = "auto", requires = "device", value_parser = |s: &str| s.parse::<GpuMpi>())]
     pub gpu_mpi: GpuMpi,
+    /// Also time the split-phase halves (bcast_begin/end, reduce_begin/end), which stage
+    /// every message, in the same rounds; reports their time over the combined calls'.
+    #[arg(long)]
+    pub split: bool,
     /// Star-forest implementation: basic, neighbor or rma.
     #[arg(long, default_value = "basic", value_parser = |s: &str| s.parse::<SfType>())]
     pub sf_type: SfType,

@@ -262,7 +262,8 @@ impl Case<'_> {
 
     /// A fetch-and-op and a bcast in flight together, the fetch-and-op ended before the bcast
     /// begins on odd ranks and after it on even ones (its end sends, so the two ranks' sends
-    /// start in opposite orders): each still gets its own data.
+    /// start in opposite orders): each still gets its own data. On even ranks the bcast is
+    /// split-phase (staged) for even seeds and `bcast_while` (in place) for odd ones.
     fn fetch_across_bcast(&mut self) {
         let me = self.rank;
         let roots: Vec<Vec<f64>> = self.per_rank(8, false);
@@ -284,13 +285,22 @@ impl Case<'_> {
             self.sf
                 .bcast(&bcast_roots[me], &mut b, Op::Replace)
                 .unwrap();
-        } else {
+        } else if self.seed.is_multiple_of(2) {
             let pb = self
                 .sf
                 .bcast_begin(&bcast_roots[me], &mut b, Op::Replace)
                 .unwrap();
             f.end();
             pb.end();
+        } else {
+            let ended = self
+                .sf
+                .bcast_while(&bcast_roots[me], &mut b, Op::Replace, || {
+                    f.end();
+                    "ended"
+                })
+                .unwrap();
+            assert_eq!(ended, "ended", "bcast_while returns what its work returned");
         }
         self.check("fetch across bcast: root", &root, &want_root);
         self.check("fetch across bcast: leafupdate", &upd, &want_upd);

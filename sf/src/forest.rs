@@ -274,7 +274,9 @@ impl StarForest {
             .collect()
     }
 
-    /// Starts sending root values to their leaves: `leaf = leaf op root`.
+    /// Starts sending root values to their leaves: `leaf = leaf op root`. The messages are
+    /// staged in the forest's own buffers, since the handle could be leaked; to overlap work
+    /// with messages MPI moves in place, use [`bcast_while`](Self::bcast_while).
     pub fn bcast_begin<'a, U: Unit>(
         &'a self,
         root: &'a [U],
@@ -320,7 +322,8 @@ impl StarForest {
         })
     }
 
-    /// Starts combining leaf values into their roots: `root = root op leaf`.
+    /// Starts combining leaf values into their roots: `root = root op leaf`, staged as
+    /// [`bcast_begin`](Self::bcast_begin) is; see also [`reduce_while`](Self::reduce_while).
     pub fn reduce_begin<'a, U: Unit>(
         &'a self,
         leaf: &'a [U],
@@ -431,14 +434,44 @@ impl StarForest {
 
     /// [`bcast_begin`](Self::bcast_begin) and its end.
     pub fn bcast<U: Unit>(&self, root: &[U], leaf: &mut [U], op: Op) -> Result<(), SfError> {
-        self.start_bcast(root, leaf, op, Access::InPlace)
-            .map(Pending::end)
+        self.bcast_while(root, leaf, op, || ())
+    }
+
+    /// A bcast that runs `work` while its messages are in flight and returns what `work`
+    /// returns. Unlike [`bcast_begin`](Self::bcast_begin), MPI reads and writes contiguous
+    /// messages in the caller's slices: no handle escapes, so the operation always ends
+    /// before the borrow does (on a panic in `work` too). `work` may read `root`.
+    pub fn bcast_while<U: Unit, R>(
+        &self,
+        root: &[U],
+        leaf: &mut [U],
+        op: Op,
+        work: impl FnOnce() -> R,
+    ) -> Result<R, SfError> {
+        let pending = self.start_bcast(root, leaf, op, Access::InPlace)?;
+        let done = work();
+        pending.end();
+        Ok(done)
     }
 
     /// [`reduce_begin`](Self::reduce_begin) and its end.
     pub fn reduce<U: Unit>(&self, leaf: &[U], root: &mut [U], op: Op) -> Result<(), SfError> {
-        self.start_reduce(leaf, root, op, Access::InPlace)
-            .map(Pending::end)
+        self.reduce_while(leaf, root, op, || ())
+    }
+
+    /// A reduce that runs `work` while its messages are in flight, in place as
+    /// [`bcast_while`](Self::bcast_while) is. `work` may read `leaf`.
+    pub fn reduce_while<U: Unit, R>(
+        &self,
+        leaf: &[U],
+        root: &mut [U],
+        op: Op,
+        work: impl FnOnce() -> R,
+    ) -> Result<R, SfError> {
+        let pending = self.start_reduce(leaf, root, op, Access::InPlace)?;
+        let done = work();
+        pending.end();
+        Ok(done)
     }
 
     /// [`fetch_and_op_begin`](Self::fetch_and_op_begin) and its end.

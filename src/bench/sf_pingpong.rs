@@ -3,7 +3,10 @@
 //! same bytes, in the same run. Rounds alternate the two so that drift hits both alike.
 //! With `--device` the same rounds also time the forest with both arrays in GPU memory (D-D,
 //! doubles, [`DeviceStaged`]: staged through the host, or handed to a GPU-aware MPI with
-//! `--gpu-mpi aware`, or `auto`) beside host memory (H-H).
+//! `--gpu-mpi aware`, or `auto`) beside host memory (H-H). With `--split` they also time the
+//! split-phase halves (`bcast_begin`/`end`, `reduce_begin`/`end`), which stage every message
+//! in the forest's own buffers, against the combined calls, which move contiguous messages in
+//! place.
 
 use super::median;
 use crate::cli::PingpongArgs;
@@ -31,6 +34,12 @@ struct Row {
     /// The forest with device arrays (`--device`).
     #[serde(skip_serializing_if = "Option::is_none")]
     sf_dd_us: Option<f64>,
+    /// The forest through its split-phase halves (`--split`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sf_split_us: Option<f64>,
+    /// Median over rounds of the split-phase time over the combined calls' in the same round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split_ratio: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -71,7 +80,12 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
         let device = dev.as_ref().map(|d| (d, a.gpu_mpi));
         let iters = a.iters.map_or_else(|| default_iters(bytes), |n| n as usize);
         let rounds = a.rounds as usize;
-        let (row, used) = measure(world, &comm, bytes, iters, rounds, opts, device)?;
+        let timing = Timing {
+            iters,
+            rounds,
+            split: a.split,
+        };
+        let (row, used) = measure(world, &comm, bytes, timing, opts, device)?;
         rows.push(row);
         gpu_mpi = used.map(GpuMpi::name);
         bytes *= 2;
@@ -94,23 +108,31 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
                 ))
             );
             outln!(
-                "{:>10} {:>10} {:>10} {:>12} {:>10}{}",
+                "{:>10} {:>10} {:>10} {:>12} {:>10}{}{}",
                 "bytes",
                 "mpi_us",
                 "sf_us",
                 "overhead_us",
                 "overhead",
-                if a.device { "   sf_dd_us" } else { "" }
+                if a.device { "   sf_dd_us" } else { "" },
+                if a.split {
+                    " sf_split_us split_ratio"
+                } else {
+                    ""
+                }
             );
             for r in rows {
                 outln!(
-                    "{:>10} {:>10.3} {:>10.3} {:>12.3} {:>9.1}%{}",
+                    "{:>10} {:>10.3} {:>10.3} {:>12.3} {:>9.1}%{}{}",
                     r.bytes,
                     r.mpi_us,
                     r.sf_us,
                     r.overhead_us,
                     100.0 * r.overhead_us / r.mpi_us,
-                    r.sf_dd_us.map_or(String::new(), |t| format!(" {t:>10.3}"))
+                    r.sf_dd_us.map_or(String::new(), |t| format!(" {t:>10.3}")),
+                    r.sf_split_us
+                        .zip(r.split_ratio)
+                        .map_or(String::new(), |(t, q)| { format!(" {t:>11.3} {q:>11.3}") })
                 );
             }
         }
@@ -118,12 +140,33 @@ pub fn run(world: &SimpleCommunicator, a: &PingpongArgs) -> Result<()> {
     Ok(())
 }
 
+/// How one message size is timed.
+struct Timing {
+    iters: usize,
+    rounds: usize,
+    /// Also time the split-phase halves.
+    split: bool,
+}
+
+/// What a timing runs; each is its own function, so that changes elsewhere in this file do
+/// not move the timed loops' code.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    RawMpi,
+    Sf,
+    SfDevice,
+    SfSplit,
+}
+
 fn measure(
     world: &SimpleCommunicator,
     comm: &SimpleCommunicator,
     bytes: usize,
-    iters: usize,
-    rounds: usize,
+    Timing {
+        iters,
+        rounds,
+        split,
+    }: Timing,
     opts: SfOptions,
     dev: Option<(&Arc<Device>, GpuMpi)>,
 ) -> Result<(Row, Option<GpuMpi>)> {
@@ -157,46 +200,57 @@ fn measure(
         None => None,
     };
     let used = on_device.as_ref().map(|d| d.sf.mpi());
-    let kinds = if on_device.is_some() { 3 } else { 2 };
+    let mut kinds = vec![Kind::RawMpi, Kind::Sf];
+    kinds.extend(on_device.is_some().then_some(Kind::SfDevice));
+    kinds.extend(split.then_some(Kind::SfSplit));
 
     let peer = comm.process_at_rank(1 - rank);
-    // `which`: 0 raw MPI send/receive, 1 the SF's bcast + reduce, 2 the same on device
-    // arrays. Each is its own function, so that changes elsewhere in this file do not move
-    // the timed loops' code.
-    let mut pingpong = |which: usize, n: usize| -> Result<()> {
-        match (which, on_device.as_mut()) {
-            (0, _) if rank == 0 => raw_pingpong(&peer, root, true, n),
-            (0, _) => raw_pingpong(&peer, leaf, false, n),
-            (2, Some(d)) => d.pingpong(n)?,
+    let mut pingpong = |kind: Kind, n: usize| -> Result<()> {
+        match (kind, on_device.as_mut()) {
+            (Kind::RawMpi, _) if rank == 0 => raw_pingpong(&peer, root, true, n),
+            (Kind::RawMpi, _) => raw_pingpong(&peer, leaf, false, n),
+            (Kind::SfDevice, Some(d)) => d.pingpong(n)?,
+            (Kind::SfSplit, _) => sf_split_pingpong(&sf, root, leaf, n)?,
             _ => sf_pingpong(&sf, root, leaf, n)?,
         }
         Ok(())
     };
-    for which in 0..kinds {
-        pingpong(which, iters / 4 + 1)?;
+    for &kind in &kinds {
+        pingpong(kind, iters / 4 + 1)?;
     }
-    let (mut t_mpi, mut t_sf, mut diff, mut t_dd) = (vec![], vec![], vec![], vec![]);
+    // Per kind (in `kinds` order), the time of each round.
+    let mut times = vec![Vec::with_capacity(rounds); kinds.len()];
     for round in 0..rounds {
-        let mut t = [0.0; 3];
-        for which in (0..kinds).map(|k| (k + round) % kinds) {
+        for k in (0..kinds.len()).map(|k| (k + round) % kinds.len()) {
             comm.barrier();
             let t0 = Instant::now();
-            pingpong(which, iters)?;
-            t[which] = t0.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
+            pingpong(kinds[k], iters)?;
+            times[k].push(t0.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64);
         }
-        t_mpi.push(t[0]);
-        t_sf.push(t[1]);
-        t_dd.push(t[2]);
-        diff.push(t[1] - t[0]);
     }
-    // The overhead is paired: each round times both back to back, so drift between rounds
-    // (another process, frequency changes) cancels instead of widening the spread.
+    // The overhead and the split ratio are paired: each round times every kind back to back,
+    // so drift between rounds (another process, frequency changes) cancels instead of
+    // widening the spread.
+    let column = |kind: Kind| kinds.iter().position(|&k| k == kind);
+    let paired = |f: fn(f64, f64) -> f64, a: usize, b: usize| {
+        let mut v: Vec<f64> = times[a]
+            .iter()
+            .zip(&times[b])
+            .map(|(&x, &y)| f(x, y))
+            .collect();
+        median(&mut v)
+    };
+    let overhead_us = paired(|sf, mpi| sf - mpi, 1, 0);
+    let split_ratio = column(Kind::SfSplit).map(|s| paired(|split, sf| split / sf, s, 1));
+    let mut median_of = |kind: Kind| column(kind).map(|k| median(&mut times[k]));
     let row = Row {
         bytes,
-        mpi_us: median(&mut t_mpi),
-        sf_us: median(&mut t_sf),
-        overhead_us: median(&mut diff),
-        sf_dd_us: (kinds == 3).then(|| median(&mut t_dd)),
+        mpi_us: median_of(Kind::RawMpi).unwrap_or_default(),
+        sf_us: median_of(Kind::Sf).unwrap_or_default(),
+        overhead_us,
+        sf_dd_us: median_of(Kind::SfDevice),
+        sf_split_us: median_of(Kind::SfSplit),
+        split_ratio,
     };
     Ok((row, used))
 }
@@ -296,6 +350,17 @@ fn sf_pingpong(sf: &StarForest, root: &mut [u8], leaf: &mut [u8], n: usize) -> R
     for _ in 0..n {
         sf.bcast(root, leaf, Op::Replace)?;
         sf.reduce(leaf, root, Op::Replace)?;
+    }
+    Ok(())
+}
+
+/// `n` bcasts and reduces (replace) over `sf` through the split-phase halves, each ended
+/// before the next begins.
+#[inline(never)]
+fn sf_split_pingpong(sf: &StarForest, root: &mut [u8], leaf: &mut [u8], n: usize) -> Result<()> {
+    for _ in 0..n {
+        sf.bcast_begin(root, leaf, Op::Replace)?.end();
+        sf.reduce_begin(leaf, root, Op::Replace)?.end();
     }
     Ok(())
 }
