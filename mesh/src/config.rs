@@ -505,7 +505,7 @@ impl MeshConfig {
                 }
                 // Fine-coarse exchanges go through a coarse buffer of b/2 cells, which must
                 // hold the coarse ghosts (nghost/2 + 1) and serve nghost of them.
-                let least = 2 * self.nghost.max(self.nghost / 2 + 1);
+                let least = self.nghost.max(self.nghost / 2 + 1).saturating_mul(2);
                 if multilevel && (b % 2 != 0 || b < least) {
                     return Err(MeshError::invalid(
                         bkey,
@@ -578,6 +578,22 @@ impl MeshConfig {
                 ),
             ));
         }
+        // The finest cells must be wide enough for floating point to tell their edges apart
+        // (a zero cell width divides the solvers by zero).
+        for d in 0..ndim {
+            let n = self.nrb()[d] as f64 * 2f64.powi(self.max_level() as i32);
+            let cell = (self.xmax[d] - self.xmin[d]) / (n * self.block_nx[d] as f64);
+            if !(self.xmin[d] + cell > self.xmin[d] && self.xmax[d] - cell < self.xmax[d]) {
+                return Err(MeshError::invalid(
+                    mesh_key(&format!("x{}max", DIRS[d])),
+                    self.xmax[d],
+                    format!(
+                        "cells of the finest level would be {cell:e} wide from x{}min = {:?}:                          too narrow to tell their edges apart",
+                        DIRS[d], self.xmin[d]
+                    ),
+                ));
+            }
+        }
         if self.pack_size == Some(0) {
             return Err(MeshError::invalid(
                 mesh_key("pack_size"),
@@ -639,6 +655,18 @@ impl MeshConfig {
         }
         Ok(())
     }
+}
+
+/// The range along one direction of the block at coordinate `lx` of the `n` blocks across a
+/// domain from `xmin` to `xmax`. Neighbours share their edge bit for bit, and the last block
+/// ends at `xmax` exactly.
+pub(crate) fn block_range(xmin: f64, xmax: f64, lx: i64, n: i64) -> (f64, f64) {
+    let w = (xmax - xmin) / n as f64;
+    let edge = |i: i64| match i == n {
+        true => xmax,
+        false => xmin + w * i as f64,
+    };
+    (edge(lx), edge(lx + 1))
 }
 
 #[cfg(test)]
@@ -797,6 +825,47 @@ mod tests {
         let mut m = base();
         m.insert("parthenon/mesh/x2max".into(), "-1".into());
         assert_eq!(err_key(&m), "parthenon/mesh/x2max");
+    }
+
+    #[test]
+    fn absurd_numbers_are_errors_not_panics() {
+        // One level, block = mesh: the multilevel bound on the block size must not overflow.
+        let mut m = BTreeMap::new();
+        m.insert("parthenon/mesh/nx1".to_string(), (1u64 << 63).to_string());
+        m.insert(
+            "parthenon/mesh/nghost".to_string(),
+            (1u64 << 63).to_string(),
+        );
+        assert!(MeshConfig::from_map(&m).is_err());
+        // Cells too narrow for floating point to tell their edges apart.
+        for (lo, hi) in [("0", "5e-324"), ("1", "1.0000000000000002")] {
+            let mut m = base();
+            m.insert("parthenon/mesh/x1min".into(), lo.into());
+            m.insert("parthenon/mesh/x1max".into(), hi.into());
+            let e = MeshConfig::from_map(&m).unwrap_err();
+            assert_eq!(e.key(), Some("parthenon/mesh/x1max"), "{lo} {hi}");
+            assert!(e.to_string().contains("too narrow"), "{e}");
+        }
+        // The finest level counts: 32 cells are fine on one level, not on 30.
+        let mut m = base();
+        m.insert("parthenon/mesh/x1max".into(), "1e-300".into());
+        assert!(MeshConfig::from_map(&m).is_ok());
+        m.insert("parthenon/mesh/x1min".into(), "1".into());
+        m.insert("parthenon/mesh/x1max".into(), "1.00000001".into());
+        assert!(MeshConfig::from_map(&m).is_ok());
+        m.insert("parthenon/mesh/refinement".into(), "adaptive".into());
+        m.insert("parthenon/mesh/numlevel".into(), "30".into());
+        assert_eq!(err_key(&m), "parthenon/mesh/x1max");
+    }
+
+    #[test]
+    fn block_ranges_tile_the_domain_and_end_at_its_edge() {
+        let (lo, hi) = (0.0, 0.9);
+        for n in [1, 3, 7, 24, 1000] {
+            let r: Vec<_> = (0..n).map(|i| block_range(lo, hi, i, n)).collect();
+            assert_eq!((r[0].0, r[n as usize - 1].1), (lo, hi), "{n}");
+            assert!(r.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
+        }
     }
 
     #[test]

@@ -82,6 +82,16 @@ impl RootGrid {
         })
     }
 
+    /// True if every coordinate at `level` stays below `2^MAX_COORD_BITS`: the levels the
+    /// config allows for this root grid.
+    pub fn holds_level(&self, level: u32) -> bool {
+        level <= MAX_COORD_BITS
+            && self
+                .nrb
+                .iter()
+                .all(|&n| n <= 1i64 << (MAX_COORD_BITS - level))
+    }
+
     /// True if `loc` lies inside the domain and is 0 along inactive directions.
     pub fn contains(&self, loc: &LogicalLocation) -> bool {
         let n = self.extent(loc.level());
@@ -161,7 +171,13 @@ impl Forest {
         let max_level = leaves.iter().map(|l| l.level()).max().unwrap_or(0);
         let mut volume: u128 = 0;
         for l in &leaves {
-            if l.level().saturating_add(2) > MAX_COORD_BITS || !grid.contains(l) {
+            if !grid.holds_level(l.level()) {
+                return Err(MeshError::BadLeaves(format!(
+                    "{l} is finer than a root grid of {:?} blocks allows",
+                    grid.nrb
+                )));
+            }
+            if !grid.contains(l) {
                 return Err(MeshError::BadLeaves(format!("{l} lies outside the domain")));
             }
             let mut a = *l;
@@ -337,6 +353,38 @@ mod tests {
         assert_eq!(f.gid(&root.child([0, 0, 0])), Some(0));
         assert_eq!(f.covering_leaf(&root), None);
         assert_eq!(g.tree_index(&LogicalLocation::new(1, [3, 2, 0])), 3);
+    }
+
+    /// The leaves of one root block refined down its left edge to `level` (1-D).
+    fn left_chain(tree: i64, level: u32) -> Vec<LogicalLocation> {
+        let mut leaves = vec![LogicalLocation::new(level, [tree << level, 0, 0])];
+        leaves.extend((1..=level).map(|l| LogicalLocation::new(l, [(tree << l) + 1, 0, 0])));
+        leaves
+    }
+
+    #[test]
+    fn leaves_may_be_as_fine_as_the_config_allows_and_no_finer() {
+        // One root block: levels up to MAX_COORD_BITS, as `MeshConfig::validate` allows.
+        let one = RootGrid::new(1, [1, 1, 1], [false; 3]).unwrap();
+        let deepest = Forest::from_leaves(one, left_chain(0, MAX_COORD_BITS)).unwrap();
+        assert_eq!(deepest.max_level(), MAX_COORD_BITS);
+        let e = Forest::from_leaves(one, left_chain(0, MAX_COORD_BITS + 1)).unwrap_err();
+        assert!(e.to_string().contains("finer than a root grid"), "{e}");
+        // 16385 root blocks take 15 bits: 25 levels at most. Deeper leaves that tile only the
+        // first tree once passed the coverage check (the shifted volume overflowed).
+        let wide = RootGrid::new(1, [16385, 1, 1], [false; 3]).unwrap();
+        assert!(Forest::from_leaves(wide, left_chain(0, 38)).is_err());
+        let mut leaves = left_chain(0, 25);
+        leaves.extend((1..16385).map(|t| LogicalLocation::new(0, [t, 0, 0])));
+        assert_eq!(
+            Forest::from_leaves(wide, leaves.clone()).unwrap().len(),
+            16384 + 26
+        );
+        leaves.pop();
+        assert!(
+            Forest::from_leaves(wide, leaves).is_err(),
+            "a tree is missing"
+        );
     }
 
     #[test]

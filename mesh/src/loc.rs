@@ -54,12 +54,13 @@ impl LogicalLocation {
 
     /// Coordinates of the root block (tree) this location lies in.
     pub fn tree_coords(&self) -> [i64; 3] {
-        self.lx.map(|x| x >> self.level)
+        // Shifts of 63 and more give the same sign-filled result (and may not panic).
+        self.lx.map(|x| x >> self.level.min(63))
     }
 
     /// Coordinates inside its tree (in `0..2^level` along each active direction).
     pub fn in_tree_coords(&self) -> [i64; 3] {
-        let mask = 1i64.checked_shl(self.level).map_or(i64::MAX, |m| m - 1);
+        let mask = ((1u64 << self.level.min(63)) - 1) as i64;
         self.lx.map(|x| x & mask)
     }
 
@@ -224,5 +225,16 @@ mod tests {
         assert_eq!(LogicalLocation::new(1, [5, 2, 0]).tree_coords(), [2, 1, 0]);
         assert_eq!(a.in_tree_coords(), [5, 6, 0]);
         assert_eq!(a.position_in_parent(), [1, 0, 0]);
+        // Levels past the coordinates' width answer without panicking.
+        for level in [62, 63, 64, u32::MAX] {
+            let deep = LogicalLocation::new(level, [5, i64::MAX, 0]);
+            assert_eq!(
+                deep.tree_coords(),
+                [0, (level == 62) as i64, 0],
+                "level {level}"
+            );
+            let low = [5, if level == 62 { i64::MAX >> 1 } else { i64::MAX }, 0];
+            assert_eq!(deep.in_tree_coords(), low, "level {level}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::config::{BoundaryCondition, MeshConfig, RefinementKind};
+use crate::config::{block_range, BoundaryCondition, MeshConfig, RefinementKind};
 use crate::error::MeshError;
 use crate::field::{pack_partitions, IndexShape};
 use crate::forest::{Forest, RootGrid};
@@ -225,17 +225,10 @@ impl Mesh {
     pub fn bounds(&self, gid: usize) -> Option<([f64; 3], [f64; 3])> {
         let l = self.forest.loc(gid)?;
         let n = self.forest.grid().extent(l.level());
-        let (c0, c1) = (self.config.xmin, self.config.xmax);
-        let mut lo = c0;
-        let mut hi = c1;
+        let (mut lo, mut hi) = (self.config.xmin, self.config.xmax);
         for d in 0..self.ndim() {
-            let w = (c1[d] - c0[d]) / n[d] as f64;
-            lo[d] = c0[d] + w * l.lx_dir(d) as f64;
-            hi[d] = if l.lx_dir(d) + 1 == n[d] {
-                c1[d]
-            } else {
-                lo[d] + w
-            };
+            let c = &self.config;
+            (lo[d], hi[d]) = block_range(c.xmin[d], c.xmax[d], l.lx_dir(d), n[d]);
         }
         Some((lo, hi))
     }
@@ -308,6 +301,18 @@ impl Mesh {
             Some(c) => c.to_vec(),
             None => vec![1.0; self.forest.len()],
         };
+        // Static and no refinement fix the forest at start (a restart checks that it is the
+        // one the configuration builds); only the partition may change.
+        let refinement = self.config.refinement;
+        if refinement != RefinementKind::Adaptive
+            && flags.iter().any(|&f| f != RefinementFlag::Same)
+        {
+            return Err(MeshError::invalid(
+                "parthenon/mesh/refinement",
+                refinement,
+                "fixes the blocks at start: only adaptive refinement takes refine or derefine flags",
+            ));
+        }
         // Check the costs before anything changes, and update the derefinement counts only
         // once the remesh has succeeded: a failed remesh leaves the mesh as it was.
         Partition::balanced(&old_costs, self.partition.nranks())?;
@@ -523,6 +528,76 @@ mod tests {
         let mg = mesh.multigrid().unwrap();
         assert_eq!(mg.levels()[0].forest.len(), mesh.forest().len());
         assert_eq!(mg.coarsest().map(|l| l.block_nx), Some([2, 2, 1]));
+    }
+
+    #[test]
+    fn a_static_mesh_takes_no_refinement_flags_but_repartitions() {
+        let c = MeshConfig::from_map(&deck(&[
+            ("parthenon/mesh/nx1", "32"),
+            ("parthenon/mesh/nx2", "32"),
+            ("parthenon/meshblock/nx1", "8"),
+            ("parthenon/meshblock/nx2", "8"),
+            ("parthenon/mesh/numlevel", "3"),
+            ("parthenon/static_refinement0/x1min", "0.4"),
+            ("parthenon/static_refinement0/x1max", "0.6"),
+            ("parthenon/static_refinement0/x2min", "0.4"),
+            ("parthenon/static_refinement0/x2max", "0.6"),
+            ("parthenon/static_refinement0/level", "2"),
+        ]))
+        .unwrap();
+        let mut mesh = Mesh::new(c, 2).unwrap();
+        let n = mesh.forest().len();
+        let before = mesh.forest().leaves().to_vec();
+        for f in [RefinementFlag::Refine, RefinementFlag::Derefine] {
+            let e = mesh.remesh(&vec![f; n], None).unwrap_err();
+            assert_eq!(e.key(), Some("parthenon/mesh/refinement"), "{e}");
+        }
+        let mut costs = vec![1.0; n];
+        costs[0] = n as f64;
+        let out = mesh.remesh(&vec![RefinementFlag::Same; n], Some(&costs));
+        assert!(out.unwrap().map.is_identity());
+        assert_eq!(mesh.forest().leaves(), &before[..]);
+        assert_eq!(mesh.partition().blocks_of(0), 0..1, "block 0 costs half");
+    }
+
+    #[test]
+    fn a_plane_on_the_upper_domain_edge_refines_the_last_block() {
+        // 0.6 + 0.9 / 3 rounds to 0.8999999999999999: the last block must still end at x1max.
+        let c = MeshConfig::from_map(&deck(&[
+            ("parthenon/mesh/nx1", "24"),
+            ("parthenon/mesh/x1max", "0.9"),
+            ("parthenon/meshblock/nx1", "8"),
+            ("parthenon/mesh/numlevel", "2"),
+            ("parthenon/static_refinement0/x1min", "0.9"),
+            ("parthenon/static_refinement0/x1max", "0.9"),
+            ("parthenon/static_refinement0/level", "1"),
+        ]))
+        .unwrap();
+        let mesh = Mesh::new(c, 1).unwrap();
+        let levels: Vec<u32> = mesh.forest().leaves().iter().map(|l| l.level()).collect();
+        assert_eq!(levels, [0, 0, 1, 1]);
+        assert_eq!(mesh.bounds(3).unwrap().1[0], 0.9);
+    }
+
+    #[test]
+    fn the_finest_level_the_config_allows_restarts_and_counts_saturate() {
+        let mut c = MeshConfig::new([8, 1, 1], [8, 1, 1]);
+        c.refinement = RefinementKind::Adaptive;
+        c.numlevel = crate::loc::MAX_COORD_BITS + 1;
+        c.validate().unwrap();
+        let mut mesh = Mesh::new(c.clone(), 1).unwrap();
+        for _ in 0..c.numlevel {
+            let mut flags = vec![RefinementFlag::Same; mesh.forest().len()];
+            flags[0] = RefinementFlag::Refine;
+            mesh.remesh(&flags, None).unwrap();
+        }
+        assert_eq!(mesh.forest().max_level(), crate::loc::MAX_COORD_BITS);
+        let leaves = mesh.forest().leaves().to_vec();
+        let n = leaves.len();
+        let mut back = Mesh::restore(c, leaves, 1, &vec![u32::MAX; n]).unwrap();
+        back.remesh(&vec![RefinementFlag::Derefine; n], None)
+            .unwrap();
+        assert!(back.derefine_counts().contains(&u32::MAX));
     }
 
     #[test]

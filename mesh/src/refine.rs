@@ -14,7 +14,7 @@
 //! The [`RemeshMap`] says, for every new block, where its data comes from, and for every old
 //! block, where its data goes.
 
-use crate::config::{MeshConfig, StaticRegion};
+use crate::config::{block_range, MeshConfig, StaticRegion};
 use crate::element::Element;
 use crate::error::MeshError;
 use crate::forest::{Forest, RootGrid};
@@ -81,9 +81,7 @@ impl RefinementRules {
         let mut level = 0;
         for r in &self.static_regions {
             let overlaps = (0..grid.ndim()).all(|d| {
-                let w = (self.xmax[d] - self.xmin[d]) / n[d] as f64;
-                let lo = self.xmin[d] + w * loc.lx_dir(d) as f64;
-                let hi = lo + w;
+                let (lo, hi) = block_range(self.xmin[d], self.xmax[d], loc.lx_dir(d), n[d]);
                 if r.xmin[d] < r.xmax[d] {
                     lo < r.xmax[d] && r.xmin[d] < hi
                 } else {
@@ -233,7 +231,7 @@ impl DerefineCounter {
                 if f != RefinementFlag::Derefine {
                     return f;
                 }
-                let c = self.counts.get(l).copied().unwrap_or(0) + 1;
+                let c = self.counts.get(l).copied().unwrap_or(0).saturating_add(1);
                 counts.insert(*l, c);
                 if c >= self.threshold {
                     f
