@@ -40,6 +40,23 @@ pub fn on_out_of_memory(world: &SimpleCommunicator, hint: &str) {
     starhalo_exec::alloc_count::exit_on_refusal(message.leak());
 }
 
+/// In a job of several ranks, makes a panic (a bug) abort the whole job after its message:
+/// unwinding would leave the other ranks waiting forever in their next collective.
+pub fn abort_on_panic(world: &SimpleCommunicator) {
+    if world.size() == 1 {
+        return;
+    }
+    let rank = world.rank();
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        eprintln!("[rank {rank}] a bug ended this rank; aborting the job");
+        report(info);
+        // The launcher drops output it has not yet forwarded when the job is torn down.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        SimpleCommunicator::world().abort(101)
+    }));
+}
+
 /// What to change where `command` needs more memory than a rank has.
 pub fn memory_hint(command: &crate::cli::Command) -> &'static str {
     use crate::cli::{BenchCommand, Command};

@@ -64,6 +64,7 @@ fn main() -> ExitCode {
         }
     };
     run::init_logging(world.rank() == 0);
+    exit::abort_on_panic(&world);
     exit::on_out_of_memory(&world, exit::memory_hint(&args.command));
     let result = match args.command {
         cli::Command::Run(a) => run::main(&world, &a),

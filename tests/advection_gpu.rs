@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 const DECK: &str = "\
 parthenon/job:
   problem: advection
+  problem_id: advection
 parthenon/mesh:
   nx1: 32
   x1min: -0.5

@@ -139,6 +139,16 @@ fn heat2d_is_bit_identical_on_1_to_4_ranks_and_reaches_the_exact_state() {
     let o = run(2, &[&deck_in, "-d", out_dir.to_str().unwrap()]);
     common::assert_ok("heat2d from a .in deck", &o);
     assert!(std::fs::read(out_dir.join("h-heat2d.dat")).unwrap() == files[0]);
+    // Without `problem_id`, files take the spec's default prefix, `parthenon`.
+    let unnamed = write(
+        &dir,
+        "unnamed.in",
+        &HEAT_IN.replace("problem_id = h      # output prefix\n", ""),
+    );
+    let out_unnamed = dir.join("out_unnamed");
+    let o = run(1, &[&unnamed, "-d", out_unnamed.to_str().unwrap()]);
+    common::assert_ok("heat2d without problem_id", &o);
+    assert!(std::fs::read(out_unnamed.join("parthenon-heat2d.dat")).unwrap() == files[0]);
 
     // Progress before the first residual check has no residual to show.
     let o = run(
@@ -553,6 +563,13 @@ fn unusable_output_names_are_bad_input_before_the_run() {
         let arg = format!("{key}={long}");
         assert_bad_input_everywhere(&format!("a long {key}"), &[&deck, "-d", out, &arg], needle);
     }
+    // A control character in an id (HDF5 refused a NUL only when the first file was written,
+    // after outputs due before it had overwritten an earlier run's).
+    assert_bad_input_everywhere(
+        "an id with a control character",
+        &[&deck, "-d", out, "parthenon/output0/id=a\u{1}b"],
+        "parthenon/output0/id",
+    );
     assert!(
         !Path::new(out).exists(),
         "bad input made the output directory"
@@ -643,6 +660,55 @@ fn an_output_number_with_a_leading_zero_reads_its_own_block() {
         &o,
         "parthenon/output5/id (default value): `out5` is also the id of parthenon/output05",
     );
+}
+
+/// PNG colours of ranges that have no width in floating point (1e17 ± 0.5) or whose width
+/// overflows (±1.7e308): the plotting library's colour map panicked on both, on rank 0 alone,
+/// and the other ranks waited for ever. Now each run writes its images; with the same range
+/// everywhere, each image is one colour (its cells at the same end of the map).
+#[test]
+fn png_ranges_of_no_width_or_overflowing_width_are_drawn() {
+    let dir = scratch("png_ranges");
+    let deck = format!("{}/inputs/advection.yaml", env!("CARGO_MANIFEST_DIR"));
+    for (name, range) in [
+        ("flat", ["parthenon/output2/range_min=1e17", ""]),
+        (
+            "wide",
+            [
+                "parthenon/output2/range_min=-1.7e308",
+                "parthenon/output2/range_max=1.7e308",
+            ],
+        ),
+    ] {
+        let out = dir.join(name);
+        let mut args = vec![
+            deck.as_str(),
+            "-d",
+            out.to_str().unwrap(),
+            "parthenon/time/nlim=1",
+            "parthenon/output2/dt=-1",
+            "parthenon/output2/dn=1",
+        ];
+        args.extend(range.iter().filter(|a| !a.is_empty()));
+        let o = run(2, &args);
+        common::assert_ok(name, &o);
+        let png = out.join("advection.out2.00000.png");
+        let dec = png::Decoder::new(std::fs::File::open(&png).unwrap());
+        let mut reader = dec.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let (w, h) = (info.width as usize, info.height as usize);
+        let ch = info.line_size / w;
+        let px = |fx: f64, fy: f64| {
+            let (x, y) = ((fx * w as f64) as usize, (fy * h as f64) as usize);
+            buf[y * info.line_size + x * ch..][..3].to_vec()
+        };
+        let corner = px(0.1, 0.1);
+        assert_ne!(corner, [0, 0, 0], "{name}: an outline, not a cell");
+        for (fx, fy) in [(0.9, 0.1), (0.1, 0.9), (0.9, 0.9), (0.55, 0.45)] {
+            assert_eq!(px(fx, fy), corner, "{name}: one colour at ({fx}, {fy})");
+        }
+    }
 }
 
 /// Parthenon's file-numbering keys: `file_number_width: 2` names files `NN`, and with

@@ -247,14 +247,15 @@ impl OutputBlock {
         if let Some(v) = get("id") {
             if v.is_empty()
                 || v.contains(['/', '\\'])
-                || v.chars().any(char::is_whitespace)
+                || v.chars().any(|c| c.is_whitespace() || c.is_control())
                 || v.len() > MAX_NAME_PART
             {
                 return Err(bad(
                     "id",
                     v,
                     &format!(
-                        "must be a non-empty name of at most {MAX_NAME_PART} bytes without `/` or spaces"
+                        "must be a non-empty name of at most {MAX_NAME_PART} bytes without `/`, \
+                         spaces or control characters"
                     ),
                 ));
             }

@@ -156,6 +156,17 @@ pub fn write_png<C: Communicator>(
                 }
             }
         };
+        // Where `v` lies from `lo` to `hi`, in [0, 1], NaN at the low end. Normalised here,
+        // not by the colour map, which panics on a range of no width (1e17 ± 0.5 rounds to
+        // one value); halved first, so that a range as wide as ±1.7e308 has a finite width.
+        let unit = |v: f64| {
+            let t = (0.5 * v - 0.5 * lo) / (0.5 * hi - 0.5 * lo);
+            if t.is_nan() {
+                0.0
+            } else {
+                t.clamp(0.0, 1.0)
+            }
+        };
         let px = |x: f64| ((x - cfg.xmin[0]) / lx * w as f64).round() as i32;
         let py = |y: f64| h as i32 - ((y - cfg.xmin[1]) / ly * h as f64).round() as i32;
         // Drawn in memory and written through a temporary file, as every output is.
@@ -175,8 +186,7 @@ pub fn write_png<C: Communicator>(
             for j in 0..n2 {
                 for i in 0..n1 {
                     let v = values[j * n1 + i];
-                    let v = if v.is_nan() { lo } else { v.clamp(lo, hi) };
-                    let c = ViridisRGB::get_color_normalized(v, lo, hi);
+                    let c = ViridisRGB::get_color_normalized(unit(v), 0.0, 1.0);
                     let x0 = px(blo[0] + i as f64 * dx);
                     let x1 = px(blo[0] + (i + 1) as f64 * dx);
                     let y0 = py(blo[1] + (j + 1) as f64 * dy);

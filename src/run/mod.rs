@@ -165,7 +165,9 @@ fn set_up(deck: &Deck, ctx: &mut RunContext) -> Result<(&'static str, Box<dyn Pr
             format!("unknown problem '{name}' (known: {})", problems::names()),
         )
     })?;
-    ctx.problem_id = deck.get_str_or(JOB, "problem_id", &name)?;
+    // The spec's default (`parthenon`) where `problem` names the problem; a deck with only
+    // `problem_id` names both by it.
+    ctx.problem_id = deck.get_str_or(JOB, "problem_id", "parthenon")?;
     let id = &ctx.problem_id;
     // Short enough that every file name built on it stays within the 255 bytes a name may
     // have (with an output's id of at most as many, its number and extension).
