@@ -40,7 +40,9 @@ enum Repr<T> {
 #[cfg(feature = "cuda")]
 impl From<CudaError> for SpaceError {
     fn from(e: CudaError) -> Self {
-        if e.is_unavailable() {
+        if let CudaError::TooLarge { len } = e {
+            SpaceError::TooLarge(len as u128)
+        } else if e.is_unavailable() {
             SpaceError::Unavailable {
                 space: MemSpace::Cuda,
                 why: e.to_string(),
@@ -49,6 +51,13 @@ impl From<CudaError> for SpaceError {
             SpaceError::Device(e.to_string())
         }
     }
+}
+
+/// The bytes of `len` elements of `T` (at least one), where an allocation can hold them.
+pub(crate) fn byte_len<T>(len: usize) -> Option<usize> {
+    len.max(1)
+        .checked_mul(size_of::<T>().max(1))
+        .filter(|&b| b <= isize::MAX as usize)
 }
 
 fn out_of_range(what: &str, off: usize, n: usize, len: usize) -> SpaceError {
@@ -79,16 +88,14 @@ impl<T: Element> Buffer<T> {
     /// Without the `cuda` feature, or on a machine without a usable GPU, asking for
     /// [`MemSpace::Cuda`] is [`SpaceError::Unavailable`] saying why.
     pub fn zeroed(space: MemSpace, len: usize) -> Result<Self, SpaceError> {
+        // A size no allocation can hold is an error, not a capacity-overflow panic (host) or
+        // a byte count that wraps to a small allocation (device).
+        if byte_len::<T>(len).is_none() {
+            return Err(SpaceError::TooLarge(len as u128));
+        }
         match space {
-            MemSpace::Host => {
-                // A size no allocation can hold is an error, not a capacity-overflow panic;
-                // `vec!` of zeros then takes zeroed pages from the allocator, untouched.
-                let bytes = len.checked_mul(size_of::<T>().max(1));
-                if bytes.is_none_or(|b| b > isize::MAX as usize) {
-                    return Err(SpaceError::TooLarge(len as u128));
-                }
-                Ok(Self::host_repr(vec![T::default(); len].into_boxed_slice()))
-            }
+            // `vec!` of zeros takes zeroed pages from the allocator, untouched.
+            MemSpace::Host => Ok(Self::host_repr(vec![T::default(); len].into_boxed_slice())),
             #[cfg(feature = "cuda")]
             MemSpace::Cuda => {
                 let dev = Device::process_default()?;
@@ -313,6 +320,9 @@ impl<T: Element> Buffer<T> {
 #[cfg(feature = "cuda")]
 impl<T: Element> Buffer<T> {
     fn zeroed_in(dev: &Arc<Device>, len: usize, alloc: DeviceAlloc) -> Result<Self, CudaError> {
+        if byte_len::<T>(len).is_none() {
+            return Err(CudaError::TooLarge { len });
+        }
         Ok(Self {
             repr: Repr::Cuda(DeviceBuffer::zeroed(dev, len, alloc)?),
         })
@@ -422,13 +432,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_buffer_no_allocation_can_hold_is_an_error() {
-        for len in [usize::MAX / 4, usize::MAX] {
-            let got = Buffer::<f64>::zeroed(MemSpace::Host, len);
-            assert!(
-                matches!(got, Err(SpaceError::TooLarge(n)) if n == len as u128),
-                "{len}"
-            );
+    #[cfg(feature = "cuda")]
+    fn device_buffers_no_allocation_can_hold_are_errors_on_a_device() {
+        // Where a device (or the emulated driver) is: before, the byte count wrapped to 8.
+        let dev = match Device::process_default() {
+            Ok(d) => d,
+            Err(e) => {
+                let told = std::env::var("STARHALO_TEST_GPU").as_deref() == Ok("1");
+                assert!(!told, "STARHALO_TEST_GPU=1 but no device: {e}");
+                return;
+            }
+        };
+        let len = usize::MAX / 8 + 2;
+        for got in [
+            Buffer::<f64>::zeroed_on(&dev, len),
+            Buffer::<f64>::zeroed_for_mpi(&dev, len),
+        ] {
+            assert!(matches!(got, Err(CudaError::TooLarge { len: n }) if n == len));
+        }
+        let small = Buffer::<f64>::zeroed_on(&dev, 4).unwrap();
+        let like = small.zeroed_like(len);
+        assert!(matches!(like, Err(SpaceError::TooLarge(n)) if n == len as u128));
+    }
+
+    #[test]
+    fn a_buffer_no_allocation_can_hold_is_an_error() {
+        // usize::MAX / 8 + 2 doubles wrap to 8 bytes: a device buffer that long got them.
+        for space in [MemSpace::Host, MemSpace::Cuda] {
+            for len in [usize::MAX / 8 + 2, usize::MAX / 4, usize::MAX] {
+                let got = Buffer::<f64>::zeroed(space, len);
+                assert!(
+                    matches!(got, Err(SpaceError::TooLarge(n)) if n == len as u128),
+                    "{space} {len}"
+                );
+            }
         }
     }
 

@@ -51,6 +51,12 @@ pub enum CudaError {
         /// The compiler's log.
         log: String,
     },
+    /// A buffer whose bytes no allocation can hold.
+    #[error("a device buffer of {len} values does not fit in memory")]
+    TooLarge {
+        /// The values asked for.
+        len: usize,
+    },
     /// Arguments that do not fit the kernel or the buffers (a caller bug or bad descriptors).
     #[error("invalid CUDA request: {0}")]
     Invalid(String),

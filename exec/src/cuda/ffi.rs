@@ -169,15 +169,22 @@ impl<T: DeviceRepr> DeviceMemory<T> {
         alloc: DeviceAlloc,
     ) -> Result<Self, cudarc::driver::DriverError> {
         let n = len.max(1);
+        // The byte count must not wrap (cudarc multiplies unchecked): a small allocation
+        // behind a long buffer would let bounds-checked writes land in other memory.
+        let Some(bytes) = crate::buffer::byte_len::<T>(len) else {
+            return Err(cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            ));
+        };
         let slice = match alloc {
-            // SAFETY: callers write every element of their `len` (copy from the host or from
-            // another buffer, or zero it) on the same stream before any read is issued, and
-            // never read the spare one.
+            // SAFETY: `n` elements are `bytes`, checked above not to wrap; callers write every
+            // element of their `len` (copy from the host or from another buffer, or zero it)
+            // on the same stream before any read is issued, and never read the spare one.
             DeviceAlloc::Pool => unsafe { stream.alloc(n) }?,
             DeviceAlloc::Mpi => {
                 stream.context().bind_to_thread()?;
-                let bytes = n * std::mem::size_of::<T>();
-                // SAFETY: the context is current on this thread; `Drop` frees the pointer
+                // SAFETY: `bytes` holds the `n` elements (checked above); the context is
+                // current on this thread; `Drop` frees the pointer
                 // with cuMemFree, never through the slice's own (stream-ordered) drop, and
                 // callers overwrite the values before reading them, as above.
                 unsafe {
