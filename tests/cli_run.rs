@@ -790,7 +790,7 @@ fn a_receive_timeout_stops_every_rank() {
         ),
         (
             "poisson",
-            "still waited for messages after 0.000001 s",
+            "still waiting for messages after 0.000001 s",
             true,
         ),
     ] {

@@ -2,7 +2,7 @@
 //! channels still pending, instead of hanging: on 2 ranks, rank 1 starts its ghost fill
 //! only after rank 0's receive timeout has passed. Rank 0 must report exactly the channels
 //! from rank 1's blocks into its own, then both ranks finish (rank 1's fill completes, since
-//! rank 0 had sent before it gave up).
+//! rank 0 had sent before it gave up). The same for the whole-fill call with a timeout.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use starhalo_boundary::tasks::add_exchange;
-use starhalo_boundary::{BlockData, BoundaryType, Exchange, ExchangeOptions};
+use starhalo_boundary::{BlockData, BoundaryError, BoundaryType, Exchange, ExchangeOptions};
 use starhalo_exec::tasks::{TaskError, TaskList, TaskRegion};
 use starhalo_mesh::config::BoundaryCondition;
 use starhalo_mesh::field::{Centering, Fields, Metadata};
@@ -76,6 +76,36 @@ fn child() {
             "{pending:?}"
         );
         println!("rank 0: {msg}");
+    }
+    world.barrier();
+
+    // The whole-fill call (the GPU path's) waits no longer than its own timeout either, and
+    // names the same channels.
+    let mut ex = Exchange::new(&world, &mesh, &data.borrow(), ExchangeOptions::default()).unwrap();
+    ex.set_timeout(Duration::from_secs_f64(timeout));
+    if rank == 1 {
+        std::thread::sleep(Duration::from_secs(2));
+        ex.fill_ghosts(&mut data.borrow_mut())
+            .expect("rank 1's fill completes");
+    } else {
+        let err = ex.fill_ghosts(&mut data.borrow_mut()).unwrap_err();
+        let BoundaryError::Timeout { what, after } = &err else {
+            panic!("expected a timeout, got {err}");
+        };
+        assert_eq!(*after, Duration::from_secs_f64(timeout));
+        assert!(
+            what.starts_with("ghost fill `any` of partition 0, from "),
+            "{what}"
+        );
+        // The 12 channels from rank 1's blocks, the first 8 named (in order: from block 2
+        // to both of rank 0's, then from block 3 to block 0).
+        for (from, to) in [(2, 0), (2, 1), (3, 0)] {
+            let ch = format!("block {from} (rank 1) -> block {to} (rank 0), variable 0");
+            assert!(what.contains(&ch), "{ch} missing from: {what}");
+        }
+        assert!(what.ends_with(" and 4 more"), "{what}");
+        assert!(!what.contains("(rank 0) -> block"), "{what}");
+        println!("rank 0: {err}");
     }
     world.barrier();
 }

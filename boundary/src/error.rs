@@ -67,17 +67,13 @@ pub enum BoundaryError {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// A multigrid round whose messages had not all arrived when its timeout ran out: a
-    /// peer is stuck or gone. The ranks cannot agree on it (the peers may never answer).
-    #[error(
-        "multigrid `{ty}` at level {level} still waited for messages after {} s",
-        .after.as_secs_f64()
-    )]
+    /// A blocking call (a whole ghost fill, flux correction or multigrid round) whose
+    /// messages had not all arrived when its timeout ran out: a peer is stuck or gone. The
+    /// ranks cannot agree on it (the peers may never answer).
+    #[error("{what}: still waiting for messages after {} s", .after.as_secs_f64())]
     Timeout {
-        /// The boundary type of the round's receive.
-        ty: &'static str,
-        /// The level receiving.
-        level: usize,
+        /// What was awaited (the call, and the channels where it knows them).
+        what: String,
         /// How long it waited.
         after: std::time::Duration,
     },

@@ -36,6 +36,7 @@ use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -59,6 +60,7 @@ use crate::collective;
 use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::copy_run::Run;
 use crate::error::BoundaryError;
+use crate::patience::{waiting_for, Patience};
 use crate::prolong_restrict::{Prolongation, Resampler};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
@@ -497,6 +499,9 @@ pub struct Exchange {
     thresholds: Vec<f64>,
     /// The form of the data it was built for, which every call's data must have.
     form: DataForm,
+    /// How long [`fill_ghosts`](Exchange::fill_ghosts) waits for the messages of one
+    /// boundary type; `None`: as long as it takes.
+    timeout: Option<Duration>,
 }
 
 /// What an exchange's indices into a [`BlockData`] rely on: the block layout, the number of
@@ -976,7 +981,16 @@ impl Exchange {
                 .map(|s| slot_threshold(data, s))
                 .collect(),
             form: DataForm::of(data),
+            timeout: None,
         })
+    }
+
+    /// Makes [`fill_ghosts`](Self::fill_ghosts) and its kin fail with
+    /// [`BoundaryError::Timeout`], naming the channels still awaited, once the fill of one
+    /// boundary type has waited `timeout` for its messages, rather than wait for ever on a
+    /// stuck peer. (Task regions time the task-by-task calls themselves.)
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = Some(timeout);
     }
 
     /// Refuses data of another form than the exchange was built for (its indices would miss).
@@ -1443,19 +1457,25 @@ impl Exchange {
     ) -> Result<(), BoundaryError> {
         let n = self.parts.len();
         for &ty in types {
+            let patience = Patience::new(self.timeout);
             for p in 0..n {
                 self.start_receive(p, ty)?;
             }
+            // Same-rank receivers of the previous fill are the only thing a send waits for.
+            let what = |p: usize| move || format!("ghost fill `{}` of partition {p}", ty.name());
             for p in 0..n {
                 while self.send_in(p, ty, data, fields)? == TaskStatus::Incomplete {
-                    std::hint::spin_loop();
+                    patience.poll(what(p))?;
                 }
             }
             // Every receive is posted, so partitions are taken in turn: the wait is the
             // same, and nothing is allocated to track them.
             for p in 0..n {
                 while self.receive(p, ty)? == TaskStatus::Incomplete {
-                    std::hint::spin_loop();
+                    patience.poll(|| {
+                        let pending = waiting_for(&self.pending(p, ty));
+                        format!("{}, from {pending}", what(p)())
+                    })?;
                 }
                 self.set_bounds_in(p, ty, data, fields)?;
             }

@@ -33,6 +33,7 @@
 //! for all four, blocking.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use starhalo_exec::Buffer;
 use starhalo_mesh::field::IndexShape;
@@ -48,6 +49,7 @@ use crate::comm_buffer::{Arrival, BufferState, ChannelState, Role};
 use crate::copy_run::Run;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, TaskStatus, Traffic};
+use crate::patience::{waiting_for, Patience};
 use crate::storage::BlockData;
 use crate::tags::TagMap;
 
@@ -479,6 +481,9 @@ pub struct FluxCorrection {
     /// Receive side of coalesced messages: per group a status and a data segment.
     coal: MsgArena,
     traffic: Traffic,
+    /// How long [`correct`](FluxCorrection::correct) waits for its messages; `None`: as
+    /// long as it takes.
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for FluxCorrection {
@@ -666,6 +671,7 @@ impl FluxCorrection {
             send_groups,
             recv_groups,
             traffic: Traffic::default(),
+            timeout: None,
         })
     }
 
@@ -956,18 +962,25 @@ impl FluxCorrection {
         Ok(TaskStatus::Complete)
     }
 
+    /// Makes [`correct`](Self::correct) fail with [`BoundaryError::Timeout`], naming the
+    /// channels still awaited, once it has waited `timeout` for its messages.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = Some(timeout);
+    }
+
     /// One whole flux correction, blocking until every correction has arrived and been set.
     pub fn correct(
         &mut self,
         fluxes: &mut impl FluxSpace,
         data: &BlockData,
     ) -> Result<(), BoundaryError> {
+        let patience = Patience::new(self.timeout);
         self.start_receive(BoundaryType::FlxcorRecv)?;
         while self.send(BoundaryType::FlxcorSend, fluxes, data)? == TaskStatus::Incomplete {
-            std::hint::spin_loop();
+            patience.poll(|| "flux correction".into())?;
         }
         while self.receive(BoundaryType::FlxcorRecv)? == TaskStatus::Incomplete {
-            std::hint::spin_loop();
+            patience.poll(|| format!("flux correction, from {}", waiting_for(&self.pending())))?;
         }
         self.set_bounds(BoundaryType::FlxcorRecv, fluxes, data)?;
         Ok(())

@@ -40,6 +40,7 @@ pub mod error;
 pub mod exchange;
 pub mod flux_correction;
 pub mod gmg;
+mod patience;
 pub use starhalo_sf::pool;
 pub mod prolong_restrict;
 pub mod remesh;

@@ -1241,14 +1241,17 @@ impl Comms {
             split: false,
             ..ExchangeOptions::default()
         };
-        let exchange = Exchange::new_in(ctx.world, mesh, data, opts, pool)
+        // The host's task regions time their tasks; the GPU path's whole-fill calls wait
+        // as long (`recv_bdry_buf_timeout_sec`), then fail so that the driver aborts the job.
+        let mut exchange = Exchange::new_in(ctx.world, mesh, data, opts, pool)
             .context("setting up the ghost exchange")?;
+        exchange.set_timeout(ctx.recv_timeout);
         let all_vars: Vec<usize> = (0..data.vars().len()).collect();
         let correction = if mesh.config().is_multilevel() {
-            Some(RefCell::new(
-                FluxCorrection::new_in(ctx.world, mesh, data, &all_vars, coalesced, pool)
-                    .context("setting up the flux correction")?,
-            ))
+            let mut c = FluxCorrection::new_in(ctx.world, mesh, data, &all_vars, coalesced, pool)
+                .context("setting up the flux correction")?;
+            c.set_timeout(ctx.recv_timeout);
+            Some(RefCell::new(c))
         } else {
             None
         };

@@ -85,8 +85,9 @@ pub fn main(world: &SimpleCommunicator, a: &RunArgs) -> Result<()> {
     // result file) still stops every rank with the same code.
     let summary = problem.run(&ctx);
     if let Err(e) = &summary {
-        // A multigrid round that waited past recv_bdry_buf_timeout_sec: its peers may never
-        // reach the agreement below.
+        // A blocking round (multigrid, or the GPU path's ghost fill or flux correction) that
+        // waited past recv_bdry_buf_timeout_sec: its peers may never reach the agreement
+        // below.
         let stuck = e.chain().any(|c| {
             matches!(
                 c.downcast_ref(),

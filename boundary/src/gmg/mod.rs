@@ -33,11 +33,12 @@ pub use ops::Placement;
 use starhalo_mesh::Mesh;
 use starhalo_sf::mpi::topology::{Communicator, SimpleCommunicator};
 use starhalo_sf::p2p;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::collective;
 use crate::error::BoundaryError;
 use crate::exchange::{BoundaryType, Exchange, ExchangeOptions, TaskStatus, Traffic};
+use crate::patience::Patience;
 use crate::prolong_restrict::Prolongation;
 use level::missing;
 use transfer::{Kind, Transfer};
@@ -377,26 +378,14 @@ impl GmgExchange {
         (to, recv_ty): (usize, BoundaryType),
         data: &mut GmgData,
     ) -> Result<(), BoundaryError> {
-        let (start, timeout) = (Instant::now(), self.timeout);
-        let waiting = || -> Result<(), BoundaryError> {
-            match timeout {
-                Some(after) if start.elapsed() > after => Err(BoundaryError::Timeout {
-                    ty: recv_ty.name(),
-                    level: to,
-                    after,
-                }),
-                _ => {
-                    std::hint::spin_loop();
-                    Ok(())
-                }
-            }
-        };
+        let patience = Patience::new(self.timeout);
+        let what = || format!("multigrid `{}` at level {to}", recv_ty.name());
         self.start_receive(to, recv_ty)?;
         while self.send(from, send_ty, data)? == TaskStatus::Incomplete {
-            waiting()?;
+            patience.poll(what)?;
         }
         while self.receive(to, recv_ty)? == TaskStatus::Incomplete {
-            waiting()?;
+            patience.poll(what)?;
         }
         match self.set_bounds(to, recv_ty, data)? {
             TaskStatus::Complete => Ok(()),
