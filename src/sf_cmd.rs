@@ -267,7 +267,7 @@ fn data<U: CliUnit>(
     let Some(path) = file else {
         // The graph sets `len`: one too large to hold is bad input, not an allocation abort.
         let mut v = Vec::new();
-        v.try_reserve_exact(len).map_err(|_| {
+        starhalo_exec::alloc_count::try_reserve_exact(&mut v, len).map_err(|_| {
             bad_input!("the graph's {len} {what} values on rank {rank} do not fit in memory")
         })?;
         v.extend((0..len).map(|i| U::wrapping(sign * (100 * (rank + 1) + i) as f64)));

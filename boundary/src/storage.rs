@@ -110,11 +110,12 @@ impl BlockData {
     /// do not fit in memory.
     pub fn try_clone(&self) -> Result<Self, BoundaryError> {
         let mut data = Vec::new();
-        data.try_reserve_exact(self.data.len())
-            .map_err(|_| BoundaryError::OutOfMemory {
+        starhalo_exec::alloc_count::try_reserve_exact(&mut data, self.data.len()).map_err(
+            |_| BoundaryError::OutOfMemory {
                 what: format!("a copy of the fields of {} blocks", self.gids.len()),
                 bytes: self.data.len() as u128 * 8,
-            })?;
+            },
+        )?;
         data.extend_from_slice(&self.data);
         Ok(Self {
             gids: self.gids.clone(),
@@ -149,7 +150,7 @@ impl BlockData {
             bytes: len * 8,
         };
         let len = usize::try_from(len).map_err(|_| too_large())?;
-        s.data.try_reserve_exact(len).map_err(|_| too_large())?;
+        starhalo_exec::alloc_count::try_reserve_exact(&mut s.data, len).map_err(|_| too_large())?;
         s.data.resize(len, 0.0);
         s.allocated = vec![true; s.gids.len() * s.vars.len()];
         for b in 0..s.gids.len() {

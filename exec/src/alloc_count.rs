@@ -7,8 +7,8 @@
 //! It also notes when the system refuses an allocation. Rust ends the process with SIGABRT
 //! when an infallible allocation (a `Vec` growing) is refused; after [`exit_on_refusal`] such
 //! an end is instead a message and exit code 1, which `mpiexec` passes on after ending the
-//! other ranks. Fallible allocations (`try_reserve`) keep their meaning: the caller sees the
-//! error and reports it.
+//! other ranks. Fallible allocations ([`try_reserve_exact`]) keep their meaning: the caller
+//! sees the error and reports it.
 //!
 //! `GlobalAlloc` is an unsafe trait: this module is the one place outside FFI that needs
 //! `unsafe`, for the trait, the forwarding calls and the signal handler.
@@ -16,15 +16,23 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The counting allocator.
 pub struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-/// Whether the system has refused an allocation of this process.
-static REFUSED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Whether the system refused an allocation of this thread that no fallible caller
+    /// handled ([`try_reserve_exact`] forgets its own). Rust aborts on the thread whose
+    /// infallible allocation failed, and `abort` signals that thread, so the handler reads
+    /// the flag of the refusal. Const-initialised and without a destructor: reading it
+    /// allocates nothing and is safe in a signal handler.
+    static REFUSED: Cell<bool> = const { Cell::new(false) };
+}
 /// What [`exit_on_refusal`] prints.
 static MESSAGE: OnceLock<&'static str> = OnceLock::new();
 
@@ -33,9 +41,10 @@ pub fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 
-/// From now on, an abort after the system refused an allocation (Rust's end for an
-/// infallible one) prints `message` on standard error and exits with code 1. Other aborts
-/// are left as they are. Only [`Counting`] notes refusals, so it must be the global allocator.
+/// From now on, an abort after the system refused an allocation of the aborting thread
+/// (Rust's end for an infallible one) prints `message` on standard error and exits with
+/// code 1. Other aborts are left as they are, after a refusal [`try_reserve_exact`]
+/// returned too. Only [`Counting`] notes refusals, so it must be the global allocator.
 pub fn exit_on_refusal(message: &'static str) {
     let _ = MESSAGE.set(message);
     // SAFETY: `on_abort` has the signature `signal` expects and makes only async-signal-safe
@@ -46,7 +55,7 @@ pub fn exit_on_refusal(message: &'static str) {
 }
 
 extern "C" fn on_abort(_signal: libc::c_int) {
-    if !REFUSED.load(Ordering::Relaxed) {
+    if !REFUSED.try_with(Cell::get).unwrap_or(false) {
         // Returning lets `abort` go on to the default action.
         return;
     }
@@ -65,9 +74,24 @@ extern "C" fn on_abort(_signal: libc::c_int) {
 /// `p`, noting a refusal when it is null.
 fn noted(p: *mut u8) -> *mut u8 {
     if p.is_null() {
-        REFUSED.store(true, Ordering::Relaxed);
+        // `try_with`: allocations while the thread's locals are torn down go unnoted.
+        let _ = REFUSED.try_with(|r| r.set(true));
     }
     p
+}
+
+/// `v.try_reserve_exact(additional)`, the way every fallible allocation of the workspace
+/// goes: a refusal it returns is the caller's to report, so a later, unrelated abort stays
+/// an abort rather than an out-of-memory exit.
+pub fn try_reserve_exact<T>(
+    v: &mut Vec<T>,
+    additional: usize,
+) -> Result<(), std::collections::TryReserveError> {
+    let got = v.try_reserve_exact(additional);
+    if got.is_err() {
+        let _ = REFUSED.try_with(|r| r.set(false));
+    }
+    got
 }
 
 // SAFETY: every call is forwarded unchanged to the system allocator, which upholds the

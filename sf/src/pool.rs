@@ -201,7 +201,7 @@ impl Lines {
             return Ok(Self::default());
         }
         let mut store = Vec::new();
-        store.try_reserve_exact(len.saturating_add(LINE - 1))?;
+        starhalo_exec::alloc_count::try_reserve_exact(&mut store, len.saturating_add(LINE - 1))?;
         store.resize(len + LINE - 1, 0.0);
         // At most LINE - 1 for an 8-byte-aligned pointer; the `min` only keeps the slice
         // in bounds should the offset ever be unknown (`usize::MAX`).

@@ -77,9 +77,11 @@ impl OutputError {
     /// not fit.
     pub(crate) fn try_vec<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>, Self> {
         let mut v = Vec::new();
-        v.try_reserve_exact(len).map_err(|_| Self::OutOfMemory {
-            what: what(),
-            bytes: len as u128 * size_of::<T>() as u128,
+        starhalo_exec::alloc_count::try_reserve_exact(&mut v, len).map_err(|_| {
+            Self::OutOfMemory {
+                what: what(),
+                bytes: len as u128 * size_of::<T>() as u128,
+            }
         })?;
         Ok(v)
     }
