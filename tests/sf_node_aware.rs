@@ -110,7 +110,10 @@ fn child() {
                         split_parts = split_parts.max(most.max().unwrap_or(0));
                     }
                 }
-                let units: usize = sf.forests().map(|f| load(f, nodes, 1).off_bytes).sum();
+                let units: usize = sf
+                    .forests()
+                    .map(|f| load(f, nodes, 1).unwrap().off_bytes)
+                    .sum();
                 let mut total = 0usize;
                 world.all_reduce_into(
                     &units,
@@ -181,6 +184,13 @@ fn child() {
         })
     {
         fail(format!("wrong node map: {:?}", refused.err()));
+    }
+    // The load of a forest under such a map too (it indexed out of the map and panicked).
+    let plain = StarForest::new(&world, &w.graph(rank), SfOptions::default()).unwrap();
+    let refused = load(&plain, &Nodes::blocks(1, 1), 8);
+    let wrong = SfError::NodeMapSize { ranks: 1, size: n };
+    if n > 1 && refused.as_ref().err() != Some(&wrong) {
+        fail(format!("load under a wrong node map: {:?}", refused.err()));
     }
     // Strategies that differ between ranks are refused on every rank, not left to hang.
     if n > 1 {

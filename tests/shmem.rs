@@ -578,6 +578,34 @@ fn refusals(sh: &Shmem, world: &SimpleCommunicator, c: &mut Checks) {
         let ok = sh.malloc::<u8>(64).map(|_| ());
         c.check(ok.is_ok(), || format!("back in step: {ok:?}"));
     }
+    // A type aligned beyond the heap's words, asked for by one PE only (the others ask for
+    // as many bytes): refused on every PE, where it hung the others before.
+    #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+    #[repr(C, align(128))]
+    struct Wide([u8; 128]);
+    let e = match me {
+        0 => sh.malloc::<Wide>(1).map(|_| ()),
+        _ => sh.malloc::<u64>(16).map(|_| ()),
+    };
+    c.check(
+        match me {
+            0 => matches!(e, Err(SfError::Unsupported(_))),
+            _ => e == Err(SfError::PeerInvalid(0)),
+        },
+        || format!("over-aligned on PE 0 only: {e:?}"),
+    );
+    // Heaps larger than the node's memory: an error on every PE, not an abort or an hour
+    // of MPI touching pages.
+    for on_node in [OnNode::Rma, OnNode::LoadStore] {
+        let huge = ShmemOptions {
+            heap_bytes: 1 << 52,
+            on_node,
+        };
+        let e = Shmem::new(world, huge).map(|_| ());
+        c.check(matches!(e, Err(SfError::IndexOutOfRange { .. })), || {
+            format!("a 4 PiB heap ({on_node:?}): {e:?}")
+        });
+    }
     // A signal in another heap; a signal to a PE that does not exist.
     let other = Shmem::new(
         world,

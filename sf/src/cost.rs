@@ -81,7 +81,8 @@ impl CostModel {
     /// The predicted time of a bcast of `unit_bytes`-byte units through `sf`, the largest over
     /// ranks. Collective.
     pub fn predict(&self, sf: &NodeAwareSf, unit_bytes: usize) -> f64 {
-        self.predict_by(sf, |f| load(f, sf.nodes(), unit_bytes))
+        // The node map was checked when `sf` was made.
+        self.predict_by(sf, |f| load_of(f, sf.nodes(), unit_bytes, f.leaf_ranks()))
     }
 
     /// The predicted time of a reduce of `U` by `op` through `sf`, by the route
@@ -210,8 +211,11 @@ impl CostModel {
 }
 
 /// What this rank sends in a bcast through `sf`: one message per remote leaf rank.
-pub fn load(sf: &StarForest, nodes: &Nodes, unit_bytes: usize) -> Load {
-    load_of(sf, nodes, unit_bytes, sf.leaf_ranks())
+/// Collective; a node map that does not fit `sf`'s communicator (or differs between ranks) is
+/// an error on every rank.
+pub fn load(sf: &StarForest, nodes: &Nodes, unit_bytes: usize) -> Result<Load, SfError> {
+    nodes.check(sf.comm())?;
+    Ok(load_of(sf, nodes, unit_bytes, sf.leaf_ranks()))
 }
 
 /// The largest of every rank's `mine`. Collective.

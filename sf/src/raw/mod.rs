@@ -30,6 +30,19 @@ pub fn mpi_cuda_support() -> bool {
     unsafe { ffi::MPIX_Query_cuda_support() == 1 }
 }
 
+/// The bytes of physical memory of this machine (node), or `None` where the system does not
+/// say.
+pub(crate) fn physical_memory() -> Option<u128> {
+    // SAFETY: `sysconf` only reads system configuration values.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && page > 0).then(|| pages as u128 * page as u128)
+}
+
 fn byte_type() -> ffi::MPI_Datatype {
     // SAFETY: RSMPI_UINT8_T is a constant initialised by the MPI library before any call here.
     unsafe { ffi::RSMPI_UINT8_T }

@@ -43,7 +43,7 @@ mod team;
 pub use symmetric::{Atomic, AtomicInt, Cmp, Signal, Symmetric, Update};
 pub use team::Team;
 
-use crate::discovery::{fingerprint, same_everywhere};
+use crate::discovery::{agree, fingerprint, same_everywhere};
 use crate::error::SfError;
 use crate::raw::{self, HeapWindow};
 use arena::Arena;
@@ -151,6 +151,19 @@ impl Shmem {
                 })
             }
         };
+        // A heap larger than the node's memory is refused before MPI is asked for it (MPICH
+        // touched every page of a 16 TiB shared segment for hours; the RMA heap's allocation
+        // aborted). Agreed: nodes may differ.
+        let memory = raw::physical_memory();
+        let fits = match memory {
+            Some(m) if bytes as u128 > m => Err(SfError::IndexOutOfRange {
+                what: "symmetric heap bytes (this node's physical memory)",
+                index: options.heap_bytes,
+                len: m.min(usize::MAX as u128) as usize,
+            }),
+            _ => Ok(()),
+        };
+        agree(&comm, fits)?;
         let mut direct = vec![std::ptr::null_mut(); size];
         let heap = match options.on_node {
             OnNode::Rma => {
@@ -186,7 +199,7 @@ impl Shmem {
             )),
             _ => Ok(()),
         };
-        crate::discovery::agree(&comm, usable)?;
+        agree(&comm, usable)?;
         let cpu_atomics = direct.iter().all(|p| !p.is_null());
         let world = Rc::new(comm.duplicate());
         let teams = HashMap::from([((0, 0, size), world)]);
@@ -227,20 +240,23 @@ impl Shmem {
     ///
     /// Every PE must ask for the same length ([`SfError::Disagree`] otherwise), and its heap
     /// must be in the same state: objects are freed by dropping them, and one dropped on some
-    /// PEs only before this call also gives `Disagree`. A heap without room gives
-    /// [`SfError::HeapFull`]. Errors are given on every PE.
+    /// PEs only before this call may give `Disagree` (where the new object would take its
+    /// place on those PEs; elsewhere the call succeeds at the same offset everywhere). A heap
+    /// without room gives [`SfError::HeapFull`]. Errors are given on every PE.
     pub fn malloc<T: bytemuck::Pod>(&self, len: usize) -> Result<Symmetric<'_, T>, SfError> {
-        if std::mem::align_of::<T>() > arena::ALIGN {
-            // The same type on every PE: the same error everywhere.
-            return Err(SfError::Unsupported(
-                "symmetric objects of types aligned to more than 64 bytes",
-            ));
-        }
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
         // Every PE's puts and updates complete before anyone zeroes a block that may be
         // reused: one into an object dropped since must not land in its successor. The
-        // reduction below orders every PE's quiet before any zeroing.
+        // reductions below order every PE's quiet before any zeroing.
         self.quiet();
+        // Agreed: PEs may ask for as many bytes of types of other alignments.
+        let aligned = match std::mem::align_of::<T>() > arena::ALIGN {
+            true => Err(SfError::Unsupported(
+                "symmetric objects of types aligned to more than 64 bytes",
+            )),
+            false => Ok(()),
+        };
+        agree(&self.comm, aligned)?;
         same_everywhere(&self.comm, bytes as u64, "symmetric allocation sizes")?;
         let off = self.arena.borrow_mut().take(bytes);
         let at = off.map_or(u64::MAX, |o| o as u64);

@@ -33,7 +33,9 @@ impl Shmem {
     /// The team of PEs `start + i·2^log_stride` for `i < size` (OpenSHMEM's triplet). Called
     /// by the members only; the first call for a triplet is collective over them, later ones
     /// reuse its communicator. A triplet that leaves the PEs gives [`SfError::BadTeam`], and a
-    /// call from a PE outside it [`SfError::NotInTeam`].
+    /// call from a PE outside it [`SfError::NotInTeam`]. Every member must pass the same
+    /// triplet: only the members take part, so a member that asks for another team (or a bad
+    /// one) cannot be told apart from one that is late, and the others wait for it.
     pub fn team(&self, start: usize, log_stride: u32, size: usize) -> Result<Team<'_>, SfError> {
         let npes = self.n_pes();
         let stride = 1usize.checked_shl(log_stride).unwrap_or(0);
