@@ -87,6 +87,7 @@ pub fn try_reserve_exact<T>(
     v: &mut Vec<T>,
     additional: usize,
 ) -> Result<(), std::collections::TryReserveError> {
+    #[allow(clippy::disallowed_methods)] // the one call the rest go through
     let got = v.try_reserve_exact(additional);
     if got.is_err() {
         let _ = REFUSED.try_with(|r| r.set(false));
