@@ -7,6 +7,7 @@
 //! `parthenon/static_refinementN/{x1min,x1max,...,level}`.
 
 use crate::error::MeshError;
+use crate::forest::finest_level;
 use crate::loc::MAX_COORD_BITS;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -536,7 +537,6 @@ impl MeshConfig {
         // Sizes every rank must hold: the root grid (all of it, on every rank) and one block
         // with its ghosts. Checked before any arithmetic on them.
         let mut ntrees: u64 = 1;
-        let mut root_bits = 0u32;
         for d in 0..3 {
             let nrb = (self.nx[d] / self.block_nx[d]) as u64;
             let bits = 64 - (nrb - 1).leading_zeros();
@@ -552,7 +552,6 @@ impl MeshConfig {
                     ),
                 ));
             }
-            root_bits = root_bits.max(bits);
         }
         let mut cells: u64 = 1;
         for d in 0..ndim {
@@ -567,21 +566,26 @@ impl MeshConfig {
                 ));
             }
         }
-        if self.max_level() > MAX_COORD_BITS - root_bits {
+        // The limit `Forest::from_leaves` (a restart) holds leaves to as well.
+        let finest = finest_level(self.nrb());
+        if self.max_level() > finest {
             return Err(MeshError::invalid(
                 mesh_key("numlevel"),
                 self.numlevel,
                 format!(
                     "more levels than a root grid of {:?} blocks allows (at most {})",
                     self.nrb(),
-                    MAX_COORD_BITS - root_bits + 1
+                    finest + 1
                 ),
             ));
         }
         // The finest cells must be wide enough for floating point to tell their edges apart
         // (a zero cell width divides the solvers by zero).
+        let blocks_across = self
+            .nrb()
+            .map(|n| n as f64 * 2f64.powi(self.max_level() as i32));
         for d in 0..ndim {
-            let n = self.nrb()[d] as f64 * 2f64.powi(self.max_level() as i32);
+            let n = blocks_across[d];
             let cell = (self.xmax[d] - self.xmin[d]) / (n * self.block_nx[d] as f64);
             if !(self.xmin[d] + cell > self.xmin[d] && self.xmax[d] - cell < self.xmax[d]) {
                 return Err(MeshError::invalid(

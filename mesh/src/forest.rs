@@ -16,6 +16,13 @@ pub struct RootGrid {
     periodic: [bool; 3],
 }
 
+/// The finest level whose coordinates stay below `2^MAX_COORD_BITS` on a root grid of `nrb`
+/// blocks per direction: the bits left beside those the root blocks take.
+pub(crate) fn finest_level(nrb: [i64; 3]) -> u32 {
+    let bits = nrb.map(|n| 64 - (n.max(1) as u64 - 1).leading_zeros());
+    MAX_COORD_BITS.saturating_sub(bits.into_iter().max().unwrap_or(0))
+}
+
 impl RootGrid {
     /// A root grid of `nrb` blocks in `ndim` dimensions. Entries of `nrb` beyond `ndim` must be 1
     /// and periodicity beyond `ndim` is ignored.
@@ -85,11 +92,7 @@ impl RootGrid {
     /// True if every coordinate at `level` stays below `2^MAX_COORD_BITS`: the levels the
     /// config allows for this root grid.
     pub fn holds_level(&self, level: u32) -> bool {
-        level <= MAX_COORD_BITS
-            && self
-                .nrb
-                .iter()
-                .all(|&n| n <= 1i64 << (MAX_COORD_BITS - level))
+        level <= finest_level(self.nrb)
     }
 
     /// True if `loc` lies inside the domain and is 0 along inactive directions.

@@ -162,6 +162,20 @@ impl Device {
             .clone()
     }
 
+    /// For a test with device work: the process's device, or `None` where no device opens
+    /// (nothing to check), unless `STARHALO_TEST_GPU=1` says there is one.
+    #[cfg(test)]
+    pub(crate) fn for_test() -> Option<Arc<Device>> {
+        match Self::process_default() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                let told = std::env::var("STARHALO_TEST_GPU").as_deref() == Ok("1");
+                assert!(!told, "STARHALO_TEST_GPU=1 but no device: {e}");
+                None
+            }
+        }
+    }
+
     /// [`process_default`](Self::process_default) with every kernel set compiled: the
     /// device a run launches on, with compilation errors found before any work starts.
     pub fn process_default_compiled() -> Result<Arc<Device>, CudaError> {
@@ -484,13 +498,8 @@ mod tests {
     #[test]
     fn a_device_serves_threads_that_did_not_open_it() {
         use crate::buffer::Buffer;
-        let dev = match Device::process_default() {
-            Ok(d) => d,
-            Err(e) => {
-                let told = std::env::var("STARHALO_TEST_GPU").as_deref() == Ok("1");
-                assert!(!told, "STARHALO_TEST_GPU=1 but no device: {e}");
-                return;
-            }
+        let Some(dev) = Device::for_test() else {
+            return;
         };
         let b = Buffer::<f64>::from_host_to(&dev, &[1.0, 2.0, 3.0]).unwrap();
         let b = std::thread::spawn(move || {
